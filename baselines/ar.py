@@ -1,0 +1,70 @@
+"""AR: the causal next-token baseline on the shared backbone (causal DiT, no adaLN).
+
+Training: next-token cross-entropy, input x[:, :-1], target x[:, 1:], counted where
+``loss_mask[:, 1:]`` (reference `algo.py::AR._process_model_input`).
+
+Sampling: left to right, one backbone call per generated position (NFE = number of
+positions after the first non-prompt position; the ``nfe`` argument is ignored). Prompt
+positions, including clean positions inside the generated region (Sudoku givens), are
+teacher-forced. ``sample`` draws from softmax(logits / T) with float64 Gumbel-max;
+``greedy`` takes the argmax (temperature-free). No KV cache: each call re-reads the prefix
+(correct, slower; Sudoku and CPU sizes are short).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from bench.backbones.dit import build_dit
+from bench.config import BackboneConfig
+from bench.method import Batch, LossOutput, Method, Options, gumbel_argmax, token_mean
+
+
+@dataclass
+class AROptions(Options):
+    pass
+
+
+class AR(Method):
+    name = "ar"
+    Options = AROptions
+    decodings = ("sample", "greedy")
+    uses_time = False
+    nfe_is_length = True
+    temperature_free = ("greedy",)
+
+    def build_backbone(self, cfg: BackboneConfig):
+        return build_dit(cfg, self.vocab_size, self.vocab_size, causal=True)
+
+    def loss(self, backbone, batch: Batch, t=None) -> LossOutput:
+        logits = backbone(batch.x[:, :-1]).float()
+        logp = torch.log_softmax(logits, dim=-1)
+        nll = -logp.gather(-1, batch.x[:, 1:, None]).squeeze(-1)
+        return token_mean(nll, batch.loss_mask[:, 1:])
+
+    @staticmethod
+    def generation_start(prompt_mask) -> int:
+        """First position any row must generate (>= 1: position 0 is always given)."""
+        free = (~prompt_mask).any(0).nonzero()
+        return max(int(free[0]), 1) if len(free) else prompt_mask.shape[1]
+
+    def nfe_for(self, nfe: int, prompt_mask) -> int:
+        return prompt_mask.shape[1] - self.generation_start(prompt_mask)
+
+    @torch.no_grad()
+    def sample(self, backbone, prompt, prompt_mask, *, nfe=0, temperature=1.0, decoding="default",
+               float64=True, generator=None):
+        decoding = self.resolve_decoding(decoding)
+        x = prompt.clone()
+        x[~prompt_mask] = 0
+        L = prompt.shape[1]
+        for i in range(self.generation_start(prompt_mask), L):
+            logits = self.call(backbone, x[:, :i])[:, -1].float()
+            if decoding == "greedy":
+                nxt = logits.argmax(-1)
+            else:
+                nxt = gumbel_argmax(logits / temperature, generator, float64)
+            x[:, i] = torch.where(prompt_mask[:, i], prompt[:, i], nxt)
+        return x

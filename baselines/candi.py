@@ -1,0 +1,300 @@
+"""CANDI: hybrid discrete-continuous diffusion (Pynadath et al. 2025) and its pure-Gaussian variant.
+
+References (facts read, code written here): candi-diffusion `algo.py::CANDI`,
+`models/dit_cont.py::ContDIT`, `configs/algo/candi.yaml` (commit cd57ae9) and its port in the
+S-FLM harness (first commit of FrankCCCCC/s-flm: `algo.py::CANDI`, `candi_utils.py`,
+`models/candi_dit.py`, `samplers.py::CANDISampler`), which is what the S-FLM paper ran.
+
+Noise coupling. The error rate of a Gaussian-corrupted one-hot over d = V classes,
+    r(sigma) = (d - 1)/d * Phi(-1 / (sigma sqrt 2))          (`candi_utils.py::expected_rank`, a = 1)
+(the expected fraction of the d coordinates that are wrong and beat the true one), is tabulated
+on sigma in linspace(0.2, 4.0, 1000) and inverted by linear interpolation. A discrete noise
+level tau in [0, 1] maps to the target rate tau (max_p - min_p) + min_p and then to sigma(tau)
+(`get_continuous_from_discrete_noise`, `sigma_from_time_vectorized`).
+
+Training (hybrid). Log-linear alpha_t = 1 - (1 - eps) t. A position is "moved" with probability
+1 - alpha_t and replaced by a uniform draw over the V + 1 ids; it stays *revealed* when the draw
+equals x_0 (`discrete_noising`, `q_xt`). Corrupted positions carry onehot(x_0) + sigma(1 - alpha_t)
+eps in R^V. Network input (`ContDIT.forward`): with row-normalised embeddings Ehat (the mask row
+excluded) revealed positions get Ehat[x_0], corrupted ones
+    mixed_coeff * Ehat_mask + (1 - mixed_coeff) * c_in * (x_t @ Ehat),  c_in = 1/sqrt(1 + sigma^2);
+time input -log alpha_t. Loss: MDLM-weighted CE alpha'_t/(1 - alpha_t) log p_theta(x_0) on corrupted
+positions (revealed positions are forced to one-hot and give 0; `nll_per_token`).
+
+Pure-Gaussian variant (``pure_gaussian=True``; reference `pure_continuous=True, is_embed=False`):
+no discrete corruption (every non-prompt position is corrupted, nothing is ever revealed), plain CE.
+
+Samplers (t_k = linspace(0.999, 1e-5, nfe + 1), sigma_k = sigma(t_k), dt = (1 - 1e-5)/nfe; one
+backbone call per step, NFE = nfe exactly; `samplers.py::CANDISampler`):
+- ``cached`` (paper default, `generate_samples_cache`): state = token ids + clean mask + an
+  embedding cache e in R^d, e_0 = z @ Ehat, z ~ N(0, sigma(0.999)^2 I_V). Each step: one forward
+  with reveal mask = clean mask, continuous noise sigma_{k+1}, time input -log alpha(t_k); a single
+  categorical sample x_hat ~ p_theta (the one-sample estimate); continuous step
+  e <- e - step_size (sigma_k - sigma_{k+1}) (e - Ehat[x_hat]) / sigma_{k+1}^2; every non-clean
+  token is set to x_hat and becomes clean with probability (t - s)/t, s = t - dt (log-linear
+  unmasking). Output: the tokens after nfe steps.
+- ``nocache`` (`generate_samples_nocache`): state x in R^V; continuous step with the expectation
+  p_theta in place of a sample, then the categorical unmasking step over [p (t - s), s].
+- pure-Gaussian (decoding ``continuous``, `generate_samples_pure_cont`): only the continuous step on
+  x in R^V with the expectation, argmax of x at the end (the argmax costs no call).
+Prompt positions are revealed and clean throughout and restored after every step.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from bench.backbones.dit import build_dit
+from bench.config import BackboneConfig, ConfigError, _f
+from bench.method import Batch, LossOutput, Method, Options, gumbel_argmax, token_mean
+
+#: sigma grid of the error-rate table (`algo.py::CANDI.__init__`: torch.linspace(0.2, 4.0, 1000))
+SIGMA_GRID = (0.2, 4.0, 1000)
+#: sampler grid t_k = linspace(T_START, T_END, nfe + 1) (`CANDISampler.init_state`, eps = 1e-5)
+T_START, T_END = 0.999, 1e-5
+
+
+def error_rate(sigma: Tensor, vocab: int) -> Tensor:
+    """r(sigma) = (d - 1)/d * Phi(-1/(sigma sqrt 2)), d = ``vocab`` (`candi_utils.py::expected_rank`).
+
+    Expected fraction of the d coordinates of onehot + sigma * eps that are wrong and exceed the
+    true coordinate (each wrong one does with probability Phi(-1/(sigma sqrt 2)))."""
+    sigma = torch.as_tensor(sigma, dtype=torch.float64)
+    return (vocab - 1) / vocab * torch.special.ndtr(-1.0 / (sigma * math.sqrt(2.0)))
+
+
+def interp(x: Tensor, xp: Tensor, fp: Tensor) -> Tensor:
+    """Piecewise-linear interpolation of (xp ascending, fp) at x, clamped to the table's ends
+    (torch has no interp; `sigma_from_time_vectorized` does the same with searchsorted)."""
+    x = x.to(xp.dtype).clamp(xp[0], xp[-1])
+    i = torch.searchsorted(xp, x, right=True).clamp(1, len(xp) - 1)
+    x0, x1, f0, f1 = xp[i - 1], xp[i], fp[i - 1], fp[i]
+    return f0 + (x - x0) / (x1 - x0) * (f1 - f0)
+
+
+def inference_sigmas(n: int, sigma_min: float, sigma_max: float) -> Tensor:
+    """Log-linear sigma_max -> sigma_min over n points (`candi_utils.py::inference_sigmas`)."""
+    k = torch.linspace(0.0, 1.0, n, dtype=torch.float64)
+    return sigma_max * (sigma_min / sigma_max) ** k
+
+
+@dataclass
+class CANDIOptions(Options):
+    pure_gaussian: bool = _f(False, help="paper's 'CANDI pure Gaussian': no discrete corruption, plain CE, "
+                                         "continuous steps only, argmax at the end")
+    mixed_coeff: float = _f(0.5, ge=0.0, le=1.0, help="weight of the mask embedding in a corrupted input")
+    min_percentile: float = _f(0.01, gt=0.0, lt=1.0, help="error rate r at discrete noise tau = 0")
+    max_percentile: float = _f(0.25, gt=0.0, lt=1.0, help="error rate r at discrete noise tau = 1")
+    use_percentile_scheduling: bool = _f(True, help="sampler sigmas via the percentile map (False: "
+                                                    "log-linear sigma_max -> sigma_min)")
+    sigma_min: float = _f(0.01, gt=0.0, help="last sampler sigma when percentile scheduling is off")
+    sigma_max: float = _f(2.0, gt=0.0, help="first sampler sigma when percentile scheduling is off")
+    step_size: float = _f(1.0, gt=0.0, help="scale of the cached sampler's continuous step")
+    eps: float = _f(1e-3, gt=0.0, lt=1.0, help="log-linear schedule floor: alpha_1 = eps")
+
+
+@dataclass
+class CANDIState:
+    """Sampler state after a step: ``tokens`` (n, L) current ids (argmax of the continuous state
+    where there is no discrete one) and ``clean`` (n, L) positions that are revealed for good."""
+
+    step: int
+    tokens: Tensor
+    clean: Tensor
+
+
+class CANDI(Method):
+    name = "candi"
+    Options = CANDIOptions
+    decodings = ("cached", "nocache")
+    #: variants the shared conformance suite runs (tests/test_conformance.py)
+    conformance_variants = [{}, {"pure_gaussian": True}]
+
+    def __init__(self, options, vocab_size: int, seq_len: int):
+        super().__init__(options, vocab_size, seq_len)
+        o = self.opts
+        if o.min_percentile >= o.max_percentile:
+            raise ConfigError(f"candi.options: min_percentile ({o.min_percentile}) must be < "
+                              f"max_percentile ({o.max_percentile})")
+        if vocab_size < 2:
+            raise ConfigError(f"candi: vocabulary size must be >= 2, got {vocab_size}")
+        self.mask_id = vocab_size  # extra embedding row (`mask_index = len(tokenizer)`)
+        sig = torch.linspace(*SIGMA_GRID, dtype=torch.float64)
+        rate = error_rate(sig, vocab_size)
+        lo, hi = float(rate[0]), float(rate[-1])
+        if not (lo <= o.min_percentile and o.max_percentile <= hi):
+            raise ConfigError(
+                f"candi.options: [min_percentile, max_percentile] = [{o.min_percentile}, {o.max_percentile}] "
+                f"leaves the error rates [{lo:.3g}, {hi:.3g}] reachable for V={vocab_size} on sigma in "
+                f"[{SIGMA_GRID[0]}, {SIGMA_GRID[1]}]")
+        self.register_buffer("sigma_table", sig, persistent=False)
+        self.register_buffer("rate_table", rate, persistent=False)
+        if o.pure_gaussian:
+            self.decodings = ("continuous",)
+
+    def build_backbone(self, cfg: BackboneConfig):
+        # embedding table V + 1 rows (last = mask); the reference head has V + 1 outputs and drops
+        # the mask column (`ContDIT.forward`: logits[:, :, :-1]); V outputs is the same function.
+        return build_dit(cfg, self.vocab_size + 1, self.vocab_size)
+
+    # -- schedules ------------------------------------------------------------------
+    def alpha(self, t: Tensor) -> Tensor:
+        return 1 - (1 - self.opts.eps) * t  # `noise_schedules.py::LogLinear`
+
+    def sigma_of_rate(self, rate: Tensor) -> Tensor:
+        """Inverse of r(sigma) by linear interpolation on the table (float64)."""
+        return interp(rate.to(self.rate_table.device), self.rate_table, self.sigma_table).to(rate.device)
+
+    def sigma_of_noise(self, tau: Tensor) -> Tensor:
+        """sigma(tau) = r^-1(tau (max_p - min_p) + min_p) (`get_continuous_from_discrete_noise`)."""
+        o = self.opts
+        return self.sigma_of_rate(tau.double() * (o.max_percentile - o.min_percentile) + o.min_percentile)
+
+    # -- network input / output ---------------------------------------------------------
+    def embeddings(self, backbone) -> tuple[Tensor, Tensor]:
+        """Row-normalised embeddings Ehat (V, d) and the normalised mask row (d,)
+        (`ContDITEmbeddingLayer`: F.normalize over all rows but the last)."""
+        w = backbone.embed.weight
+        return F.normalize(w[: self.vocab_size], dim=-1), F.normalize(w[self.vocab_size], dim=0)
+
+    def net_input(self, e_hat: Tensor, m_hat: Tensor, tokens: Tensor, cont: Tensor, revealed: Tensor,
+                  sigma_c: Tensor) -> Tensor:
+        """(B, L, d): Ehat[tokens] where revealed, else mixed * m_hat + (1 - mixed) c_in cont with
+        c_in = 1/sqrt(1 + sigma_c^2) (`ContDIT.forward`). ``cont``: (B, L, d) embedding of the
+        continuous state; ``sigma_c``: (B,) continuous noise level."""
+        a = self.opts.mixed_coeff
+        c_in = (1.0 / torch.sqrt(1.0 + sigma_c.double() ** 2)).to(e_hat.dtype)
+        corrupted = a * m_hat + (1 - a) * c_in[:, None, None] * cont.to(e_hat.dtype)
+        return torch.where(revealed[..., None], e_hat[tokens], corrupted)
+
+    def time_input(self, t: Tensor) -> Tensor:
+        return -torch.log(self.alpha(t.double())).float()  # sigma = -log alpha_t (`_sigma_from_alphat`)
+
+    # -- training ---------------------------------------------------------------------
+    def loss(self, backbone, batch: Batch, t: Tensor | None) -> LossOutput:
+        x0 = batch.x
+        B, L = x0.shape
+        alpha_t = self.alpha(t)
+        if self.opts.pure_gaussian:
+            revealed = batch.clean_mask.clone()
+            tau = 1 - alpha_t
+        else:
+            # `discrete_noising`: move with prob 1 - alpha_t to a uniform id in [0, V] (mask included)
+            move = torch.rand(B, L, device=x0.device) < (1 - alpha_t)[:, None]
+            repl = torch.randint(0, self.vocab_size + 1, (B, L), device=x0.device)
+            revealed = ~move | (repl == x0) | batch.clean_mask
+            tau = 1 - alpha_t
+        sigma_c = self.sigma_of_noise(tau).to(torch.float32)  # (B,)
+        e_hat, m_hat = self.embeddings(backbone)
+        # (onehot(x0) + sigma eps) @ Ehat = Ehat[x0] + sigma (eps @ Ehat), eps ~ N(0, I_V)
+        eps = torch.randn(B, L, self.vocab_size, device=x0.device, dtype=e_hat.dtype)
+        cont = e_hat[x0] + sigma_c[:, None, None].to(e_hat.dtype) * (eps @ e_hat)
+        h = self.net_input(e_hat, m_hat, x0, cont, revealed, sigma_c)
+        logits = backbone(h, self.time_input(t)).float()
+        logp_x0 = torch.log_softmax(logits, dim=-1).gather(-1, x0[..., None]).squeeze(-1)
+        if self.opts.pure_gaussian:
+            weight = torch.ones_like(alpha_t)  # plain CE (`nll_per_token`, pure_continuous)
+        else:
+            weight = (1 - self.opts.eps) / (1 - alpha_t)  # -alpha'_t / (1 - alpha_t) (MDLM eq. 10)
+        per_token = -logp_x0 * weight[:, None] * ~revealed  # revealed: forced one-hot, loss 0
+        return token_mean(per_token, batch.loss_mask)
+
+    # -- sampling ---------------------------------------------------------------------
+    def sampler_grid(self, nfe: int, device) -> tuple[Tensor, Tensor, float]:
+        """(t_k, sigma_k) for k = 0..nfe (float64) and dt (`CANDISampler.init_state`)."""
+        ts = torch.linspace(T_START, T_END, nfe + 1, dtype=torch.float64, device=device)
+        if self.opts.use_percentile_scheduling or self.opts.pure_gaussian:
+            sigmas = self.sigma_of_noise(ts)
+        else:
+            sigmas = inference_sigmas(nfe + 1, self.opts.sigma_min, self.opts.sigma_max).to(device)
+        return ts, sigmas, (1 - T_END) / nfe
+
+    def _log_probs(self, backbone, h: Tensor, t: Tensor, n: int, temperature: float, float64: bool) -> Tensor:
+        logits = self.call(backbone, h, self.time_input(t).expand(n)).float()
+        dtype = torch.float64 if float64 else torch.float32
+        return torch.log_softmax(logits.to(dtype) / temperature, dim=-1)
+
+    @torch.no_grad()
+    def iter_sample(self, backbone, prompt: Tensor, prompt_mask: Tensor, *, nfe: int, temperature: float = 1.0,
+                    decoding: str = "default", float64: bool = True,
+                    generator: torch.Generator | None = None) -> Iterator[CANDIState]:
+        """Run the sampler, yielding the state after each of the ``nfe`` steps."""
+        decoding = self.resolve_decoding(decoding)
+        if nfe < 1:
+            raise ValueError(f"candi: nfe must be >= 1, got {nfe}")
+        if temperature <= 0:
+            raise ValueError(f"candi: temperature must be > 0, got {temperature}")
+        n, L = prompt.shape
+        dev = prompt.device
+        dtype = torch.float64 if float64 else torch.float32
+        e_hat, m_hat = self.embeddings(backbone)
+        e_hat_s = e_hat.to(dtype)
+        ts, sigmas, dt = self.sampler_grid(nfe, dev)
+        # prior z ~ N(0, sigma(0.999)^2 I_V) (`prior_sample`; also when percentile scheduling is off)
+        sigma_prior = self.sigma_of_noise(torch.tensor(T_START, dtype=torch.float64, device=dev)).to(dtype)
+        z = sigma_prior * torch.randn(n, L, self.vocab_size, generator=generator, device=dev, dtype=dtype)
+        clean = prompt_mask.clone()
+        onehot_prompt = F.one_hot(prompt, self.vocab_size).to(dtype)
+        x = torch.where(clean, prompt, torch.zeros_like(prompt))
+        if decoding == "cached":
+            cache = z @ e_hat_s  # (n, L, d); prompt positions use Ehat[prompt] directly
+            del z
+        else:
+            z = torch.where(clean[..., None], onehot_prompt, z)
+        for k in range(nfe):
+            t, s_hi, s_lo = ts[k], sigmas[k], sigmas[k + 1]
+            sigma_c = s_lo.expand(n)  # the network sees the *next* level (`_continuous_step*`)
+            if decoding == "cached":
+                h = self.net_input(e_hat, m_hat, x, cache, clean, sigma_c)
+                logp = self._log_probs(backbone, h, t, n, temperature, float64)
+                x_hat = torch.where(clean, x, gumbel_argmax(logp, generator, float64))  # one-sample estimate
+                # `_continuous_step_cache`: e <- e - dt_sigma * (e - Ehat[x_hat]) / sigma_{k+1}^2 * step_size
+                cache = cache - self.opts.step_size * (s_hi - s_lo) * (cache - e_hat_s[x_hat]) / s_lo**2
+                x = x_hat
+                # `_discrete_step_optimized`: unmask with prob (t - s)/t, s = t - dt (log-linear)
+                u = torch.rand(n, L, generator=generator, device=dev, dtype=torch.float64)
+                clean = clean | (u < dt / t)
+                tokens = x
+            else:
+                h = self.net_input(e_hat, m_hat, x, z @ e_hat_s, clean, sigma_c)
+                p = self._log_probs(backbone, h, t, n, temperature, float64).exp()
+                p = torch.where(clean[..., None], F.one_hot(x, self.vocab_size).to(p.dtype), p)  # forced one-hot
+                # `_continuous_step`: x <- x - (sigma_k - sigma_{k+1}) (x - E[x_0]) / sigma_{k+1}^2
+                z = z - (s_hi - s_lo) * (z - p.to(dtype)) / s_lo**2
+                if decoding == "nocache":
+                    z, clean, x = self._discrete_step(z, p, t, dt, clean, generator, float64)
+                z = torch.where(prompt_mask[..., None], onehot_prompt, z)
+                tokens = z.argmax(-1)
+                x = torch.where(clean, x, tokens)
+            tokens = torch.where(prompt_mask, prompt, tokens)
+            x = torch.where(prompt_mask, prompt, x)
+            yield CANDIState(k, tokens, clean)
+
+    def _discrete_step(self, z: Tensor, p: Tensor, t: Tensor, dt: float, clean: Tensor,
+                       generator: torch.Generator | None, float64: bool) -> tuple[Tensor, Tensor, Tensor]:
+        """`_discrete_step`: draw from [p (t - s), s] over V + 1 classes (last = stay masked);
+        a non-mask draw reveals the position with that token; clean positions keep theirs."""
+        s = (t - dt).clamp_min(0.0)  # s < 0 on the last step when nfe < 100: unmask everything
+        q = torch.cat([p * (t - s), s.to(p.dtype).expand(*p.shape[:-1], 1)], dim=-1)
+        draw = gumbel_argmax(torch.log(q), generator, float64)
+        old = z.argmax(-1)
+        hit = draw != self.vocab_size
+        tokens = torch.where(clean, old, torch.where(hit, draw, old))
+        new_clean = clean | hit
+        z = torch.where(new_clean[..., None], F.one_hot(tokens, self.vocab_size).to(z.dtype), z)
+        return z, new_clean, tokens
+
+    @torch.no_grad()
+    def sample(self, backbone, prompt, prompt_mask, *, nfe, temperature=1.0, decoding="default",
+               float64=True, generator=None):
+        states = self.iter_sample(backbone, prompt, prompt_mask, nfe=nfe, temperature=temperature,
+                                  decoding=decoding, float64=float64, generator=generator)
+        last = collections.deque(states, maxlen=1)[0]
+        return torch.where(prompt_mask, prompt, last.tokens)

@@ -1,0 +1,286 @@
+"""Duo: uniform-state discrete diffusion as the S-FLM paper ran it ("duo_base").
+
+Sahoo et al. 2025, "The Diffusion Duality"; reference code s-sahoo/duo `algo.py::DUO_BASE`,
+`trainer_base.py::UniformState`, and the S-FLM harness (FrankCCCCC/s-flm @ 18d586f)
+`algo.py::DUO_BASE`, `samplers.py::uniform_posterior_probs / sample_uniform_posterior`.
+
+- Vocabulary V = the task vocabulary (no mask token, no extra input/output class).
+- Forward (UDLM): q(x_t | x_0) = alpha_t onehot(x_0) + (1 - alpha_t) / V; implemented as
+  "with probability 1 - alpha_t replace the token by a uniform draw (which may equal x_0)"
+  (`UniformState.q_xt`). Clean positions (prompt / givens) are never noised.
+- Log-linear schedule alpha_t = 1 - (1 - eps) t, alpha'_t = -(1 - eps), eps = 1e-3.
+- Time-conditioned: the network receives sigma = -log alpha_t; "mean" parameterisation
+  (plain log-softmax over V).
+- Loss: the closed-form continuous-time UDLM NELBO (:func:`udlm_nelbo`, `DUO_BASE.nll_per_token`),
+  optionally ``low_var`` (drops term1, as the reference's ``loss_type=low_var``).
+
+Sampler: ancestral over t_k = linspace(1, 1e-5, nfe + 1), exactly ``nfe`` backbone calls,
+prior = uniform random tokens. Each step draws x_s from the uniform-state posterior
+q(x_s | x_t, x_hat = p_theta) at every non-prompt position (no freezing: a position can
+change at every step), without materialising the posterior: one uniform threshold per
+position chooses "uniform token" / "keep x_t" / "draw from p_theta" (:func:`sample_uniform_posterior`).
+The last step uses alpha_s = 1; decoding ``ancestral`` samples it, ``greedy`` ("greedy tail",
+Duo paper sec. 4.2) takes argmax p_theta at that same step, so both spend exactly ``nfe``
+calls (the Duo repo adds one extra noise-removal forward, NFE = nfe + 1).
+
+Variant (off by default, ``curriculum_end > 0``): the Duo paper's Gaussian-curriculum
+training (duo `algo.py::DUO.nll`): a Gaussian latent of the one-hot, the network fed the
+tempered softmax of that latent, the NELBO evaluated at x_t = argmax of the latent with the
+"diffusion-duality" alpha_t = T(gamma) from a table this module computes for the vocabulary
+in use (:func:`duality_table`), not the tokenizer-specific pickle of the Duo repo.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from bench.backbones.dit import build_dit
+from bench.config import BackboneConfig, ConfigError, _f
+from bench.method import Batch, LossOutput, Method, Options, gumbel_argmax, token_mean
+
+
+@dataclass
+class DuoOptions(Options):
+    eps: float = _f(1e-3, gt=0.0, lt=1.0, help="log-linear schedule floor: alpha_1 = eps")
+    loss_type: str = _f("elbo", choices=("elbo", "low_var"),
+                        help="elbo = closed-form UDLM NELBO; low_var = NELBO without term1 (reference low_var)")
+    time_conditioning: bool = _f(True, help="feed sigma = -log alpha_t to the network (duo_base: True)")
+    # -- Duo-paper Gaussian curriculum (variant; curriculum_end = 0 is duo_base as the S-FLM paper ran it)
+    curriculum_end: int = _f(0, ge=0, help="train step at which the Gaussian curriculum ends and the plain "
+                             "NELBO takes over (0 = no curriculum = duo_base; Duo config: 200000)")
+    curriculum_start: int = _f(0, ge=0, help="step at which tau starts its log-linear decay (Duo config: 100000)")
+    gamma_min: float = _f(-3.5, help="curriculum: Gaussian log-noise-ratio gamma at t = 0 (Duo config)")
+    gamma_max: float = _f(-1.75, help="curriculum: gamma at t = 1 (Duo config)")
+    tau_start: float = _f(1e-1, gt=0.0, help="curriculum: softmax temperature until curriculum_start (Duo: 10^-1)")
+    tau_end: float = _f(1e-2, gt=0.0, help="curriculum: softmax temperature reached at curriculum_end (Duo: 10^-2)")
+
+    def validate(self):
+        if self.curriculum_end and not self.gamma_min < self.gamma_max:
+            raise ConfigError(f"gamma_min: must be < gamma_max ({self.gamma_min} >= {self.gamma_max})")
+        if self.curriculum_end and self.curriculum_start > self.curriculum_end:
+            raise ConfigError(f"curriculum_start: must be <= curriculum_end ({self.curriculum_start} > {self.curriculum_end})")
+
+
+# --------------------------------------------------------------------------- the objective
+
+
+def udlm_nelbo(log_p: Tensor, x_t: Tensor, x0: Tensor, alpha_t: Tensor, dalpha_t: Tensor,
+               vocab_size: int, low_var: bool = False) -> Tensor:
+    """Per-token continuous-time UDLM NELBO integrand (Duo eq. 9 / `DUO_BASE.nll_per_token`).
+
+    Args:
+        log_p: (B, L, V) log p_theta(x_0 | x_t) ("mean" parameterisation).
+        x_t, x0: (B, L) noisy and clean ids.
+        alpha_t, dalpha_t: broadcastable to (B, L): alpha_t and d alpha_t / dt (< 0).
+        low_var: drop term1 (reference ``loss_type=low_var``; not an ELBO any more).
+    Returns (B, L): the integrand; E_{t ~ U[0,1], x_t}[it] is the diffusion part of the NELBO.
+    """
+    V = vocab_size
+    a = alpha_t
+    xbar_theta = V * a[..., None] * log_p.exp() + (1 - a[..., None])  # V alpha_t x_theta + (1 - alpha_t)
+    eq = (x0 == x_t).to(log_p.dtype)
+    neq = 1 - eq
+    xbar_xt = (1 - a) + V * a * eq
+    xbar_theta_xt = xbar_theta.gather(-1, x_t[..., None]).squeeze(-1)
+    xbar_theta_x0 = xbar_theta.gather(-1, x0[..., None]).squeeze(-1)
+    term1 = 0.0 if low_var else V * (1 / xbar_xt - 1 / xbar_theta_xt)
+    c = (1 - a) / (V * a + 1 - a)
+    offset = ((V - 1) * c * eq - neq / c) * torch.log(c)
+    log_xbar_theta_xt = torch.log(xbar_theta_xt)
+    term2 = (-(eq * c + neq) * (torch.log(xbar_theta).sum(-1) - V * log_xbar_theta_xt)
+             - V * a / (1 - a) * (torch.log(xbar_theta_x0) - log_xbar_theta_xt) * neq
+             + offset)
+    return dalpha_t / (V * a) * (term1 - term2)
+
+
+# --------------------------------------------------------------------------- the posterior
+
+
+def uniform_posterior_probs(x_hat: Tensor, x_t: Tensor, alpha_s: Tensor, alpha_t: Tensor) -> Tensor:
+    """Dense q(x_s | x_t, x_0 = x_hat) of the uniform-state process (Duo eq. 5 with x_0 -> x_hat;
+    S-FLM `samplers.py::uniform_posterior_probs`). For tests and reference only: the sampler
+    uses :func:`sample_uniform_posterior`, which never builds this (B, L, V) tensor.
+
+    x_hat: (B, L, V) probabilities; x_t: (B, L); alpha_s, alpha_t broadcastable to (B, L), alpha_s > alpha_t.
+    """
+    V = x_hat.shape[-1]
+    a_t, a_s = alpha_t[..., None], alpha_s[..., None]
+    onehot = F.one_hot(x_t, V).to(x_hat.dtype)
+    p_xt = x_hat.gather(-1, x_t[..., None])
+    num = (V * a_t * x_hat * onehot + (a_t / a_s - a_t) * onehot + (a_s - a_t) * x_hat
+           + (1 - a_t / a_s) * (1 - a_s) / V)
+    return num / (V * a_t * p_xt + 1 - a_t)
+
+
+def sample_uniform_posterior(log_p: Tensor, x_t: Tensor, alpha_s: Tensor, alpha_t: Tensor,
+                             generator: torch.Generator | None, float64: bool = True) -> Tensor:
+    """Draw x_s ~ q(x_s | x_t, x_hat = softmax(log_p)) without forming the posterior.
+
+    The posterior is the mixture (shared denominator den = V a_t x_hat[x_t] + 1 - a_t)
+      uniform over V   with mass (1 - a_t/a_s)(1 - a_s) / den,
+      x_t itself       with mass (V a_t x_hat[x_t] + a_t/a_s - a_t) / den,
+      a draw of x_hat  with mass (a_s - a_t) / den,
+    so one uniform threshold per position picks the component (S-FLM
+    `samplers.py::sample_uniform_posterior`, priority uniform > x_t > x_hat). alpha_s = 1 gives
+    the final (noise-removal) step: keep x_t with mass V a_t x_hat[x_t] / den, else draw x_hat.
+    The only (B, L, V) work is the Gumbel-max draw from x_hat.
+    """
+    dtype = torch.float64 if float64 else torch.float32
+    log_p = log_p.to(dtype)
+    V = log_p.shape[-1]
+    a_t, a_s = alpha_t.to(dtype), alpha_s.to(dtype)
+    p_xt = log_p.gather(-1, x_t[..., None]).squeeze(-1).exp()
+    den = V * a_t * p_xt + 1 - a_t
+    m_unif = ((1 - a_t / a_s) * (1 - a_s) / den).clamp(0.0, 1.0)
+    m_keep = ((V * a_t * p_xt + a_t / a_s - a_t) / den).clamp(0.0, 1.0)
+    draw = gumbel_argmax(log_p, generator, float64)
+    u = torch.rand(x_t.shape, generator=generator, device=x_t.device, dtype=dtype)
+    unif = torch.randint(0, V, x_t.shape, generator=generator, device=x_t.device)
+    out = torch.where(u < (m_unif + m_keep).clamp(max=1.0), x_t, draw)
+    return torch.where(u < m_unif, unif, out)
+
+
+# --------------------------------------------------------------------------- curriculum table
+
+
+@functools.lru_cache(maxsize=8)
+def duality_table(vocab_size: int, gamma_min: float, gamma_max: float, n: int = 1000,
+                  n_gh: int = 100) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(gamma, alpha, dalpha/dgamma) on ``n`` points of [gamma_min, gamma_max] for the
+    Gaussian latent w = sqrt(sigmoid(-gamma)) onehot(x_0) + sqrt(sigmoid(gamma)) eps:
+    I(gamma) = P[argmax w = x_0] = E_z[Phi(z + mu)^(V-1)], mu = sqrt(sigmoid(-gamma) / sigmoid(gamma))
+    = exp(-gamma / 2), by Gauss-Hermite quadrature; alpha = T(gamma) = (V I - 1) / (V - 1)
+    (Duo eq. 10 / duo `utils.py` integral table, recomputed here for the vocabulary in use);
+    dalpha/dgamma by central finite differences on the grid (the Duo repo does the same).
+    """
+    from numpy.polynomial.hermite import hermgauss
+    from scipy.special import log_ndtr
+
+    gamma = np.linspace(gamma_min, gamma_max, n)
+    x, w = hermgauss(n_gh)
+    w, z = w / np.sqrt(np.pi), np.sqrt(2.0) * x  # E_{z ~ N(0,1)} f(z) = sum w f(z)
+    mu = np.exp(-gamma / 2)
+    I = np.sum(w * np.exp((vocab_size - 1) * log_ndtr(z[None] + mu[:, None])), axis=-1)
+    alpha = np.clip((vocab_size * I - 1) / (vocab_size - 1), 1e-12, 1.0)
+    dalpha = np.gradient(alpha, gamma)
+    return gamma, alpha, dalpha
+
+
+def _interp(x: Tensor, xp: Tensor, fp: Tensor) -> Tensor:
+    """Piecewise-linear interpolation of the table (xp increasing) at x, clamped to its range."""
+    x = x.clamp(xp[0], xp[-1])
+    i = torch.searchsorted(xp, x.contiguous()).clamp(1, len(xp) - 1)
+    x0, x1, f0, f1 = xp[i - 1], xp[i], fp[i - 1], fp[i]
+    return f0 + (x - x0) / (x1 - x0) * (f1 - f0)
+
+
+# --------------------------------------------------------------------------- the method
+
+
+class Duo(Method):
+    name = "duo"
+    Options = DuoOptions
+    decodings = ("ancestral", "greedy")
+    conformance_variants = [{}, {"curriculum_end": 1000}]
+
+    def __init__(self, options, vocab_size: int, seq_len: int):
+        super().__init__(options, vocab_size, seq_len)
+        if vocab_size < 2:
+            raise ConfigError(f"duo: vocab_size must be >= 2, got {vocab_size}")
+        self.train_step = 0  # curriculum clock (record_losses is called once per train step)
+
+    def build_backbone(self, cfg: BackboneConfig):
+        return build_dit(cfg, self.vocab_size, self.vocab_size)
+
+    # -- schedule -----------------------------------------------------------------
+    def alpha(self, t: Tensor) -> Tensor:
+        """Log-linear alpha_t = 1 - (1 - eps) t (`noise_schedules.py::LogLinear`)."""
+        return 1 - (1 - self.opts.eps) * t
+
+    def sigma(self, alpha_t: Tensor) -> Tensor:
+        """Network time input sigma = -log alpha_t (`Diffusion._sigma_from_alphat`)."""
+        if not self.opts.time_conditioning:
+            return torch.zeros_like(alpha_t)
+        return -torch.log(alpha_t)
+
+    def q_xt(self, x0: Tensor, alpha_t: Tensor, clean_mask: Tensor) -> Tensor:
+        """Uniform-state forward: replace by a uniform token with prob. 1 - alpha_t."""
+        move = torch.rand(x0.shape, device=x0.device) < (1 - alpha_t)[:, None]
+        unif = torch.randint(0, self.vocab_size, x0.shape, device=x0.device)
+        return torch.where(move & ~clean_mask, unif, x0)
+
+    # -- training -----------------------------------------------------------------
+    def loss(self, backbone, batch: Batch, t: Tensor | None) -> LossOutput:
+        if self.opts.curriculum_end and self.train_step < self.opts.curriculum_end and backbone.training:
+            return self._curriculum_loss(backbone, batch, t)
+        alpha_t = self.alpha(t)  # (B,)
+        dalpha_t = torch.full_like(alpha_t, -(1 - self.opts.eps))
+        x_t = self.q_xt(batch.x, alpha_t, batch.clean_mask)
+        logits = backbone(x_t, self.sigma(alpha_t)).float()
+        per_token = udlm_nelbo(torch.log_softmax(logits, -1), x_t, batch.x, alpha_t[:, None],
+                               dalpha_t[:, None], self.vocab_size, low_var=self.opts.loss_type == "low_var")
+        return token_mean(per_token * ~batch.clean_mask, batch.loss_mask)
+
+    def record_losses(self, t: Tensor, per_sample: Tensor, step: int) -> None:
+        self.train_step = step + 1
+
+    def _curriculum_loss(self, backbone, batch: Batch, t: Tensor) -> LossOutput:
+        """Duo Gaussian curriculum (duo `algo.py::DUO.nll` with `_process_model_input`):
+        gamma = gamma_min + t (gamma_max - gamma_min); w = sqrt(sigmoid(-gamma)) onehot(x_0)
+        + sqrt(sigmoid(gamma)) eps; network input softmax(w / tau) @ E (tau = tau_start until
+        curriculum_start, then log-linear to tau_end at curriculum_end: `DUO._compute_gumbel_tau_inverse`);
+        NELBO (never low_var) at x_t = argmax w with alpha_t = T(gamma) and
+        alpha'_t = T'(gamma) (gamma_max - gamma_min) (`DUO._gamma_to_alpha_dalpha_cached`)."""
+        o = self.opts
+        dev = batch.x.device
+        g_tab, a_tab, da_tab = (torch.as_tensor(a, device=dev, dtype=torch.float32)
+                                for a in duality_table(self.vocab_size, o.gamma_min, o.gamma_max))
+        gamma = o.gamma_min + t.float() * (o.gamma_max - o.gamma_min)  # (B,)
+        alpha_t = _interp(gamma, g_tab, a_tab)
+        dalpha_t = _interp(gamma, g_tab, da_tab) * (o.gamma_max - o.gamma_min)
+        onehot = F.one_hot(batch.x, self.vocab_size).float()
+        w = (torch.sigmoid(-gamma).sqrt()[:, None, None] * onehot
+             + torch.sigmoid(gamma).sqrt()[:, None, None] * torch.randn_like(onehot))
+        w = torch.where(batch.clean_mask[..., None], onehot * 1e3, w)  # clean positions: a sharp one-hot
+        x_t = w.argmax(-1)
+        span = max(o.curriculum_end - o.curriculum_start, 1)
+        frac = min(max(self.train_step - o.curriculum_start, 0) / span, 1.0)
+        tau = float(np.exp((1 - frac) * np.log(o.tau_start) + frac * np.log(o.tau_end)))
+        emb = backbone.embed.weight
+        h = torch.softmax(w / tau, -1) @ emb.float()
+        logits = backbone(h.to(emb.dtype), self.sigma(alpha_t)).float()
+        per_token = udlm_nelbo(torch.log_softmax(logits, -1), x_t, batch.x, alpha_t[:, None],
+                               dalpha_t[:, None], self.vocab_size)
+        return token_mean(per_token * ~batch.clean_mask, batch.loss_mask)
+
+    # -- sampling -----------------------------------------------------------------
+    @torch.no_grad()
+    def sample(self, backbone, prompt, prompt_mask, *, nfe, temperature=1.0, decoding="default",
+               float64=True, generator=None):
+        decoding = self.resolve_decoding(decoding)
+        if nfe < 1:
+            raise ValueError(f"duo: nfe must be >= 1, got {nfe}")
+        n, L = prompt.shape
+        dev = prompt.device
+        prior = torch.randint(0, self.vocab_size, (n, L), generator=generator, device=dev)
+        x = torch.where(prompt_mask, prompt, prior)
+        ts = torch.linspace(1.0, 1e-5, nfe + 1, device=dev, dtype=torch.float64)
+        for k in range(nfe):
+            last = k == nfe - 1
+            alpha_t = self.alpha(ts[k]).expand(n)
+            alpha_s = torch.ones_like(alpha_t) if last else self.alpha(ts[k + 1]).expand(n)
+            logits = self.call(backbone, x, self.sigma(alpha_t).float()).float() / temperature
+            log_p = torch.log_softmax(logits.to(torch.float64) if float64 else logits, dim=-1)
+            if last and decoding == "greedy":
+                x_new = log_p.argmax(-1)
+            else:
+                x_new = sample_uniform_posterior(log_p, x, alpha_s[:, None], alpha_t[:, None],
+                                                 generator, float64)
+            x = torch.where(prompt_mask, prompt, x_new)
+        return x

@@ -1,0 +1,228 @@
+"""FLM: flow over one-hot vectors with Gaussian noise and a CE-trained denoiser.
+
+Lee et al. 2026, "One-step language modeling via continuous denoising"; reference code
+david3684/flm @ d89a02f `algo.py::FLMBase/FLM`, `utils.py::compute_alpha_exact/build_luts`,
+and its port in the S-FLM harness (FrankCCCCC/s-flm @ 18d586f) `algo.py::FLMBase/FLM`,
+`flm_utils.py`, `models/flm_dit.py`, `samplers.py::FLMEulerSampler / flm_euler_step`.
+
+- State: z in R^{L x V}, dense over the vocabulary. Interpolant (clean at gamma = 1):
+  z_gamma = (1 - gamma) eps + gamma onehot(x_0), eps ~ N(0, I_V) (`FLMBase.corrupt_continuous`).
+  Clean positions (prompt / givens) hold onehot(x_0) at every gamma.
+- Time: the model time s in [0, 1] (s = 0 noise, s = 1 clean; FLM's own convention) is the
+  "discrete alpha" alpha(gamma) = V/(V-1) (P_gamma - 1/V) with
+  P_gamma = P[argmax z_gamma = x_0] = E_{z ~ N(0,1)}[Phi(z + gamma/(1-gamma))^(V-1)],
+  computed by Gauss-Hermite quadrature on a gamma grid and inverted for the actual V
+  (:class:`AlphaGammaTable`); training draws s uniformly and sets gamma = a2g(s).
+- Loss: cross-entropy of the clean token, no time weighting (`FLM.loss`).
+- Network: the shared DiT fed z @ E (E = the DiT's ``embed.weight``; no softmax,
+  `FLMEmbeddingLayer`) and the time input s itself (not -log alpha).
+- Options of the reference, off by default: output-logit soft-cap c tanh(logits / c)
+  (S-FLM ``algo.cap_value``, 30 in its "flm_caps" runs) and attention-logit soft-cap
+  (upstream FLM hard-codes 50 through flash-attn ``softcap``; S-FLM ``model.softcap``),
+  implemented here by a manual attention path on the shared blocks (:class:`SoftcapBlock`).
+
+Sampler (`FLM.generate_samples`): z_0 ~ N(0, I_V); grid s_k = linspace(0, 1, nfe + 1),
+gamma_k = a2g(s_k); for k < nfe - 1 one Euler step in gamma,
+z <- z + (gamma_{k+1} - gamma_k) (x_hat - z) / (1 - gamma_k + 1e-5), x_hat = p_theta(. | z, s_k);
+the last call (k = nfe - 1) only decodes: argmax p_theta. So ``nfe`` calls = nfe - 1 Euler moves
++ one decoding call, as in both reference repos.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from bench.backbones.dit import Block, apply_rotary, build_dit
+from bench.config import BackboneConfig, ConfigError, _f
+from bench.method import Batch, LossOutput, Method, Options, token_mean
+
+
+@dataclass
+class FLMOptions(Options):
+    output_cap: float = _f(0.0, ge=0.0, help="output-logit soft-cap c: logits <- c tanh(logits / c) "
+                           "(0 = off; S-FLM 'flm_caps' uses 30)")
+    attn_softcap: float = _f(0.0, ge=0.0, help="attention-logit soft-cap (0 = off; upstream FLM uses 50)")
+    lut_points: int = _f(10_000, gt=1, help="gamma grid points of the alpha <-> gamma table (reference: 1e4)")
+    gh_nodes: int = _f(100, gt=1, help="Gauss-Hermite nodes for P_gamma (reference: 100)")
+    velocity_eps: float = _f(1e-5, ge=0.0, help="the + eps in the velocity denominator 1 - gamma + eps (reference 1e-5)")
+
+
+# --------------------------------------------------------------------------- alpha <-> gamma
+
+
+def p_correct(gamma: np.ndarray, vocab_size: int, gh_nodes: int = 100) -> np.ndarray:
+    """P_gamma = P[argmax ((1-gamma) eps + gamma e_x) = x] for eps ~ N(0, I_V), by Gauss-Hermite:
+    the true coordinate wins iff every other eps_j < eps_x + m, m = gamma / (1 - gamma), so
+    P = E_z[Phi(z + m)^(V-1)] (FLM `utils.py::compute_alpha_exact`, sigma floor 1e-12)."""
+    from numpy.polynomial.hermite import hermgauss
+    from scipy.special import log_ndtr
+
+    gamma = np.asarray(gamma, dtype=np.float64)
+    m = gamma / np.maximum(1.0 - gamma, 1e-12)
+    x, w = hermgauss(gh_nodes)
+    w, z = w / np.sqrt(np.pi), np.sqrt(2.0) * x  # E_{z ~ N(0,1)} f(z) = sum_i w_i f(z_i)
+    logcdf = log_ndtr(z[None, :] + m.reshape(-1, 1))
+    return np.sum(w * np.exp((vocab_size - 1) * logcdf), axis=-1).reshape(gamma.shape)
+
+
+def alpha_of_gamma(gamma: np.ndarray, vocab_size: int, gh_nodes: int = 100) -> np.ndarray:
+    """alpha(gamma) = V/(V-1) (P_gamma - 1/V): 0 at gamma = 0 (P = 1/V), 1 at gamma = 1."""
+    V = vocab_size
+    return V / (V - 1.0) * (p_correct(gamma, V, gh_nodes) - 1.0 / V)
+
+
+@functools.lru_cache(maxsize=16)
+def _table(vocab_size: int, n_points: int, gh_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """(gamma, alpha) on a uniform gamma grid, strictly increasing in both columns."""
+    gamma = np.linspace(0.0, 1.0, n_points)
+    alpha = np.clip(alpha_of_gamma(gamma, vocab_size, gh_nodes), 0.0, 1.0)
+    alpha[0], alpha[-1] = 0.0, 1.0  # exact endpoints (quadrature error ~1e-16 at V small, ~1e-4 at 5e4)
+    alpha = np.maximum.accumulate(alpha)
+    # strict monotonicity for the inverse (the reference adds 1e-10 (gamma - 1) for the same reason)
+    alpha = (1 - 1e-10) * alpha + 1e-10 * gamma
+    return gamma, alpha
+
+
+def _interp(x: Tensor, xp: Tensor, fp: Tensor) -> Tensor:
+    """Piecewise-linear interpolation of (xp, fp) at x (xp strictly increasing), clamped to its range."""
+    x = x.clamp(xp[0], xp[-1]).contiguous()
+    i = torch.searchsorted(xp, x).clamp(1, len(xp) - 1)
+    x0, x1, f0, f1 = xp[i - 1], xp[i], fp[i - 1], fp[i]
+    return f0 + (x - x0) / (x1 - x0) * (f1 - f0)
+
+
+class AlphaGammaTable:
+    """alpha(gamma) tabulated for one vocabulary size and its exact piecewise-linear inverse.
+
+    The reference (`build_luts`) fits scipy CubicSplines to the same 1e4-point table and
+    evaluates them on the CPU; here both directions are the same piecewise-linear function
+    on-device (monotone by construction, so a2g(g2a(g)) = g up to rounding), which differs
+    from the spline by < 1e-6 at V = 5e4 and avoids a host sync per call.
+    """
+
+    def __init__(self, vocab_size: int, n_points: int = 10_000, gh_nodes: int = 100):
+        if vocab_size < 2:
+            raise ConfigError(f"flm: vocab_size must be >= 2, got {vocab_size}")
+        g, a = _table(vocab_size, n_points, gh_nodes)
+        self._np = (g, a)
+        self._dev: dict = {}
+
+    def _on(self, device) -> tuple[Tensor, Tensor]:
+        key = str(device)
+        if key not in self._dev:
+            self._dev[key] = tuple(torch.as_tensor(v, dtype=torch.float64, device=device) for v in self._np)
+        return self._dev[key]
+
+    def a2g(self, alpha: Tensor) -> Tensor:
+        g, a = self._on(alpha.device)
+        return _interp(alpha.to(torch.float64), a, g)
+
+    def g2a(self, gamma: Tensor) -> Tensor:
+        g, a = self._on(gamma.device)
+        return _interp(gamma.to(torch.float64), g, a)
+
+
+# --------------------------------------------------------------------------- attention soft-cap
+
+
+class SoftcapBlock(Block):
+    """The shared DiT block with a manual attention path whose logits are soft-capped,
+    c tanh(q k^T / sqrt(d_h) / c) (upstream FLM `DDiTBlock.custom_sdpa` / flash-attn ``softcap``).
+    Same parameters as :class:`Block`; FLM swaps the class of each block when attn_softcap > 0."""
+
+    attn_softcap: float = 0.0
+
+    def attention(self, h: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        B, L, d = h.shape
+        q, k, v = self.qkv(h).view(B, L, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        s = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        c = self.attn_softcap
+        s = c * torch.tanh(s / c)
+        p = F.dropout(torch.softmax(s.float(), dim=-1).to(v.dtype), self.dropout, self.training)
+        return self.attn_out((p @ v).transpose(1, 2).reshape(B, L, d))
+
+
+# --------------------------------------------------------------------------- the method
+
+
+class FLM(Method):
+    name = "flm"
+    Options = FLMOptions
+    decodings = ("euler",)
+    conformance_variants = [{}, {"output_cap": 30.0, "attn_softcap": 50.0}]
+
+    def __init__(self, options, vocab_size: int, seq_len: int):
+        super().__init__(options, vocab_size, seq_len)
+        self.table = AlphaGammaTable(vocab_size, self.opts.lut_points, self.opts.gh_nodes)
+
+    def build_backbone(self, cfg: BackboneConfig):
+        net = build_dit(cfg, self.vocab_size, self.vocab_size)
+        if self.opts.attn_softcap > 0:
+            for blk in net.blocks:
+                blk.__class__ = SoftcapBlock
+                blk.attn_softcap = float(self.opts.attn_softcap)
+        return net
+
+    # -- network ------------------------------------------------------------------
+    def _logits(self, backbone, z: Tensor, s: Tensor, count: bool = False) -> Tensor:
+        """p_theta logits for state z (B, L, V) at FLM time s (B,): the DiT sees z @ E and s."""
+        emb = backbone.embed.weight
+        with torch.autocast(device_type=z.device.type, enabled=False):
+            h = z.to(torch.float32) @ emb.to(torch.float32)  # FLMEmbeddingLayer: einsum in fp32, no softmax
+        h = h.to(emb.dtype)
+        s = s.to(torch.float32)
+        logits = (self.call(backbone, h, s) if count else backbone(h, s)).float()
+        c = self.opts.output_cap
+        return c * torch.tanh(logits / c) if c > 0 else logits
+
+    # -- training -----------------------------------------------------------------
+    def loss(self, backbone, batch: Batch, t: Tensor | None) -> LossOutput:
+        # trainer's t is harness time (0 clean); FLM time s = 1 - t is uniform on [0, 1 - t_eps]
+        s = 1.0 - t
+        gamma = self.table.a2g(s).to(torch.float32)[:, None, None]
+        onehot = F.one_hot(batch.x, self.vocab_size).to(torch.float32)
+        z = (1 - gamma) * torch.randn_like(onehot) + gamma * onehot
+        z = torch.where(batch.clean_mask[..., None], onehot, z)
+        logp = torch.log_softmax(self._logits(backbone, z, s), dim=-1)
+        ce = -logp.gather(-1, batch.x[..., None]).squeeze(-1)  # no time weighting
+        return token_mean(ce * ~batch.clean_mask, batch.loss_mask)
+
+    # -- sampling -----------------------------------------------------------------
+    @staticmethod
+    def euler_step(z: Tensor, x_hat: Tensor, gamma: Tensor, gamma_next: Tensor, eps: float = 1e-5) -> Tensor:
+        """z + (gamma_next - gamma) (x_hat - z) / (1 - gamma + eps), in place on z
+        (`samplers.py::flm_euler_step`); gamma, gamma_next: (B,)."""
+        c = ((gamma_next - gamma) / (1 - gamma + eps)).to(z.dtype)[:, None, None]
+        return z.mul_(1 - c).addcmul_(x_hat, c)
+
+    @torch.no_grad()
+    def sample(self, backbone, prompt, prompt_mask, *, nfe, temperature=1.0, decoding="default",
+               float64=True, generator=None):
+        self.resolve_decoding(decoding)
+        if nfe < 1:
+            raise ValueError(f"flm: nfe must be >= 1, got {nfe}")
+        n, L = prompt.shape
+        dev = prompt.device
+        dtype = torch.float64 if float64 else torch.float32
+        clean = F.one_hot(prompt[prompt_mask], self.vocab_size).to(dtype)  # (P, V): prompt rows only
+        z = torch.randn((n, L, self.vocab_size), generator=generator, device=dev, dtype=dtype)
+        z[prompt_mask] = clean
+        s = torch.linspace(0.0, 1.0, nfe + 1, device=dev, dtype=torch.float64)
+        gamma = self.table.a2g(s)
+        for k in range(nfe):
+            logits = self._logits(backbone, z, s[k].expand(n), count=True) / temperature
+            if k == nfe - 1:  # the last call only decodes
+                x = logits.argmax(-1)
+                break
+            x_hat = torch.softmax(logits.to(dtype), dim=-1)
+            z = self.euler_step(z, x_hat, gamma[k].expand(n), gamma[k + 1].expand(n), self.opts.velocity_eps)
+            z[prompt_mask] = clean  # prompt positions stay at their one-hot vertex
+        return torch.where(prompt_mask, prompt, x)

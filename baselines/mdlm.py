@@ -1,0 +1,115 @@
+"""MDLM: masked (absorbing-state) discrete diffusion (Sahoo et al. 2024).
+
+- Forward: q(x_t | x_0) = alpha_t onehot(x_0) + (1 - alpha_t) onehot([MASK]) per position
+  (MDLM eq. 2; reference `trainer_base.py::AbsorbingState.q_xt`); the mask id is the
+  task vocabulary size (one extra input/output class).
+- Log-linear schedule alpha_t = 1 - (1 - eps) t, alpha'_t = -(1 - eps), eps = 1e-3
+  (`noise_schedules.py::LogLinear`).
+- SUBS parameterisation (MDLM sec. 3.2.3): zero-masking (the [MASK] logit is -inf) and
+  carry-over unmasking (unmasked positions keep their token, loss 0 there).
+- Continuous-time NELBO (MDLM eq. 10): L = alpha'_t / (1 - alpha_t) log p_theta(x_0 | x_t)
+  on masked positions; ``loss_type="low_var"`` uses the plain masked CE (weight 1).
+- Not time-conditioned by default (MDLM finding: the masked model does not need t).
+
+Sampler: ancestral over t_k = linspace(1, 1e-5, nfe + 1) with exactly ``nfe`` backbone
+calls; each masked token is revealed with probability (alpha_s - alpha_t) / (1 - alpha_t)
+and drawn from p_theta (float64 Gumbel-max); revealed tokens are frozen. The last step has
+alpha_s = 1: ``ancestral`` samples every remaining mask, ``greedy`` takes the argmax.
+Equal-NFE accounting: no extra noise-removal pass and no caching of unchanged steps (the
+original MDLM repo does both; with caching its NFE is <= nfe + 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from bench.backbones.dit import build_dit
+from bench.config import BackboneConfig, _f
+from bench.method import Batch, LossOutput, Method, Options, gumbel_argmax, token_mean
+
+NEG_INF = -1e6
+
+
+@dataclass
+class MDLMOptions(Options):
+    eps: float = _f(1e-3, gt=0.0, lt=1.0, help="log-linear schedule floor: alpha_1 = eps")
+    loss_type: str = _f("elbo", choices=("elbo", "low_var"), help="elbo = 1/t-weighted NELBO; low_var = masked CE")
+    time_conditioning: bool = _f(False, help="feed sigma = -log alpha_t to the network")
+
+
+class MDLM(Method):
+    name = "mdlm"
+    Options = MDLMOptions
+    decodings = ("ancestral", "greedy")
+
+    def __init__(self, options, vocab_size: int, seq_len: int):
+        super().__init__(options, vocab_size, seq_len)
+        self.mask_id = vocab_size
+
+    def build_backbone(self, cfg: BackboneConfig):
+        return build_dit(cfg, self.vocab_size + 1, self.vocab_size + 1)
+
+    # -- schedule -----------------------------------------------------------------
+    def alpha(self, t: Tensor) -> Tensor:
+        return 1 - (1 - self.opts.eps) * t
+
+    def sigma(self, alpha_t: Tensor) -> Tensor:
+        if not self.opts.time_conditioning:
+            return torch.zeros_like(alpha_t)
+        return -torch.log(alpha_t)
+
+    def log_probs(self, backbone, x_t: Tensor, alpha_t: Tensor, temperature: float = 1.0,
+                  count: bool = False) -> Tensor:
+        """SUBS log p_theta(x_0 | x_t): (B, L, V+1); mask column -inf, carry-over on unmasked."""
+        fn = self.call if count else (lambda b, *a: b(*a))
+        logits = fn(backbone, x_t, self.sigma(alpha_t)).float() / temperature
+        logits[..., self.mask_id] = NEG_INF  # zero masking
+        logp = torch.log_softmax(logits, dim=-1)
+        unmasked = x_t != self.mask_id  # carry-over unmasking
+        carry = torch.full_like(logp, NEG_INF).scatter_(-1, x_t[..., None], 0.0)
+        return torch.where(unmasked[..., None], carry, logp)
+
+    # -- training -----------------------------------------------------------------
+    def loss(self, backbone, batch: Batch, t: Tensor | None) -> LossOutput:
+        alpha_t = self.alpha(t)  # (B,)
+        u = torch.rand(batch.x.shape, device=batch.x.device)
+        masked = (u < (1 - alpha_t)[:, None]) & ~batch.clean_mask
+        x_t = torch.where(masked, torch.full_like(batch.x, self.mask_id), batch.x)
+        logp = self.log_probs(backbone, x_t, alpha_t)
+        logp_x0 = logp.gather(-1, batch.x[..., None]).squeeze(-1)
+        if self.opts.loss_type == "elbo":
+            # MDLM eq. 10: alpha'_t / (1 - alpha_t) * log p, alpha'_t = -(1 - eps)
+            weight = (1 - self.opts.eps) / (1 - alpha_t)
+        else:
+            weight = torch.ones_like(alpha_t)
+        per_token = -logp_x0 * weight[:, None] * masked
+        return token_mean(per_token, batch.loss_mask)
+
+    # -- sampling -----------------------------------------------------------------
+    @torch.no_grad()
+    def sample(self, backbone, prompt, prompt_mask, *, nfe, temperature=1.0, decoding="default",
+               float64=True, generator=None):
+        decoding = self.resolve_decoding(decoding)
+        n, _ = prompt.shape
+        dev = prompt.device
+        x = torch.where(prompt_mask, prompt, torch.full_like(prompt, self.mask_id))
+        ts = torch.linspace(1.0, 1e-5, nfe + 1, device=dev, dtype=torch.float64)
+        for k in range(nfe):
+            last = k == nfe - 1
+            alpha_t = self.alpha(ts[k]).expand(n)
+            alpha_s = torch.ones_like(alpha_t) if last else self.alpha(ts[k + 1]).expand(n)
+            logp = self.log_probs(backbone, x, alpha_t.float(), temperature, count=True)
+            is_mask = x == self.mask_id
+            if last and decoding == "greedy":
+                draw = logp.argmax(-1)
+            else:
+                draw = gumbel_argmax(logp, generator, float64)
+            p_reveal = ((alpha_s - alpha_t) / (1 - alpha_t))[:, None]
+            u = torch.rand(x.shape, generator=generator, device=dev, dtype=torch.float64)
+            reveal = is_mask & (u < p_reveal)
+            x = torch.where(reveal, draw, x)
+        x = torch.where(x == self.mask_id, torch.zeros_like(x), x)  # only possible if nfe misuse
+        return torch.where(prompt_mask, prompt, x)

@@ -1,0 +1,344 @@
+"""Typed configuration: dataclasses with defaults in code; YAML files only override them.
+
+Every config error is a :class:`ConfigError` whose message names the file and the dotted
+key (``sweeps/x.yaml: sample.nfe[1]: must be > 0, got 0``). CLIs turn it into one line on
+stderr and exit status 2.
+
+Range checks live in field metadata (``gt``, ``ge``, ``le``, ``choices``, ``nonempty``) so
+the rule sits beside the default it constrains.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Union, get_args, get_origin
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; the message already names the file and key."""
+
+
+def _f(default: Any = dataclasses.MISSING, *, factory: Any = None, help: str = "", **rules: Any):
+    """A dataclass field with a help string and validation rules in its metadata."""
+    meta = {"help": help, **rules}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+# --------------------------------------------------------------------------- sections
+
+
+@dataclass
+class TaskConfig:
+    """Which data a sweep trains and evaluates on."""
+
+    name: str = _f("sudoku", help="task name in bench.registry.TASKS")
+    grid: int = _f(9, choices=(4, 6, 9), help="Sudoku side length: 9 (paper), 6 (2x3 boxes), 4 (2x2)")
+    difficulties: list[str] = _f(
+        factory=lambda: ["easy", "medium", "hard"],
+        nonempty=True,
+        each_choices=("easy", "medium", "hard"),
+        help="difficulty levels (givens 40/35/30 of 81, scaled for smaller grids)",
+    )
+    train_mix: bool = _f(
+        False,
+        help="False (paper): one model per difficulty. True: one model trained on the "
+        "union of the difficulties, evaluated on each (CPU quickstart)",
+    )
+    n_train: int = _f(48_000, gt=0, help="training puzzles per difficulty")
+    n_valid: int = _f(2_000, gt=0, help="validation puzzles per difficulty")
+    seed: int = _f(42, help="generation seed (train and validation derive from it)")
+    data_dir: str = _f("", help="cache directory; '' = $SFLM_BENCH_DATA or ~/.cache/sflm-bench")
+    options: dict[str, Any] = _f(factory=dict, help="task-specific options (see the task module)")
+
+
+@dataclass
+class BackboneConfig:
+    """The shared network. ``size`` picks a named preset; explicit fields override it."""
+
+    size: str = _f("tiny", help="named size in bench.backbones.dit.SIZES")
+    n_blocks: int | None = _f(None, gt=0)
+    d_model: int | None = _f(None, gt=0)
+    n_heads: int | None = _f(None, gt=0)
+    cond_dim: int | None = _f(None, gt=0)
+    dropout: float | None = _f(None, ge=0.0, le=1.0)
+
+
+@dataclass
+class TrainConfig:
+    """One trainer for every method (paper / reference-harness defaults)."""
+
+    steps: int = _f(20_000, gt=0, help="optimizer steps")
+    batch_size: int = _f(256, gt=0, help="global batch size")
+    lr: float = _f(3e-4, gt=0.0)
+    betas: list[float] = _f(factory=lambda: [0.9, 0.999])
+    weight_decay: float = _f(0.0, ge=0.0)
+    warmup_steps: int = _f(2500, ge=0, help="linear warm-up, then constant")
+    grad_clip: float = _f(1.0, gt=0.0)
+    ema: float = _f(0.9999, ge=0.0, lt=1.0, help="EMA decay (0 = no averaging)")
+    precision: str = _f("auto", choices=("auto", "32", "bf16-mixed"), help="auto: bf16 on GPU, fp32 on CPU")
+    antithetic: bool = _f(True, help="stratified time sampling over the batch (diffusion methods)")
+    checkpoint_every: int = _f(1000, gt=0, help="steps between resumable checkpoints")
+    seed: int = _f(0)
+    devices: int = _f(1, gt=0, help="GPUs (or CPU processes) per node for DDP")
+    num_nodes: int = _f(1, gt=0)
+    threads: int = _f(0, ge=0, help="torch CPU threads (0 = leave torch's default)")
+
+
+@dataclass
+class SampleConfig:
+    """The sampling grid every trained model is evaluated on."""
+
+    nfe: list[int] = _f(factory=lambda: [180], nonempty=True, each_gt=0, help="backbone calls")
+    temperature: list[float] = _f(factory=lambda: [1.0], nonempty=True, each_gt=0.0)
+    decoding: list[str] = _f(
+        factory=lambda: ["default"],
+        nonempty=True,
+        help="decoding variants; 'default' = the method's own default; names a method does "
+        "not support are skipped for it",
+    )
+    n_samples: int = _f(2_000, gt=0, help="validation problems per cell")
+    batch_size: int = _f(256, gt=0)
+    float64: bool = _f(True, help="categorical sampling / geometry in float64")
+    seed: int = _f(0)
+
+
+@dataclass
+class ExecutorConfig:
+    """Where jobs run. Cluster facts come from here or the environment, never from code."""
+
+    kind: str = _f("local", choices=("local", "slurm", "debug"))
+    partition: str = _f("")
+    account: str = _f("")
+    qos: str = _f("")
+    time_min: int = _f(60, gt=0, help="job time limit (minutes)")
+    gpus_per_node: int = _f(0, ge=0)
+    cpus_per_task: int = _f(2, gt=0)
+    mem_gb: int = _f(8, gt=0)
+    array_parallelism: int = _f(16, gt=0, help="max concurrently running array tasks")
+    max_parallel: int = _f(2, gt=0, help="local executor: jobs running at once")
+    log_dir: str = _f("", help="'' = <results>/logs")
+
+
+@dataclass
+class MethodEntry:
+    """One method (x variant) in a sweep."""
+
+    method: str = _f(help="method name in bench.registry.METHODS")
+    variant: str = _f("", help="label for this option set ('' = 'base')")
+    options: dict[str, Any] = _f(factory=dict, help="method options (the method's Options dataclass)")
+    decoding: list[str] | None = _f(None, help="overrides sample.decoding for this method")
+    train: dict[str, Any] = _f(factory=dict, help="per-method train overrides (e.g. lr)")
+
+
+@dataclass
+class SweepConfig:
+    """A whole sweep file."""
+
+    name: str = _f("sweep", help="sweep name (a results column)")
+    results_dir: str = _f("results", help="store and run folders")
+    task: TaskConfig = _f(factory=TaskConfig)
+    backbone: BackboneConfig = _f(factory=BackboneConfig)
+    train: TrainConfig = _f(factory=TrainConfig)
+    sample: SampleConfig = _f(factory=SampleConfig)
+    executor: ExecutorConfig = _f(factory=ExecutorConfig)
+    methods: list[MethodEntry] = _f(factory=list, nonempty=True)
+
+
+# --------------------------------------------------------------------------- building
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Check ``value`` against the annotation ``tp``; returns the (possibly converted) value."""
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        args = get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, where)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(errors[0] if errors else f"{where}: bad value {value!r}")
+    if origin is Literal:
+        if value not in get_args(tp):
+            raise ConfigError(f"{where}: must be one of {list(get_args(tp))}, got {value!r}")
+        return value
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__}")
+        return build(tp, value, where=where)
+    if origin in (list, tuple):
+        if not isinstance(value, list | tuple):
+            # a scalar where a list is expected is accepted as a one-element grid
+            value = [value]
+        (inner, *_) = get_args(tp) or (Any,)
+        return [_coerce(v, inner, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__}")
+        return dict(value)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true/false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, str):
+            try:  # YAML 1.1 reads "3e-4" as a string
+                return float(value)
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    raise ConfigError(f"{where}: unsupported type {_type_name(tp)}")
+
+
+def _check_rules(value: Any, meta: dict, where: str) -> None:
+    if value is None:
+        return
+    checks = [
+        ("gt", lambda v, b: v > b, ">"),
+        ("ge", lambda v, b: v >= b, ">="),
+        ("lt", lambda v, b: v < b, "<"),
+        ("le", lambda v, b: v <= b, "<="),
+    ]
+    for key, ok, sym in checks:
+        if key in meta and not ok(value, meta[key]):
+            raise ConfigError(f"{where}: must be {sym} {meta[key]}, got {value!r}")
+        if f"each_{key}" in meta:
+            for i, v in enumerate(value):
+                if not ok(v, meta[f"each_{key}"]):
+                    raise ConfigError(f"{where}[{i}]: must be {sym} {meta[f'each_{key}']}, got {v!r}")
+    if "choices" in meta and value not in meta["choices"]:
+        raise ConfigError(f"{where}: must be one of {list(meta['choices'])}, got {value!r}")
+    if "each_choices" in meta:
+        for i, v in enumerate(value):
+            if v not in meta["each_choices"]:
+                raise ConfigError(f"{where}[{i}]: must be one of {list(meta['each_choices'])}, got {v!r}")
+    if meta.get("nonempty") and len(value) == 0:
+        raise ConfigError(f"{where}: must not be empty")
+
+
+def build(cls: type, data: dict | None, *, where: str = "") -> Any:
+    """Build dataclass ``cls`` from ``data``, overriding its defaults.
+
+    Unknown keys, wrong types and out-of-range values raise :class:`ConfigError` naming
+    ``where`` + the key (``where`` is usually ``"<file>: section"``).
+    """
+    data = {} if data is None else data
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or cls.__name__}: expected a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    sep = "." if where and not where.endswith(": ") else ""
+    for key in data:
+        if key not in fields:
+            known = ", ".join(sorted(fields))
+            raise ConfigError(f"{where}{sep}{key}: unknown key (known: {known})")
+    kwargs = {}
+    for name, f in fields.items():
+        key_where = f"{where}{sep}{name}"
+        if name in data:
+            kwargs[name] = _coerce(data[name], hints[name], key_where)
+            _check_rules(kwargs[name], f.metadata, key_where)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ConfigError(f"{key_where}: required key is missing")
+    obj = cls(**kwargs)
+    check = getattr(obj, "validate", None)
+    if callable(check):
+        try:
+            check()
+        except ConfigError as e:
+            raise ConfigError(f"{where}{sep}{e}") from None
+    return obj
+
+
+def load_yaml(path: str | Path) -> dict:
+    """Read a YAML mapping; missing file / bad YAML / non-mapping -> ConfigError."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such file")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{path}: malformed YAML{at}: {problem}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def load_sweep(path: str | Path) -> SweepConfig:
+    """Load and fully validate a sweep file (method names and options included)."""
+    data = load_yaml(path)
+    cfg = build(SweepConfig, data, where=f"{path}: ")
+    from bench import registry  # late import: registry imports methods which import config
+
+    if cfg.task.name not in registry.TASKS:
+        raise ConfigError(f"{path}: task.name: unknown task {cfg.task.name!r} (known: {', '.join(sorted(registry.TASKS))})")
+    for i, entry in enumerate(cfg.methods):
+        where = f"{path}: methods[{i}]"
+        if entry.method not in registry.METHODS:
+            known = ", ".join(sorted(registry.METHODS))
+            raise ConfigError(f"{where}.method: unknown method {entry.method!r} (known: {known})")
+        method_cls = registry.METHODS[entry.method]
+        build(method_cls.Options, entry.options, where=f"{where}.options")
+        # per-method train overrides use TrainConfig's own fields and rules
+        merged = {**dataclasses.asdict(cfg.train), **entry.train}
+        build(TrainConfig, merged, where=f"{where}.train")
+    return cfg
+
+
+# --------------------------------------------------------------------------- hashing
+
+
+def canonical(obj: Any) -> Any:
+    """A JSON-able canonical form: dataclasses -> dicts, tuples -> lists, floats normalised."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: canonical(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {str(k): canonical(v) for k, v in sorted(obj.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(obj, list | tuple):
+        return [canonical(v) for v in obj]
+    if isinstance(obj, float):
+        return float(repr(obj)) if obj == obj else "nan"
+    return obj
+
+
+def config_hash(obj: Any, length: int = 12) -> str:
+    """Stable content hash: sha256 of the canonical, key-sorted JSON (same config -> same hash
+    across processes, Python versions and key order)."""
+    blob = json.dumps(canonical(obj), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:length]

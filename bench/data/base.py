@@ -1,0 +1,75 @@
+"""The task interface: what a sweep needs from a dataset and its evaluator.
+
+A task turns a :class:`bench.config.TaskConfig` into tensors for the trainer and the
+sampler, and scores generated ids. Tasks are registered by name in :mod:`bench.registry`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class TaskData:
+    """Fixed-length examples.
+
+    Attributes:
+        x: (N, L) token ids (prompt + target).
+        clean_mask: (N, L) bool, True on positions never noised (prompt / givens).
+        loss_mask: (N, L) bool, True on positions that count in the loss.
+        meta: per-example extras (e.g. gold answers), lists of length N.
+    """
+
+    x: Tensor
+    clean_mask: Tensor
+    loss_mask: Tensor
+    meta: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return self.x.shape[0]
+
+    def subset(self, idx) -> TaskData:
+        idx = torch.as_tensor(idx, dtype=torch.long)
+        meta = {k: [v[i] for i in idx.tolist()] for k, v in self.meta.items()}
+        return TaskData(self.x[idx], self.clean_mask[idx], self.loss_mask[idx], meta)
+
+
+@dataclass
+class MetricValue:
+    """One scored quantity for the results store (a value in [0, 1] for accuracies)."""
+
+    metric: str
+    value: float
+    n: int
+    ci_low: float | None = None
+    ci_high: float | None = None
+
+
+class Task:
+    """Base class; see bench/data/sudoku.py for the reference implementation."""
+
+    name: str = ""
+    vocab_size: int = 0
+    seq_len: int = 0
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    def groups(self) -> list[str]:
+        """Evaluation groups (Sudoku: difficulties). Results rows carry the group name."""
+        raise NotImplementedError
+
+    def train_data(self, groups: list[str]) -> TaskData:
+        """Training examples for a model trained on ``groups``."""
+        raise NotImplementedError
+
+    def eval_data(self, group: str, n: int) -> TaskData:
+        """The first ``n`` held-out examples of ``group`` (deterministic)."""
+        raise NotImplementedError
+
+    def evaluate(self, samples: Tensor, data: TaskData, group: str) -> list[MetricValue]:
+        """Score (N, L) generated ids against ``data``."""
+        raise NotImplementedError

@@ -1,0 +1,715 @@
+"""Run untrusted model-written Python programs and report what ``simple_math_problem()`` returned.
+
+Every program runs in a **fresh interpreter** (``python -I -S -B -u``), never in this process and
+never in a fork of it (a fork of a large parent inherits its address space: an absolute
+``RLIMIT_AS`` would then fail every program, the "false zeros" of LiveBench PR #536). Per program:
+
+- its own session / process group (``start_new_session``), killed whole with ``SIGKILL`` when the
+  direct child exits or the wall-clock deadline (enforced here, in the parent) passes;
+- kernel resource limits set by the child's bootstrap before the program is read: CPU time,
+  address space, number of processes, file size, open files, no core dumps;
+- stdin is ``/dev/null``, the environment is scrubbed, the working directory is a private
+  temporary directory that is removed afterwards; stdout/stderr are read without blocking and
+  only the last ``max_output_bytes`` are kept;
+- the return value comes back as a **primitive** (int / float text, or a type tag) on a
+  dedicated pipe, not on stdout (which the program controls); the parent parses it strictly
+  and does every comparison itself (an object with an always-true ``__eq__`` never reaches it).
+
+Stronger isolation is added where the machine allows it and recorded as ``isolation`` on every
+result (probed once, with a canary program, strongest first):
+
+- ``rlimits+uid+netns+pidns`` (root with util-linux): ``unshare --net --pid --fork --kill-child``
+  (no network; the program is PID 1 of its own PID namespace, so every process it starts dies
+  with it, even after ``setsid``) and ``setpriv`` to a per-worker unprivileged uid with
+  ``no_new_privs`` (``RLIMIT_NPROC`` then counts only that program's processes; it cannot read
+  or signal the harness; files it leaves in /tmp, /var/tmp, /dev/shm are removed afterwards);
+- ``rlimits+userns+netns+pidns`` (unprivileged user namespaces): the same namespaces, no uid change;
+- ``rlimits+uid`` (root without ``unshare``): leftover processes are killed by uid;
+- ``rlimits``: process group + limits only. A program that calls ``setsid()`` in a child can
+  then outlive the run, and it can signal processes of the same user: prefer a machine with
+  namespaces for untrusted checkpoints.
+
+Statuses (``STATUSES``): ok / wrong (graded by the caller, see :mod:`bench.evaluate.gsm8k`),
+no_answer (returned None, no function, ``os._exit`` before the result, tampered result channel),
+syntax_error, runtime_error (``detail`` = exception type), timeout (wall clock or CPU limit),
+memory (``MemoryError``), crash (killed by a signal / nonzero exit without a result; ``detail`` =
+signal name), harness_error (the interpreter never started: never blamed on the program).
+
+Design notes and the hostile programs this survives: ../shared/research/harness-anchors.md §1.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import queue
+import random
+import re
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+
+STATUSES = (
+    "ok",
+    "wrong",
+    "no_answer",
+    "syntax_error",
+    "runtime_error",
+    "timeout",
+    "memory",
+    "crash",
+    "harness_error",
+)
+
+# The child's bootstrap. It runs under `python -I -S -B` (no site-packages, no PYTHON* env vars),
+# sets its own kernel limits (hard = soft, so the program cannot raise them), says "S" on the
+# result pipe (so a silent interpreter is a harness error, not a wrong answer), then compiles and
+# runs the program and reports one line "R<TAB>status<TAB>kind<TAB>value<TAB>detail".
+_BOOTSTRAP = r"""
+import os, sys, resource, signal
+def _b():
+    fd = int(sys.argv[1])
+    lim = [int(v) for v in sys.argv[2].split(",")]
+    def setl(res, soft, hard):
+        cur_soft, cur_hard = resource.getrlimit(res)
+        if cur_hard != resource.RLIM_INFINITY:
+            hard = min(hard, cur_hard)
+            soft = min(soft, hard)
+        resource.setrlimit(res, (soft, hard))
+    setl(resource.RLIMIT_AS, lim[0], lim[0])
+    setl(resource.RLIMIT_CPU, lim[1], lim[1] + 1)
+    setl(resource.RLIMIT_NPROC, lim[2], lim[2])
+    setl(resource.RLIMIT_FSIZE, lim[3], lim[3])
+    setl(resource.RLIMIT_NOFILE, lim[4], lim[4])
+    setl(resource.RLIMIT_CORE, 0, 0)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    w, t, ex = os.write, type, os._exit
+    w(fd, b"S\n")
+    def clean(s):
+        try:
+            s = str(s)
+        except BaseException:
+            s = "?"
+        return s[:200].encode("utf-8", "backslashreplace").replace(b"\t", b" ").replace(b"\n", b" ")
+    def name(e):
+        try:
+            return clean(t(e).__name__)
+        except BaseException:
+            return b"?"
+    def report(status, kind=b"", value=b"", detail=b""):
+        try:
+            w(fd, b"R\t" + status + b"\t" + kind + b"\t" + value + b"\t" + detail + b"\n")
+        finally:
+            ex(0)
+    def encode(r):
+        k = t(r)
+        if r is None:
+            return b"none", b""
+        if k is bool:
+            return b"other", b"bool"
+        if k is int:
+            if r.bit_length() > 3000:
+                return b"huge_int", str(r.bit_length()).encode()
+            return b"int", int.__repr__(r).encode()
+        if k is float:
+            return b"float", float.__repr__(r).encode()
+        fr, de = sys.modules.get("fractions"), sys.modules.get("decimal")
+        if (fr is not None and k is fr.Fraction) or (de is not None and k is de.Decimal):
+            if k is fr.Fraction and r.denominator == 1:
+                return encode(int(r.numerator))
+            if k is not fr.Fraction and r.is_finite() and r == r.to_integral_value():
+                return encode(int(r))
+            return encode(float(r))
+        if k is str:
+            return b"str", clean(r[:100])
+        return b"other", name(r)
+    try:
+        with open("program.py", encoding="utf-8") as f:
+            src = f.read()
+    except BaseException as e:
+        report(b"harness_error", detail=b"cannot read program: " + name(e))
+    try:
+        code = compile(src, "program.py", "exec")
+    except MemoryError:
+        report(b"memory", detail=b"MemoryError")
+    except BaseException as e:
+        report(b"syntax_error", detail=name(e))
+    g = {"__name__": "__main__", "__builtins__": __builtins__}
+    try:
+        exec(code, g)
+        f = g.get("simple_math_problem")
+        if f is None:
+            report(b"no_answer", detail=b"missing simple_math_problem")
+        r = f()
+        kind, value = encode(r)
+    except MemoryError:
+        report(b"memory", detail=b"MemoryError")
+    except BaseException as e:
+        report(b"runtime_error", detail=name(e))
+    report(b"done", kind, value)
+_b()
+"""
+
+
+@dataclass
+class SandboxConfig:
+    """Limits of one program run. Defaults suit GSM8K-style programs (milliseconds of work).
+
+    Attributes:
+        timeout_s: wall-clock limit from spawn, enforced by the parent (the reference harness
+            uses 5 s, `gsm8k.timeout`).
+        cpu_s: CPU-time limit (RLIMIT_CPU soft; hard = soft + 1 s); 0 = ceil(timeout_s) + 1.
+        memory_mb: address-space limit (RLIMIT_AS) of the fresh interpreter.
+        nproc: RLIMIT_NPROC (processes + threads of the program's uid; only meaningful with the
+            "uid" feature or in a user namespace).
+        fsize_mb: largest file the program may write (RLIMIT_FSIZE).
+        nofile: open file descriptors (RLIMIT_NOFILE).
+        max_output_bytes: bytes of stdout and of stderr kept (the last ones); the rest is
+            read and dropped so a chatty program is not blocked.
+        isolation: "auto" (strongest level that passes the canary), "rlimits" (no namespaces,
+            no uid change), or "full" (require network + PID namespaces; error otherwise).
+        python: interpreter for the programs ('' = sys.executable).
+        base_dir: parent of the private run directories ('' = the system temp dir).
+        workers: programs run at once by :meth:`Sandbox.run_many` (0 = 2 x os.cpu_count():
+            a run is mostly interpreter start-up and namespace set-up latency).
+    """
+
+    timeout_s: float = 5.0
+    cpu_s: int = 0
+    memory_mb: int = 1024
+    nproc: int = 16
+    fsize_mb: int = 16
+    nofile: int = 64
+    max_output_bytes: int = 65536
+    isolation: str = "auto"
+    python: str = ""
+    base_dir: str = ""
+    workers: int = 0
+
+    def __post_init__(self):
+        for key in ("timeout_s", "memory_mb", "nproc", "fsize_mb", "nofile", "max_output_bytes"):
+            v = getattr(self, key)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise ValueError(f"sandbox: {key} must be a positive number, got {v!r}")
+        if self.cpu_s < 0 or self.workers < 0:
+            raise ValueError("sandbox: cpu_s and workers must be >= 0")
+        if self.isolation not in ("auto", "rlimits", "full"):
+            raise ValueError(
+                f"sandbox: isolation must be auto, rlimits or full, got {self.isolation!r}"
+            )
+
+
+@dataclass
+class ExecResult:
+    """What one program did.
+
+    Attributes:
+        status: one of :data:`STATUSES` ("done" before grading: the function returned).
+        kind: type tag of the return value: int, float, none, str, huge_int, other ('' if none).
+        value: the returned primitive (int / float; str for str / type tags; None otherwise).
+        detail: exception type, signal name or a reason.
+        stdout: last ``max_output_bytes`` of stdout (decoded, for the stdout fallback).
+        stderr: last bytes of stderr.
+        returncode: of the direct child (negative = signal).
+        elapsed_s: wall time from spawn to the end of clean-up.
+        isolation: the isolation level the program ran under.
+    """
+
+    status: str
+    kind: str = ""
+    value: int | float | str | None = None
+    detail: str = ""
+    stdout: str = ""
+    stderr: str = ""
+    returncode: int | None = None
+    elapsed_s: float = 0.0
+    isolation: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class _Level:
+    name: str
+    features: tuple[str, ...]
+    prefix: Callable[[int], list[str]] = field(repr=False)
+    uid: bool = False
+    pidns: bool = False
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself does not work (canary failed, no interpreter): never a program's fault."""
+
+
+class _Tail:
+    """Keep the last ``limit`` bytes of a stream."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.buf = bytearray()
+        self.total = 0
+
+    def add(self, data: bytes) -> None:
+        self.total += len(data)
+        self.buf += data
+        if len(self.buf) > 2 * self.limit:
+            del self.buf[: len(self.buf) - self.limit]
+
+    def text(self) -> str:
+        return bytes(self.buf[-self.limit :]).decode("utf-8", "replace")
+
+
+_CANARY_OK = "def simple_math_problem():\n    import math\n    return math.factorial(5) - 100\n"
+_CANARY_EVIL = (
+    "import os\n"
+    "def simple_math_problem():\n"
+    "    if os.fork() == 0:\n"
+    "        import time\n"
+    "        time.sleep(60)\n"
+    "    return 7\n"
+)
+_UID_RE = re.compile(rb"^Uid:\s+(\d+)", re.M)
+_SWEEP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
+class Sandbox:
+    """Runs programs; thread-safe; one private base directory per instance.
+
+    Use as a context manager (or call :meth:`close`) so the base directory goes away.
+    """
+
+    _probe_cache: dict[tuple, _Level] = {}
+    _probe_lock = threading.Lock()
+
+    def __init__(self, cfg: SandboxConfig | None = None):
+        self.cfg = cfg or SandboxConfig()
+        self.python = self.cfg.python or sys.executable
+        if not os.path.exists(self.python):
+            raise SandboxError(f"sandbox: interpreter not found: {self.python}")
+        self.workers = self.cfg.workers or 2 * (os.cpu_count() or 1)
+        parent = self.cfg.base_dir or tempfile.gettempdir()
+        os.makedirs(parent, exist_ok=True)
+        self.base_dir = tempfile.mkdtemp(prefix="sflm-sandbox-", dir=parent)
+        os.chmod(self.base_dir, 0o700)
+        self._finalizer = weakref.finalize(self, shutil.rmtree, self.base_dir, True)
+        # per-worker unprivileged uids (only used when running as root): random so that two
+        # harness processes on one machine do not share uids (and RLIMIT_NPROC counts)
+        self._uid_base = random.SystemRandom().randrange(1_000_000, 2_000_000_000)
+        self._slots: queue.Queue[int] = queue.Queue()
+        for i in range(max(self.workers, 1)):
+            self._slots.put(i)
+        self._nproc_rlimits = self._nproc_for_shared_uid()
+        self.level = self._probe()
+
+    # -- public ------------------------------------------------------------------------
+    @property
+    def isolation(self) -> str:
+        return self.level.name
+
+    @property
+    def uid_range(self) -> range | None:
+        """The unprivileged uids programs run as (None when they run as the caller)."""
+        if not self.level.uid:
+            return None
+        return range(self._uid_base, self._uid_base + max(self.workers, 1))
+
+    def run(self, program: str) -> ExecResult:
+        """Run one program (source defining ``simple_math_problem()``); never raises for
+        anything the program does. A harness error is retried once."""
+        slot = self._slots.get()
+        try:
+            res = self._run_once(program, slot, self.level)
+            if res.status == "harness_error":
+                time.sleep(0.2)
+                res = self._run_once(program, slot, self.level)
+            return res
+        finally:
+            self._slots.put(slot)
+
+    def run_many(
+        self,
+        programs: Iterable[str],
+        callback: Callable[[int, ExecResult], None] | None = None,
+    ) -> list[ExecResult]:
+        """Run programs ``self.workers`` at a time; results in input order. ``callback(i,
+        result)`` is called from the calling thread as each one finishes."""
+        programs = list(programs)
+        out: list[ExecResult | None] = [None] * len(programs)
+        with ThreadPoolExecutor(max_workers=self.workers) as pool:
+            futs = {pool.submit(self.run, p): i for i, p in enumerate(programs)}
+            for fut in as_completed(futs):
+                i = futs[fut]
+                try:
+                    out[i] = fut.result()
+                except Exception as e:  # a bug here must not lose the other rows
+                    out[i] = ExecResult("harness_error", detail=f"{type(e).__name__}: {e}",
+                                        isolation=self.isolation)
+                if callback is not None:
+                    callback(i, out[i])
+        return out  # type: ignore[return-value]
+
+    def self_test(self) -> None:
+        """Canaries: a correct program must return 20, a forking one 7 with nothing left
+        behind. Raises :class:`SandboxError` when the sandbox is broken."""
+        ok = self.run(_CANARY_OK)
+        if ok.status != "done" or ok.value != 20:
+            raise SandboxError(f"sandbox canary failed under {self.isolation}: {ok.status} "
+                               f"{ok.detail} {ok.stderr[-300:]!r}")
+        evil = self.run(_CANARY_EVIL)
+        if evil.status != "done" or evil.value != 7 or evil.elapsed_s > self.cfg.timeout_s + 2:
+            raise SandboxError(f"sandbox fork canary failed under {self.isolation}: "
+                               f"{evil.status} {evil.detail}")
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- isolation levels ----------------------------------------------------------------
+    def _levels(self) -> list[_Level]:
+        unshare, setpriv = shutil.which("unshare"), shutil.which("setpriv")
+        root = os.geteuid() == 0
+        base = _Level("rlimits", ("rlimits",), lambda slot: [])
+        if self.cfg.isolation == "rlimits" or not sys.platform.startswith("linux"):
+            return [base]
+        ns = [unshare, "--net", "--pid", "--fork", "--kill-child"] if unshare else None
+        out = []
+        if root and ns and setpriv:
+            def pre(slot, ns=ns, setpriv=setpriv):
+                u = str(self._uid_base + slot)
+                return ns + [setpriv, f"--reuid={u}", f"--regid={u}", "--clear-groups",
+                             "--no-new-privs", "--"]
+            out.append(_Level("rlimits+uid+netns+pidns", ("rlimits", "uid", "netns", "pidns"),
+                              pre, uid=True, pidns=True))
+        if ns:
+            userns = [unshare, "--user", "--map-root-user", *ns[1:]] if not root else ns
+            feats = ("rlimits", "netns", "pidns") if root else ("rlimits", "userns", "netns",
+                                                                "pidns")
+            out.append(_Level("+".join(feats), feats, lambda slot, p=userns: [*p, "--"],
+                              pidns=True))
+        if self.cfg.isolation == "full":
+            return out
+        if root and setpriv:
+            def pre_uid(slot, setpriv=setpriv):
+                u = str(self._uid_base + slot)
+                return [setpriv, f"--reuid={u}", f"--regid={u}", "--clear-groups",
+                        "--no-new-privs", "--"]
+            out.append(_Level("rlimits+uid", ("rlimits", "uid"), pre_uid, uid=True))
+        out.append(base)
+        return out
+
+    def _probe(self) -> _Level:
+        key = (self.python, self.cfg.isolation, os.geteuid())
+        with Sandbox._probe_lock:
+            cached = Sandbox._probe_cache.get(key)
+        if cached is not None:
+            # the level's prefix closes over the instance that probed: rebuild for this one
+            for lvl in self._levels():
+                if lvl.name == cached.name:
+                    return lvl
+        tried = []
+        for lvl in self._levels():
+            res = self._run_once(_CANARY_OK, 0, lvl)
+            if res.status == "done" and res.value == 20:
+                with Sandbox._probe_lock:
+                    Sandbox._probe_cache[key] = lvl
+                return lvl
+            tried.append(f"{lvl.name}: {res.status} {res.detail} {res.stderr[-200:]!r}")
+        raise SandboxError("sandbox: no isolation level can run the canary program ("
+                           + "; ".join(tried) + ")")
+
+    def _nproc_for_shared_uid(self) -> int:
+        """Without a private uid, RLIMIT_NPROC counts every process of this user: allow the
+        ones that already exist plus a budget per worker."""
+        uid = os.getuid()
+        n = 0
+        try:
+            for pid in os.listdir("/proc"):
+                if pid.isdigit():
+                    try:
+                        with open(f"/proc/{pid}/status", "rb") as f:
+                            m = _UID_RE.search(f.read())
+                        n += bool(m and int(m.group(1)) == uid)
+                    except OSError:
+                        pass
+        except OSError:
+            return 1 << 20
+        return n + 2 * self.workers * self.cfg.nproc + 64
+
+    # -- one run ---------------------------------------------------------------------------
+    def _limits_arg(self, level: _Level) -> str:
+        c = self.cfg
+        cpu = c.cpu_s or int(math.ceil(c.timeout_s)) + 1
+        nproc = c.nproc if (level.uid or "userns" in level.features) else self._nproc_rlimits
+        return ",".join(str(int(v)) for v in (c.memory_mb << 20, cpu, nproc, c.fsize_mb << 20,
+                                                c.nofile))
+
+    def _run_once(self, program: str, slot: int, level: _Level) -> ExecResult:
+        t0 = time.monotonic()
+        uid = self._uid_base + slot if level.uid else None
+        try:
+            run_dir = tempfile.mkdtemp(prefix="run-", dir=self.base_dir)
+        except OSError as e:
+            return ExecResult("harness_error", detail=f"tempdir: {e}", isolation=level.name)
+        try:
+            return self._spawn_and_wait(program, run_dir, uid, level, t0)
+        finally:
+            if uid is not None:
+                if not level.pidns:
+                    self._kill_uid(uid)
+                self._sweep_uid_files(uid)
+            _rmtree(run_dir)
+
+    def _spawn_and_wait(self, program, run_dir, uid, level, t0) -> ExecResult:
+        cfg = self.cfg
+        with open(os.path.join(run_dir, "program.py"), "w", encoding="utf-8",
+                  errors="surrogatepass") as f:
+            f.write(program)
+        if uid is not None:
+            os.chown(run_dir, uid, uid)
+        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+               "HOME": run_dir, "TMPDIR": run_dir}
+        r_fd, w_fd = os.pipe()
+        argv = [*level.prefix(0 if uid is None else uid - self._uid_base), self.python,
+                "-I", "-S", "-B", "-u", "-c", _BOOTSTRAP, str(w_fd), self._limits_arg(level)]
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, pass_fds=(w_fd,), cwd=run_dir,
+                                    env=env, start_new_session=True, close_fds=True)
+        except OSError as e:
+            os.close(r_fd)
+            return ExecResult("harness_error", detail=f"spawn: {e}", isolation=level.name)
+        finally:
+            os.close(w_fd)
+        out, err, res = _Tail(cfg.max_output_bytes), _Tail(cfg.max_output_bytes), _Tail(65536)
+        timed_out = False
+        deadline = t0 + cfg.timeout_s
+        sel = selectors.DefaultSelector()
+        pidfd = None
+        try:
+            streams = {proc.stdout.fileno(): out, proc.stderr.fileno(): err, r_fd: res}
+            for fd in streams:
+                os.set_blocking(fd, False)
+                sel.register(fd, selectors.EVENT_READ)
+            try:
+                pidfd = os.pidfd_open(proc.pid)
+                sel.register(pidfd, selectors.EVENT_READ)
+            except (AttributeError, OSError):
+                pidfd = None
+            open_fds = set(streams)
+            exited = False
+            while True:
+                now = time.monotonic()
+                if now >= deadline:
+                    timed_out = True
+                    break
+                if pidfd is None:
+                    exited = _exited_nowait(proc.pid)
+                if exited and not open_fds:
+                    break
+                for key, _ in sel.select(timeout=min(deadline - now, 0.05 if pidfd is None
+                                                     else 1.0)):
+                    fd = key.fd
+                    if fd == pidfd:
+                        exited = True
+                        sel.unregister(pidfd)
+                        continue
+                    if _read_into(fd, streams[fd]):
+                        sel.unregister(fd)
+                        open_fds.discard(fd)
+                if exited:
+                    # the direct child is gone (not yet reaped, so its pgid cannot be reused):
+                    # drain what is already buffered, the clean-up below kills the rest
+                    break
+            # kill the whole group while the (zombie) leader still holds the pgid
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            if uid is not None and not level.pidns:
+                self._kill_uid(uid)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            grace = time.monotonic() + 0.5
+            while open_fds and time.monotonic() < grace:
+                for key, _ in sel.select(timeout=0.05):
+                    if key.fd in open_fds and _read_into(key.fd, streams[key.fd]):
+                        sel.unregister(key.fd)
+                        open_fds.discard(key.fd)
+        finally:
+            sel.close()
+            for fd in (r_fd, pidfd):
+                if fd is not None:
+                    os.close(fd)
+            proc.stdout.close()
+            proc.stderr.close()
+        result = _interpret(bytes(res.buf), res.total, proc.returncode, timed_out)
+        result.stdout, result.stderr = out.text(), err.text()
+        result.returncode = proc.returncode
+        result.isolation = level.name
+        result.elapsed_s = time.monotonic() - t0
+        return result
+
+    @staticmethod
+    def _kill_uid(uid: int) -> None:
+        """SIGKILL every process of ``uid`` until none is left (root only)."""
+        for _ in range(50):
+            found = False
+            for pid in os.listdir("/proc"):
+                if not pid.isdigit():
+                    continue
+                try:
+                    st = os.stat(f"/proc/{pid}")
+                except OSError:
+                    continue
+                if st.st_uid == uid:
+                    found = True
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except OSError:
+                        pass
+            if not found:
+                return
+            time.sleep(0.01)
+
+    @staticmethod
+    def _sweep_uid_files(uid: int) -> None:
+        """Remove what the program left in the world-writable directories."""
+        for d in _SWEEP_DIRS:
+            try:
+                entries = list(os.scandir(d))
+            except OSError:
+                continue
+            for e in entries:
+                try:
+                    if e.stat(follow_symlinks=False).st_uid != uid:
+                        continue
+                    if e.is_dir(follow_symlinks=False):
+                        _rmtree(e.path)
+                    else:
+                        os.unlink(e.path)
+                except OSError:
+                    pass
+
+
+def _exited_nowait(pid: int) -> bool:
+    """True when the child has exited, without reaping it (its pgid stays reserved)."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True
+    return info is not None
+
+
+def _read_into(fd: int, tail: _Tail) -> bool:
+    """Read what is available; True at end of file."""
+    for _ in range(64):
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+        if not data:
+            return True
+        tail.add(data)
+    return False
+
+
+def _rmtree(path: str) -> None:
+    def onerror(func, p, exc):
+        try:
+            os.chmod(os.path.dirname(p), 0o700)
+            os.chmod(p, 0o700)
+            func(p)
+        except OSError:
+            pass
+
+    shutil.rmtree(path, onerror=onerror)
+
+
+def _interpret(channel: bytes, total: int, returncode: int | None, timed_out: bool) -> ExecResult:
+    """Turn the result channel + exit status into an :class:`ExecResult` (status "done" when
+    the function returned; the caller grades it)."""
+    started = channel.startswith(b"S\n")
+    if not started:
+        why = "interpreter did not start"
+        if timed_out:
+            why += " before the deadline"
+        elif returncode is not None and returncode < 0:
+            why += f" (killed by {_signal_name(-returncode)})"
+        elif returncode:
+            why += f" (exit {returncode})"
+        return ExecResult("harness_error", detail=why)
+    body = channel[2:]
+    if body:
+        if total > 65536 or body.count(b"\n") != 1 or not body.startswith(b"R\t"):
+            return ExecResult("no_answer", detail="result channel tampered")
+        parts = body[:-1].split(b"\t")
+        if len(parts) != 5:
+            return ExecResult("no_answer", detail="result channel tampered")
+        _, status, kind, value, detail = (p.decode("utf-8", "replace") for p in parts)
+        if status == "done":
+            return _decode_value(kind, value)
+        if status not in STATUSES:
+            return ExecResult("no_answer", detail="result channel tampered")
+        return ExecResult(status, detail=detail)
+    # started, no result line
+    if timed_out:
+        return ExecResult("timeout", detail="wall clock")
+    if returncode is not None and returncode < 0:
+        sig = -returncode
+        if sig == signal.SIGXCPU:
+            return ExecResult("timeout", detail="cpu time")
+        return ExecResult("crash", detail=_signal_name(sig))
+    if returncode:
+        return ExecResult("crash", detail=f"exit {returncode} without a result")
+    return ExecResult("no_answer", detail="exited without a result")
+
+
+_INT_RE = re.compile(r"-?\d{1,1000}")
+
+
+def _decode_value(kind: str, value: str) -> ExecResult:
+    """Strictly parse the child's primitive; anything unexpected is a tampered channel."""
+    if kind == "int" and _INT_RE.fullmatch(value):
+        return ExecResult("done", kind="int", value=int(value))
+    if kind == "float":
+        try:
+            v = float(value)
+        except ValueError:
+            return ExecResult("no_answer", detail="result channel tampered")
+        if math.isfinite(v):
+            return ExecResult("done", kind="float", value=v)
+        return ExecResult("done", kind="float", value=value)  # "nan" / "inf" kept as text
+    if kind == "none" and value == "":
+        return ExecResult("done", kind="none", value=None)
+    if kind == "huge_int" and value.isdigit():
+        return ExecResult("done", kind="huge_int", value=f"<int of {value} bits>")
+    if kind in ("str", "other"):
+        return ExecResult("done", kind=kind, value=value if kind == "str" else f"<{value}>")
+    return ExecResult("no_answer", detail="result channel tampered")

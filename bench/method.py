@@ -1,0 +1,170 @@
+"""The method interface every family (AR, MDLM, Duo, CANDI, FLM, S-FLM) implements.
+
+A method is one module with one class, registered by name in :mod:`bench.registry`. It owns
+the noising process, the objective and the sampler; it never owns the optimiser, EMA,
+checkpoints or data (those belong to :mod:`bench.train`, shared by all methods).
+
+Conventions (DESIGN.md):
+- ``nfe`` is the number of backbone calls a sampler makes, counted the same way for every
+  method. Samplers call the network only through :meth:`Method.call` so the count is
+  observable (tests assert it).
+- Time ``t`` in [0, 1] with t = 0 clean and t = 1 pure noise (the MDLM/Duo code convention);
+  ``alpha_t`` is the signal level.
+- A :class:`Batch` carries ids, ``clean_mask`` (positions that are never noised: prompts,
+  Sudoku givens) and ``loss_mask`` (positions that count in the token-mean loss).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from bench.config import BackboneConfig
+
+
+@dataclass
+class Batch:
+    """A training batch.
+
+    Attributes:
+        x: (B, L) token ids.
+        clean_mask: (B, L) bool, True where the position is never noised (prompt / givens).
+        loss_mask: (B, L) bool, True where the position counts in the loss.
+    """
+
+    x: Tensor
+    clean_mask: Tensor
+    loss_mask: Tensor
+
+    def to(self, device: torch.device | str) -> Batch:
+        return Batch(self.x.to(device), self.clean_mask.to(device), self.loss_mask.to(device))
+
+    def __len__(self) -> int:
+        return self.x.shape[0]
+
+
+@dataclass
+class LossOutput:
+    """What :meth:`Method.loss` returns.
+
+    Attributes:
+        loss: scalar, token-mean over ``loss_mask`` positions of the batch.
+        per_sample: (B,) mean loss of each sequence over its counted positions (detached);
+            used by the adaptive schedule and for logging.
+    """
+
+    loss: Tensor
+    per_sample: Tensor
+
+
+@dataclass
+class Options:
+    """Base for per-method options; each method subclasses it with its own fields."""
+
+
+def token_mean(per_token: Tensor, loss_mask: Tensor) -> LossOutput:
+    """Reduce a (B, L) per-token loss to the token-mean over counted positions
+    (reference harness `TrainerBase._loss`: sum over valid tokens / number of valid tokens)."""
+    m = loss_mask.to(per_token.dtype)
+    total = (per_token * m).sum()
+    loss = total / m.sum().clamp_min(1.0)
+    per_sample = (per_token * m).sum(-1) / m.sum(-1).clamp_min(1.0)
+    return LossOutput(loss, per_sample.detach())
+
+
+def antithetic_times(n: int, *, eps: float = 1e-3, antithetic: bool = True,
+                     generator: torch.Generator | None = None, device: Any = "cpu") -> Tensor:
+    """(n,) times in [eps, 1]: stratified u_i = (U + i) / n mod 1 with one shared U
+    (reference `trainer_base.py::Diffusion._sample_t`), then t = (1 - eps) u + eps."""
+    if antithetic:
+        u0 = torch.rand((), generator=generator, device=device)
+        u = (u0 + torch.arange(n, device=device) / n) % 1.0
+    else:
+        u = torch.rand(n, generator=generator, device=device)
+    return (1 - eps) * u + eps
+
+
+class Method(nn.Module):
+    """Base class. Subclasses set ``name``, ``Options``, ``decodings`` and implement
+    :meth:`build_backbone`, :meth:`loss` and :meth:`sample`.
+
+    A Method is an ``nn.Module`` so that state it owns (e.g. the adaptive noise schedule)
+    travels in checkpoints; it holds no trainable parameters of its own by convention:
+    everything trainable lives in the backbone so that EMA covers it.
+    """
+
+    name: ClassVar[str] = ""
+    Options: ClassVar[type] = Options
+    #: decoding variants; the first is the default ("default" in a sweep maps to it)
+    decodings: ClassVar[tuple[str, ...]] = ("default",)
+    #: True when the method draws a diffusion time per sample (trainer does antithetic draws)
+    uses_time: ClassVar[bool] = True
+    #: True when nfe is fixed by the number of generated tokens (AR)
+    nfe_is_length: ClassVar[bool] = False
+    #: decodings for which temperature has no effect (grid collapses to T = 1)
+    temperature_free: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, options: Options | None, vocab_size: int, seq_len: int):
+        super().__init__()
+        self.opts = options if options is not None else self.Options()
+        self.vocab_size = vocab_size
+        self.seq_len = seq_len
+        self.nfe_counter = 0
+
+    # -- construction --------------------------------------------------------------
+    def build_backbone(self, cfg: BackboneConfig) -> nn.Module:
+        raise NotImplementedError
+
+    # -- training ------------------------------------------------------------------
+    def loss(self, backbone: nn.Module, batch: Batch, t: Tensor | None) -> LossOutput:
+        """Noising + objective. ``t``: (B,) times from the trainer (None if not uses_time)."""
+        raise NotImplementedError
+
+    def on_after_optimizer_step(self, backbone: nn.Module) -> None:
+        """Hook after each optimiser step (e.g. re-projection onto the sphere)."""
+
+    def record_losses(self, t: Tensor, per_sample: Tensor, step: int) -> None:
+        """Hook receiving (t, per-sample loss) pairs each step (adaptive schedules)."""
+
+    # -- sampling ------------------------------------------------------------------
+    def call(self, backbone: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        """Every backbone call a sampler makes goes through here (it is the NFE count)."""
+        self.nfe_counter += 1
+        return backbone(*args, **kwargs)
+
+    @torch.no_grad()
+    def sample(self, backbone: nn.Module, prompt: Tensor, prompt_mask: Tensor, *, nfe: int,
+               temperature: float = 1.0, decoding: str = "default", float64: bool = True,
+               generator: torch.Generator | None = None) -> Tensor:
+        """Generate (n, L) ids. ``prompt``: (n, L) ids whose ``prompt_mask`` positions are
+        kept as given (conditional generation); other positions are generated."""
+        raise NotImplementedError
+
+    def nfe_for(self, nfe: int, prompt_mask: Tensor) -> int:
+        """Backbone calls :meth:`sample` will make for this request (AR: generated length)."""
+        return nfe
+
+    def resolve_decoding(self, decoding: str) -> str:
+        if decoding == "default":
+            return self.decodings[0]
+        if decoding not in self.decodings:
+            raise ValueError(f"{self.name}: unknown decoding {decoding!r} (known: {list(self.decodings)})")
+        return decoding
+
+    def describe(self) -> dict:
+        return {"method": self.name, **dataclasses.asdict(self.opts)}
+
+
+def gumbel_argmax(logits: Tensor, generator: torch.Generator | None, float64: bool = True) -> Tensor:
+    """Sample from Cat(softmax(logits)) over the last axis with the Gumbel-max trick, in
+    float64 when asked (float32 Gumbel noise truncates tails; Zheng et al. 2024)."""
+    dtype = torch.float64 if float64 else torch.float32
+    logits = logits.to(dtype)
+    u = torch.rand(logits.shape, generator=generator, device=logits.device, dtype=dtype)
+    tiny = torch.finfo(dtype).tiny
+    g = -torch.log((-torch.log(u.clamp_min(tiny))).clamp_min(tiny))  # Gumbel(0, 1)
+    return (logits + g).argmax(-1)

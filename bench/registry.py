@@ -1,0 +1,46 @@
+"""Name -> implementation. Adding a method, task or evaluator is a new module plus one line here.
+
+Nothing else in the tree dispatches on a method name.
+"""
+
+from __future__ import annotations
+
+from baselines.ar import AR
+from baselines.candi import CANDI
+from baselines.duo import Duo
+from baselines.flm import FLM
+from baselines.mdlm import MDLM
+from bench.data.toy import SortTask
+from sflm.method import SFLM
+
+METHODS = {
+    cls.name: cls
+    for cls in (
+        AR,
+        MDLM,
+        CANDI,
+        Duo,
+        FLM,
+        SFLM,
+    )
+}
+
+TASKS = {
+    cls.name: cls
+    for cls in (
+        SortTask,
+    )
+}
+
+
+def make_task(cfg):
+    """Instantiate the task named by ``cfg.name`` (a :class:`bench.config.TaskConfig`)."""
+    return TASKS[cfg.name](cfg)
+
+
+def make_method(name: str, options: dict, task, where: str = "options"):
+    """Instantiate method ``name`` with validated ``options`` for ``task``'s vocabulary and length."""
+    from bench.config import build
+
+    cls = METHODS[name]
+    return cls(build(cls.Options, options, where=where), task.vocab_size, task.seq_len)

@@ -1,0 +1,240 @@
+"""One trainer for every method, on Lightning.
+
+What it does for every method alike (paper / reference-harness recipe, methods.md sec. 1):
+AdamW (weight decay 0, betas 0.9/0.999), linear warm-up then constant LR, gradient clip
+1.0, EMA of the backbone with warm-up decay min(ema, (1 + n) / (10 + n)) (reference
+`models/ema.py`; the EMA weights are what sampling and evaluation use), bf16 mixed precision
+on GPU and fp32 on CPU, antithetic time draws for diffusion methods, token-mean loss
+(inside each method via :func:`bench.method.token_mean`).
+
+Resumable exactly: checkpoints carry the step, optimiser, EMA, the method's own state
+(adaptive schedule) and the torch / numpy / python RNG states, and the batch sequence is a
+pure function of (seed, step), so a run stopped at step k and resumed reaches the same
+weights as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from torch.optim.swa_utils import AveragedModel
+from torch.utils.data import DataLoader, IterableDataset
+
+from bench.config import TrainConfig
+from bench.data.base import TaskData
+from bench.method import Batch, Method, antithetic_times
+
+
+# --------------------------------------------------------------------------- data
+
+
+class StepBatches(IterableDataset):
+    """Infinite stream of (x, clean_mask, loss_mask) batches whose content depends only on
+    (seed, step): epoch e uses permutation rng(seed, e) of the examples. Under DDP every rank
+    takes its slice of the global batch. ``start_step`` is set by the trainer on resume."""
+
+    def __init__(self, data: TaskData, batch_size: int, seed: int):
+        self.data, self.batch_size, self.seed = data, batch_size, seed
+        self.start_step = 0
+        self.rank, self.world = 0, 1
+        self._perms: dict[int, np.ndarray] = {}
+
+    def _perm(self, epoch: int) -> np.ndarray:
+        if epoch not in self._perms:
+            self._perms = {epoch: np.random.default_rng([self.seed, epoch]).permutation(len(self.data))}
+        return self._perms[epoch]
+
+    def indices(self, step: int) -> np.ndarray:
+        n = len(self.data)
+        pos = step * self.batch_size + np.arange(self.batch_size)
+        epochs, offs = pos // n, pos % n
+        return np.array([self._perm(e)[o] for e, o in zip(epochs, offs)])
+
+    def __iter__(self):
+        step = self.start_step
+        while True:
+            idx = torch.as_tensor(self.indices(step)[self.rank :: self.world])
+            yield self.data.x[idx], self.data.clean_mask[idx], self.data.loss_mask[idx]
+            step += 1
+
+
+# --------------------------------------------------------------------------- module
+
+
+def ema_avg_fn(decay: float):
+    """EMA update with warm-up: d_n = min(decay, (1 + n) / (10 + n)) (reference models/ema.py)."""
+
+    def fn(avg, cur, num_averaged):
+        d = min(decay, (1.0 + float(num_averaged)) / (10.0 + float(num_averaged)))
+        return d * avg + (1.0 - d) * cur
+
+    return fn
+
+
+class TrainModule(L.LightningModule):
+    """Wraps any registered method + its backbone."""
+
+    def __init__(self, method: Method, backbone: torch.nn.Module, cfg: TrainConfig):
+        super().__init__()
+        self.method, self.backbone, self.cfg = method, backbone, cfg
+        self.ema = AveragedModel(backbone, avg_fn=ema_avg_fn(cfg.ema), use_buffers=True) if cfg.ema > 0 else None
+        self.stream: StepBatches | None = None
+
+    def forward_backbone(self) -> torch.nn.Module:
+        """The weights sampling uses: EMA when enabled."""
+        return self.ema.module if self.ema is not None else self.backbone
+
+    def training_step(self, batch, batch_idx):
+        x, clean, lmask = batch
+        b = Batch(x, clean, lmask)
+        t = None
+        if self.method.uses_time:
+            t = antithetic_times(len(b), antithetic=self.cfg.antithetic, device=x.device)
+        out = self.method.loss(self.backbone, b, t)
+        if t is not None:
+            self.method.record_losses(t.detach(), out.per_sample, self.global_step)
+        self.log("loss", out.loss, prog_bar=True, on_step=True, batch_size=len(b))
+        return out.loss
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        self.method.on_after_optimizer_step(self.backbone)
+        if self.ema is not None:
+            self.ema.update_parameters(self.backbone)
+
+    def configure_optimizers(self):
+        opt = torch.optim.AdamW(self.backbone.parameters(), lr=self.cfg.lr, betas=tuple(self.cfg.betas),
+                                weight_decay=self.cfg.weight_decay)
+        warm = self.cfg.warmup_steps
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def on_train_start(self):
+        if self.stream is not None:
+            self.stream.start_step = self.global_step
+            self.stream.rank, self.stream.world = self.global_rank, self.trainer.world_size
+
+    # RNG states travel with the checkpoint so that a resumed run draws the same noise.
+    def on_save_checkpoint(self, checkpoint):
+        checkpoint["rng"] = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
+                             "python": random.getstate()}
+        if torch.cuda.is_available():
+            checkpoint["rng"]["cuda"] = torch.cuda.get_rng_state_all()
+
+    def on_load_checkpoint(self, checkpoint):
+        rng = checkpoint.get("rng")
+        if rng:
+            torch.set_rng_state(rng["torch"])
+            np.random.set_state(rng["numpy"])
+            random.setstate(rng["python"])
+            if "cuda" in rng and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(rng["cuda"])
+
+
+# --------------------------------------------------------------------------- fit
+
+
+@dataclass
+class TrainResult:
+    steps: int
+    seconds: float
+    steps_per_s: float
+    final_loss: float
+    weights: Path
+
+
+class _Timer(Callback):
+    def __init__(self):
+        self.t0 = None
+        self.steps0 = 0
+        self.last_loss = float("nan")
+
+    def on_train_start(self, trainer, pl_module):
+        self.t0, self.steps0 = time.perf_counter(), trainer.global_step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if outputs is not None:
+            loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+            self.last_loss = float(loss)
+
+
+def precision_for(cfg: TrainConfig) -> str:
+    if cfg.precision != "auto":
+        return cfg.precision
+    return "bf16-mixed" if torch.cuda.is_available() else "32"
+
+
+def atomic_torch_save(obj, path: Path) -> None:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def fit(method: Method, backbone: torch.nn.Module, data: TaskData, cfg: TrainConfig, run_dir: str | Path,
+        *, progress: bool = True, extra: dict | None = None, callbacks: list | None = None) -> TrainResult:
+    """Train ``backbone`` with ``method`` on ``data`` for ``cfg.steps`` optimiser steps.
+
+    Resumes from ``run_dir/ckpt/last.ckpt`` when present. Writes ``run_dir/weights.pt``
+    (EMA backbone weights + method state + ``extra`` metadata) atomically at the end and
+    returns a :class:`TrainResult`.
+    """
+    run_dir = Path(run_dir)
+    (run_dir / "ckpt").mkdir(parents=True, exist_ok=True)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    module = TrainModule(method, backbone, cfg)
+    stream = StepBatches(data, cfg.batch_size, cfg.seed)
+    module.stream = stream
+    loader = DataLoader(stream, batch_size=None, num_workers=0)
+    ckpt_cb = ModelCheckpoint(dirpath=run_dir / "ckpt", filename="step{step}", every_n_train_steps=cfg.checkpoint_every,
+                              save_last=True, save_top_k=1, auto_insert_metric_name=False)
+    timer = _Timer()
+    accelerator = "gpu" if torch.cuda.is_available() else "cpu"
+    strategy = "ddp" if cfg.devices * cfg.num_nodes > 1 else "auto"  # gloo on CPU, nccl on GPU
+    trainer = L.Trainer(
+        max_steps=cfg.steps, accelerator=accelerator, devices=cfg.devices, num_nodes=cfg.num_nodes,
+        strategy=strategy, precision=precision_for(cfg), gradient_clip_val=cfg.grad_clip,
+        callbacks=[ckpt_cb, timer, *(callbacks or [])], logger=False, enable_progress_bar=progress, enable_model_summary=False,
+        limit_val_batches=0, num_sanity_val_steps=0, default_root_dir=run_dir, log_every_n_steps=50,
+    )
+    last = run_dir / "ckpt" / "last.ckpt"
+    trainer.fit(module, train_dataloaders=loader, ckpt_path=str(last) if last.exists() else None)
+    seconds = time.perf_counter() - (timer.t0 or time.perf_counter())
+    done = trainer.global_step - timer.steps0
+    weights = run_dir / "weights.pt"
+    if trainer.is_global_zero:
+        payload = {
+            "backbone": module.forward_backbone().state_dict(),
+            "method_state": method.state_dict(),
+            "steps": trainer.global_step,
+            "extra": extra or {},
+        }
+        atomic_torch_save(payload, weights)
+        trainer.save_checkpoint(last)  # make sure the final step is resumable too
+    return TrainResult(trainer.global_step, seconds, done / seconds if seconds > 0 else float("nan"),
+                       timer.last_loss, weights)
+
+
+def load_weights(method: Method, backbone: torch.nn.Module, path: str | Path) -> dict:
+    """Load what :func:`fit` wrote into ``backbone`` (EMA weights) and ``method``; returns metadata."""
+    payload = torch.load(path, map_location="cpu", weights_only=False)
+    backbone.load_state_dict(payload["backbone"])
+    method.load_state_dict(payload["method_state"])
+    return {"steps": payload["steps"], **payload.get("extra", {})}
+
+
+def write_json_atomic(obj, path: str | Path) -> None:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
+    os.replace(tmp, path)

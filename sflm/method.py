@@ -1,0 +1,237 @@
+"""S-FLM: the hyperspherical flow language model (Deschenaux & Gulcehre 2026; shared/paper).
+
+Training (paper sec. 3, Alg. Training; reference ``algo.py::SFM``):
+- token v -> e_hat_v = E[v] / |E[v]| from a learned table E (the backbone's ``embed``, "ngpt"
+  init N(0, 1/d)); z_0 uniform on S^{d-1} per position; z_t = SLERP(z_0, e_hat_x, alpha_t) in
+  float64 (reference ``algo.slerp_precision=float64``); gradients reach E through the SLERP;
+- prompt / given positions (``clean_mask``) carry their clean embedding;
+- the denoiser sees (z_t, sigma = -log alpha_t) and is trained with plain cross-entropy
+  -log p_theta(x | z_t) (paper eq. ce-loss), token-mean over ``loss_mask``;
+- optional re-projection of E onto the sphere after each optimiser step (``renorm``, off by
+  default: the paper's table "Effect of embedding renormalization" finds it worse);
+- the S-arch's matrices are re-projected after every optimiser step (mandatory, as in the
+  reference).
+
+Time convention: t in [0, 1], t = 0 clean, t = 1 noise (the harness's); alpha_t is the weight
+on the CLEAN embedding. The paper's inverted notation alpha_trunc (= 1 - clean-weight cap;
+0.879 = 1 - alpha*(0.1) on TinyGSM) is accepted as ``alpha_trunc_inverted`` and converted here.
+
+Schedules (:mod:`sflm.schedule`): linear or cos^2, truncated to clean weights <= ``alpha_max``
+(a number, or ``"star"`` = alpha*(delta) for this vocabulary and backbone width, paper eq.
+alpha-crit), optionally adaptive (paper Alg. "Adaptive noise schedule refit"; state in the
+checkpoint; the same schedule drives the sampler).
+
+Sampling (:mod:`sflm.sampler`): geodesic Euler on t_k = linspace(1, 1e-5, nfe + 1) (reference
+``SFMSampler``), alpha_k = schedule(t_k), s_k = (alpha_{k+1} - alpha_k) / (1 - alpha_k); exactly
+``nfe`` backbone calls, the last one only decodes (argmax, reference ``noise_removal=greedy``; or
+a draw with ``final_decode="sample"``). Decodings: ``exact`` (posterior-weighted velocity),
+``stochastic`` (one posterior draw per step), ``top1`` (top-1 velocity, temperature-free),
+``topk`` (top-``top_k``), and any ``top<k>``. Temperature divides the logits for every velocity
+and for a sampled final decode.
+
+Backbones: the shared DiT fed the unit-norm latents (reference ``models/sphere_dit.py::SphereDiT``
+feeds z_t unscaled; ``input_scale="sqrt_d"`` feeds z_t sqrt(d), unit variance per coordinate, as
+in shared/research/cpu-calibration.md), or the S-arch (:mod:`sflm.sarch`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from bench.backbones.dit import DiT, resolve_size
+from bench.config import BackboneConfig, ConfigError, _f
+from bench.method import Batch, LossOutput, Method, Options, token_mean
+from sflm.geometry import normalize, slerp, uniform_sphere
+from sflm.sampler import parse_decoding, sample_sphere_flow
+from sflm.sarch import SArch
+from sflm.schedule import AdaptiveSchedule, Schedule, alpha_star, make_base_schedule
+
+
+@dataclass
+class SFLMOptions(Options):
+    schedule: str = _f("linear", choices=("linear", "cos2"),
+                       help="base schedule: linear alpha = 1 - t, or cos2 alpha = sin^2(pi/2 (1 - t)) (paper tab:noise-schedules)")
+    alpha_max: float | str = _f("star", help="clean-weight cap of the truncated schedule: a number in (0, 1] "
+                                "(1 = untruncated) or 'star' = alpha*(delta) for this vocabulary and width (eq. alpha-crit)")
+    delta: float = _f(0.1, gt=0.0, lt=1.0, help="delta of alpha*(delta) when alpha_max = 'star'")
+    alpha_trunc_inverted: float | None = _f(None, ge=0.0, lt=1.0,
+                                            help="the paper's inverted alpha_trunc (TinyGSM ablation; = 1 - clean-weight cap, "
+                                            "e.g. 0.879 = 1 - alpha*(0.1)); sets alpha_max = 1 - value (leave alpha_max at 'star')")
+    eps: float = _f(1e-3, gt=0.0, lt=1.0, help="schedule floor: alpha at t = 1 (reference noise.eps)")
+    adaptive: bool = _f(False, help="adaptive noise schedule (paper Alg. 'Adaptive noise schedule refit')")
+    adaptive_refit_every: int = _f(50, gt=0, help="R: refit every R optimiser steps (paper / scripts: 50)")
+    adaptive_buffer: int = _f(0, ge=0, help="(t, loss) pairs kept; 0 = R x global batch (paper)")
+    adaptive_warmup: int = _f(1000, ge=0, help="W: steps before pairs are recorded (paper: 1000)")
+    adaptive_ema: float = _f(0.9, ge=0.0, lt=1.0, help="beta: EMA of successive schedules (paper / scripts: 0.9)")
+    adaptive_uniform_mix: float = _f(1e-3, gt=0.0, le=1.0, help="mu: uniform mix of the importance (paper: 1e-3)")
+    adaptive_n_grid: int = _f(1000, gt=2, help="grid points of the refit (reference: 1000)")
+    adaptive_n_knots: int = _f(20, gt=1, help="SplineTransformer knots (reference: 20)")
+    adaptive_degree: int = _f(3, gt=0, help="spline degree (reference: 3)")
+    adaptive_ridge: float = _f(1e-3, ge=0.0, help="Ridge alpha (reference: 1e-3)")
+    renorm: bool = _f(False, help="re-project the embedding table onto the sphere after each optimiser step "
+                      "(paper: worse; off)")
+    backbone: str = _f("dit", choices=("dit", "sarch"), help="denoiser: the shared DiT or the S-arch (paper sec. 3.3)")
+    input_scale: str = _f("unit", choices=("unit", "sqrt_d"),
+                          help="DiT input: unit-norm z_t (reference SphereDiT) or z_t sqrt(d) (unit variance per coordinate)")
+    time_conditioning: bool = _f(True, help="feed sigma = -log alpha_t to the network (reference: true)")
+    top_k: int = _f(10, gt=0, help="k of the 'topk' decoding (paper appendix sweeps k; k >= 10 ~ exact)")
+    final_decode: str = _f("argmax", choices=("argmax", "sample"),
+                           help="last step: argmax (reference noise_removal=greedy) or a draw from softmax(logits / T)")
+    slerp_float64: bool = _f(True, help="training SLERP in float64 (reference algo.slerp_precision)")
+
+    def validate(self) -> None:
+        if isinstance(self.alpha_max, str):
+            if self.alpha_max != "star":
+                raise ConfigError(f"alpha_max: must be a number in (0, 1] or 'star', got {self.alpha_max!r}")
+        elif not 0.0 < self.alpha_max <= 1.0:
+            raise ConfigError(f"alpha_max: must be in (0, 1], got {self.alpha_max!r}")
+        if self.alpha_trunc_inverted is not None and self.alpha_max != "star":
+            raise ConfigError("alpha_trunc_inverted: set either alpha_max or alpha_trunc_inverted, not both")
+
+    def clean_weight_cap(self, vocab_size: int, dim: int) -> float:
+        """The canonical cap on alpha (clean weight) this configuration trains on."""
+        if self.alpha_trunc_inverted is not None:
+            return 1.0 - self.alpha_trunc_inverted  # inverted convention -> clean weight
+        if self.alpha_max == "star":
+            return alpha_star(vocab_size, dim, self.delta)
+        return float(self.alpha_max)
+
+
+class SFLM(Method):
+    name = "sflm"
+    Options = SFLMOptions
+    decodings = ("exact", "stochastic", "top1", "topk")
+    temperature_free = ("top1",)
+    #: extra option sets the shared conformance suite runs (tests/test_conformance.py)
+    conformance_variants = [{}, {"backbone": "sarch"}]
+    #: sort-8 at d = 64: alpha*(0.1) = 0.264; a cap of ~0.15-0.26 learns fastest (cpu-calibration.md)
+    learnability_options = {"alpha_max": 0.2}
+
+    def __init__(self, options, vocab_size: int, seq_len: int):
+        super().__init__(options, vocab_size, seq_len)
+        o = self.opts
+        if o.final_decode == "sample":  # a sampled last step depends on T even for top-1
+            self.temperature_free = ()
+        self.adaptive = None
+        if o.adaptive:
+            self.adaptive = AdaptiveSchedule(
+                buffer_size=o.adaptive_buffer, refit_every=o.adaptive_refit_every, warmup=o.adaptive_warmup,
+                ema=o.adaptive_ema, uniform_mix=o.adaptive_uniform_mix, n_grid=o.adaptive_n_grid,
+                n_knots=o.adaptive_n_knots, degree=o.adaptive_degree, ridge=o.adaptive_ridge)
+        self.dim: int | None = None
+        self.alpha_cap: float | None = None
+        self.base_schedule: Schedule | None = None
+
+    # -- construction -----------------------------------------------------------------
+    def build_backbone(self, cfg: BackboneConfig):
+        size = resolve_size(cfg)
+        if self.opts.backbone == "sarch":
+            net = SArch(self.vocab_size, size)
+        else:
+            net = DiT(self.vocab_size, self.vocab_size, size)
+            torch.nn.init.normal_(net.embed.weight, std=1.0 / math.sqrt(size.d_model))  # reference model.init=ngpt
+        self.setup_schedule(size.d_model)
+        return net
+
+    def setup_schedule(self, dim: int) -> None:
+        """Resolve alpha_max for width ``dim`` and build the schedule (idempotent)."""
+        if self.dim == dim and self.base_schedule is not None:
+            return
+        o = self.opts
+        self.dim = dim
+        self.alpha_cap = o.clean_weight_cap(self.vocab_size, dim)
+        self.base_schedule = make_base_schedule(o.schedule, o.eps, None, self.alpha_cap)
+        if self.adaptive is not None:
+            self.adaptive.base = self.base_schedule
+
+    @property
+    def schedule(self) -> Schedule | AdaptiveSchedule | None:
+        """The schedule training and sampling use: the adaptive one when enabled, else the
+        (truncated) base; None before :meth:`setup_schedule`."""
+        if self.base_schedule is None:
+            return None
+        return self.adaptive if self.adaptive is not None else self.base_schedule
+
+    def _ensure(self, backbone) -> Tensor:
+        table = backbone.embed.weight
+        if self.schedule is None:
+            self.setup_schedule(table.shape[-1])
+        return table
+
+    def describe(self) -> dict:
+        out = super().describe()
+        if self.alpha_cap is not None:
+            out["alpha_cap"] = self.alpha_cap
+        return out
+
+    # -- schedule ---------------------------------------------------------------------
+    def alpha(self, t: Tensor) -> Tensor:
+        """Clean weight alpha_t of the (truncated / adaptive) schedule."""
+        if self.schedule is None:
+            raise RuntimeError("sflm: schedule not set up (call build_backbone or setup_schedule first)")
+        return self.schedule.alpha(t)
+
+    def sigma(self, alpha_t: Tensor) -> Tensor:
+        """Network time input -log(alpha_t) (reference ``_sigma_from_alphat``); 0 without time conditioning."""
+        if not self.opts.time_conditioning:
+            return torch.zeros_like(alpha_t, dtype=torch.float32)
+        return (-torch.log(alpha_t)).float()
+
+    def net_input(self, z: Tensor, backbone) -> Tensor:
+        if self.opts.input_scale == "sqrt_d" and not isinstance(backbone, SArch):
+            return z * math.sqrt(z.shape[-1])
+        return z
+
+    # -- training -------------------------------------------------------------------
+    def loss(self, backbone, batch: Batch, t: Tensor | None) -> LossOutput:
+        table = self._ensure(backbone)
+        x = batch.x
+        e_hat = normalize(table[x])  # (B, L, d); gradients flow into the table rows
+        alpha_t = self.alpha(t.double()).to(x.device)  # (B,)
+        dtype = torch.float64 if self.opts.slerp_float64 else e_hat.dtype
+        z0 = uniform_sphere(e_hat.shape, device=x.device, dtype=dtype)
+        z_t = slerp(z0, e_hat.to(dtype), alpha_t.to(dtype)[:, None]).to(e_hat.dtype)  # eq. spherical-conditional-flow
+        z_t = torch.where(batch.clean_mask[..., None], e_hat, z_t)
+        logits = backbone(self.net_input(z_t, backbone), self.sigma(alpha_t)).float()
+        nll = -torch.log_softmax(logits, -1).gather(-1, x[..., None]).squeeze(-1)  # eq. ce-loss
+        return token_mean(nll, batch.loss_mask)
+
+    @torch.no_grad()
+    def on_after_optimizer_step(self, backbone) -> None:
+        if self.opts.renorm:  # paper appendix "Re-Normalizing Embeddings"
+            w = backbone.embed.weight
+            w.copy_(normalize(w))
+        if isinstance(backbone, SArch):
+            backbone.renormalize_weights()
+
+    def record_losses(self, t: Tensor, per_sample: Tensor, step: int) -> None:
+        if self.adaptive is not None:
+            self.adaptive.record(t, per_sample, step)
+
+    # -- sampling ---------------------------------------------------------------------
+    def resolve_decoding(self, decoding: str) -> str:
+        if decoding == "default":
+            return self.decodings[0]
+        parse_decoding(decoding, self.opts.top_k)  # raises a clear error on unknown names
+        return decoding
+
+    @torch.no_grad()
+    def sample(self, backbone, prompt, prompt_mask, *, nfe, temperature=1.0, decoding="default",
+               float64=True, generator=None):
+        decoding = self.resolve_decoding(decoding)
+        table = self._ensure(backbone)
+        n = prompt.shape[0]
+        ts = torch.linspace(1.0, 1e-5, nfe + 1, dtype=torch.float64, device=prompt.device)
+        alphas = self.alpha(ts)
+
+        def call(z: Tensor, a: Tensor) -> Tensor:
+            sigma = self.sigma(a.reshape(1).expand(n))
+            return self.call(backbone, self.net_input(z.to(table.dtype), backbone), sigma)
+
+        return sample_sphere_flow(call, table, alphas, prompt, prompt_mask,
+                                  decoding=parse_decoding(decoding, self.opts.top_k), temperature=temperature,
+                                  final=self.opts.final_decode, float64=float64, generator=generator)

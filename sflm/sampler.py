@@ -1,0 +1,196 @@
+"""S-FLM sampling: geodesic Euler over the posterior-weighted velocity (paper sec. 3.1, appendix
+"Step Size with the Euler Sampler"; reference ``samplers.py::SFMSampler``).
+
+Velocities (all take the posterior after temperature, paper eq. temperature-scaling):
+- exact: v = sum_v p_v log_z(e_hat_v) (paper eq. flm-marginal-vf without the alpha'/(1-alpha)
+  factor, which the step size absorbs), computed with two matrix products against the table;
+- stochastic: v = log_z(e_hat_{x^}) with x^ ~ p (paper Alg. "Stochastic sampling");
+- top-k: the exact sum restricted to the k largest logits, renormalised by a softmax over them
+  (paper par. "Top-k velocity"); k = 1 is top-1 decoding and is temperature-free.
+Step: z <- exp_z(s_n v) with s_n = (alpha_{n+1} - alpha_n) / (1 - alpha_n) (paper eq. step-size).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from bench.method import gumbel_argmax
+from sflm.geometry import EPS, exp_map, log_map, normalize, uniform_sphere
+
+
+def _omega_over_sin(c: Tensor, eps: float) -> Tensor:
+    """w / sin(w) for w = arccos(c), elementwise (a new tensor; ``c`` is left intact).
+
+    sin w = sqrt(1 - c^2); the limit 1 is used where sin w < eps and c > 0 (w -> 0); at
+    c -> -1 (antipodal, undefined) sin w is floored at ``eps`` like the reference
+    (``scale = omega / sin(omega).clamp(min=eps)``). Peak extra memory: two buffers of c's size.
+    """
+    s = torch.mul(c, c).neg_().add_(1.0).clamp_min_(0.0).sqrt_()
+    w = torch.atan2(s, c)
+    near_zero = (s < eps) & (c > 0)
+    w.div_(s.clamp_min_(eps))
+    del s
+    return w.masked_fill_(near_zero, 1.0)
+
+
+def exact_velocity(z: Tensor, probs: Tensor, embeddings: Tensor, *, eps: float = EPS,
+                   chunk: int | None = None) -> Tensor:
+    """sum_v p_v log_z(e_v): the exact velocity direction (paper eq. flm-marginal-vf / Alg. Sampling).
+
+    Args:
+        z: (..., d) unit vectors (B, L, d in the sampler).
+        probs: (..., V) posterior weights (rows sum to 1; any non-negative weights work).
+        embeddings: (V, d) unit rows e_hat_v.
+        chunk: optional number of rows of the flattened leading dims processed at a time.
+    Returns:
+        (..., d) tangent vectors at z, without the alpha'/(1 - alpha) factor.
+
+    With C = z E^T, log_z(e_v) = w_v / sin w_v (e_v - C_v z) and w_v = arccos C_v, so
+    sum_v p_v log_z(e_v) = (p * S) E - z sum_v p_v S_v C_v with S = w / sin w (reference
+    ``sfm_compute_velocity``). Only (N, V) buffers are materialised (C, sin w, S), never
+    (N, V, d); the cost is two (N x d x V) matrix products.
+    """
+    lead = z.shape[:-1]
+    d = z.shape[-1]
+    zf = z.reshape(-1, d)
+    pf = probs.reshape(-1, probs.shape[-1])
+    n = zf.shape[0]
+    step = n if chunk is None else max(1, int(chunk))
+    out = torch.empty_like(zf)
+    for a in range(0, n, step):
+        zc, pc = zf[a:a + step], pf[a:a + step]
+        c = zc @ embeddings.T  # (N, V) cosines
+        c.clamp_(-1.0, 1.0)
+        ps = _omega_over_sin(c, eps).mul_(pc)  # p_v w_v / sin w_v
+        coef = torch.bmm(ps.unsqueeze(1), c.unsqueeze(2)).squeeze(2)  # sum_v p_v S_v C_v, no (N, V) temp
+        del c
+        out[a:a + step] = ps @ embeddings - zc * coef
+    return out.reshape(*lead, d)
+
+
+def stochastic_velocity(z: Tensor, logits: Tensor, embeddings: Tensor, *,
+                        generator: torch.Generator | None = None, float64: bool = True) -> Tensor:
+    """log_z(e_hat_{x^}) with x^ ~ softmax(logits) (Gumbel-max; paper Alg. "Stochastic sampling")."""
+    idx = gumbel_argmax(logits, generator, float64)
+    return log_map(z, embeddings[idx].to(z.dtype))
+
+
+def topk_velocity(z: Tensor, logits: Tensor, embeddings: Tensor, k: int, *, eps: float = EPS) -> Tensor:
+    """Exact velocity restricted to the k largest logits, renormalised with a softmax over them
+    (reference ``SFMSampler._select_topk``). k = 1: log_z(e_hat_argmax); k >= V: exact velocity."""
+    V = logits.shape[-1]
+    if k < 1:
+        raise ValueError(f"top-k velocity: k must be >= 1, got {k}")
+    if k == 1:
+        return log_map(z, embeddings[logits.argmax(-1)].to(z.dtype))
+    if k >= V:
+        return exact_velocity(z, torch.softmax(logits.to(z.dtype), -1), embeddings, eps=eps)
+    top, idx = torch.topk(logits, k, dim=-1)
+    p = torch.softmax(top.to(z.dtype), -1)
+    if k * embeddings.shape[-1] <= 4 * V:  # gather k rows per position: (..., k, d)
+        e = embeddings[idx].to(z.dtype)
+        c = torch.einsum("...d,...kd->...k", z, e).clamp_(-1.0, 1.0)
+        ps = _omega_over_sin(c, eps).mul_(p)
+        return torch.einsum("...k,...kd->...d", ps, e) - z * (ps * c).sum(-1, keepdim=True)
+    dense = torch.zeros(logits.shape, dtype=z.dtype, device=z.device).scatter_(-1, idx, p)
+    return exact_velocity(z, dense, embeddings, eps=eps)
+
+
+def step_size(alpha_now: Tensor, alpha_next: Tensor, eps: float = EPS) -> Tensor:
+    """s_n = (alpha_{n+1} - alpha_n) / (1 - alpha_n)  (paper eq. step-size; reference
+    ``sfm_step_size`` non-inverted: (alpha_s - alpha_t) / clamp(1 - alpha_t, eps))."""
+    return (alpha_next - alpha_now) / (1 - alpha_now).clamp_min(eps)
+
+
+@dataclass
+class Decoding:
+    """A parsed decoding name: velocity kind (``exact`` | ``stochastic`` | ``topk``) and k."""
+
+    velocity: str
+    k: int = 0
+
+
+def parse_decoding(name: str, default_k: int) -> Decoding:
+    """``exact`` | ``stochastic`` | ``top1`` | ``topk`` (k from the options) | ``top<k>`` (any k >= 1)."""
+    if name in ("exact", "stochastic"):
+        return Decoding(name)
+    if name == "topk":
+        return Decoding("topk", default_k)
+    if name.startswith("top") and name[3:].isdigit() and int(name[3:]) >= 1:
+        return Decoding("topk", int(name[3:]))
+    raise ValueError(f"sflm: unknown decoding {name!r} (known: exact, stochastic, top1, topk, top<k>)")
+
+
+def sample_sphere_flow(
+    call: Callable[[Tensor, Tensor], Tensor],
+    embeddings: Tensor,
+    alphas: Tensor,
+    prompt: Tensor,
+    prompt_mask: Tensor,
+    *,
+    decoding: Decoding,
+    temperature: float = 1.0,
+    final: str = "argmax",
+    float64: bool = True,
+    generator: torch.Generator | None = None,
+    renormalize: bool = True,
+    sign: float = 1.0,
+) -> Tensor:
+    """Geodesic Euler sampler (paper Alg. Sampling / Stochastic sampling; reference ``SFMSampler``).
+
+    Args:
+        call: ``call(z, alpha)`` -> (n, L, V) logits: one counted backbone call at clean weight
+            ``alpha`` (scalar tensor) on latents z (n, L, d).
+        embeddings: (V, d) unit rows e_hat (the table the denoiser was trained with).
+        alphas: (nfe + 1,) clean weights alpha_0 < ... on the time grid (alpha_nfe is unused:
+            the last call only decodes).
+        prompt, prompt_mask: (n, L) ids and bool; masked positions hold their clean embedding at
+            every step and are returned unchanged.
+        decoding: velocity kind; ``final``: ``argmax`` (reference ``noise_removal=greedy``) or
+            ``sample`` (``ancestral``: a draw from softmax(logits / T)).
+        renormalize: project z back onto the sphere after each move (float32 drift guard; the
+            exp map keeps |z| = 1 up to rounding, so this changes nothing else).
+        sign: +1 (the flow); -1 walks the velocity backwards (used only by tests to show that
+            a wrong-signed sampler fails).
+    Returns (n, L) ids. Makes exactly ``len(alphas) - 1`` calls.
+    """
+    nfe = len(alphas) - 1
+    if nfe < 1:
+        raise ValueError(f"sflm sampler: nfe must be >= 1, got {nfe}")
+    n, L = prompt.shape
+    dev = prompt.device
+    dtype = torch.float64 if float64 else torch.float32
+    E = normalize(embeddings.detach().to(dtype))
+    z = uniform_sphere((n, L, E.shape[-1]), generator=generator, device=dev, dtype=dtype)
+    pm = prompt_mask[..., None]
+    clean = E[prompt]
+    z = torch.where(pm, clean, z)
+    alphas = alphas.to(torch.float64)
+    x = None
+    for k in range(nfe):
+        logits = call(z, alphas[k]).to(dtype)
+        if k == nfe - 1:
+            if final == "argmax":
+                x = logits.argmax(-1)
+            elif final == "sample":
+                x = gumbel_argmax(logits / temperature, generator, float64)
+            else:
+                raise ValueError(f"sflm sampler: unknown final decode {final!r} (known: argmax, sample)")
+            break
+        logits = logits / temperature
+        if decoding.velocity == "exact":
+            v = exact_velocity(z, torch.softmax(logits, -1), E)
+        elif decoding.velocity == "stochastic":
+            v = stochastic_velocity(z, logits, E, generator=generator, float64=float64)
+        else:
+            v = topk_velocity(z, logits, E, decoding.k)
+        s = step_size(alphas[k], alphas[k + 1]).to(dtype)
+        z = exp_map(z, (sign * s) * v)
+        if renormalize:
+            z = normalize(z)
+        z = torch.where(pm, clean, z)
+    return torch.where(prompt_mask, prompt, x)

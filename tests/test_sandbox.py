@@ -1,0 +1,251 @@
+"""The sandbox against checked-in hostile programs (tests/fixtures/gsm8k_hostile).
+
+Each fixture states its expected status(es) on a ``# expect:`` line and the isolation features
+it needs on ``# needs:`` lines (a fork bomb is only run where RLIMIT_NPROC binds, i.e. with a
+private uid or a user namespace). The whole set runs once, in parallel, with a 1.5 s deadline;
+the tests then check grading, deadlines, bounded output, leftovers and untouched files.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from bench.evaluate.gsm8k import grade
+from bench.evaluate.sandbox import (
+    STATUSES,
+    ExecResult,
+    Sandbox,
+    SandboxConfig,
+    SandboxError,
+    _interpret,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "gsm8k_hostile"
+GOLD = 42
+TIMEOUT = 1.5
+MAX_OUT = 4096
+MEMORY_MB = 256  # small, so the memory bombs fail fast
+SECRET = "SFLM_HOSTILE_SECRET"
+
+
+def _load() -> dict[str, tuple[str, set[str], list[str]]]:
+    out = {}
+    for p in sorted([*FIXTURES.glob("*.py"), *FIXTURES.glob("*.prog")]):
+        text = p.read_text(encoding="utf-8")
+        expect = re.search(r"^# expect: (\S+)$", text, re.M)
+        assert expect, f"{p.name}: no '# expect:' line"
+        out[p.stem] = (text, set(expect.group(1).split("|")),
+                       re.findall(r"^# needs: (\S+)$", text, re.M))
+    return out
+
+
+PROGRAMS = _load()
+
+
+def _supported(need: str, feats: set[str]) -> bool:
+    return {
+        "nproc": bool({"uid", "userns"} & feats),
+        "separate_uid_or_pidns": bool({"uid", "pidns"} & feats),
+        "uid": "uid" in feats,
+        "netns": "netns" in feats,
+    }[need]
+
+
+def _procs_left(sb: Sandbox) -> list[str]:
+    """Processes that belong to this sandbox: its uids, or a cwd inside its base dir."""
+    left = []
+    uids = sb.uid_range
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            st = os.stat(f"/proc/{pid}")
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            continue
+        if (uids is not None and st.st_uid in uids) or cwd.startswith(sb.base_dir):
+            with open(f"/proc/{pid}/stat") as f:
+                left.append(f"{pid} uid={st.st_uid} cwd={cwd} {f.read()[:60]}")
+    return left
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory):
+    victim_dir = tmp_path_factory.mktemp("victim")
+    (victim_dir / "victim.txt").write_text("precious")
+    sbx_parent = tmp_path_factory.mktemp("sbx")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    old_cwd = os.getcwd()
+    os.environ[SECRET] = "s3cret"
+    sb = Sandbox(SandboxConfig(timeout_s=TIMEOUT, workers=4, max_output_bytes=MAX_OUT,
+                               memory_mb=MEMORY_MB, base_dir=str(sbx_parent)))
+    feats = set(sb.isolation.split("+"))
+    names, texts, skipped = [], [], {}
+    for name, (text, _, needs) in PROGRAMS.items():
+        missing = [n for n in needs if not _supported(n, feats)]
+        if missing:
+            skipped[name] = missing
+            continue
+        names.append(name)
+        texts.append(text.replace("__PORT__", str(port)).replace("__VICTIM_DIR__",
+                                                                  str(victim_dir)))
+    try:
+        os.chdir(victim_dir)  # the harness's cwd holds victim.txt: relative paths must miss it
+        t0 = time.monotonic()
+        results = sb.run_many(texts)
+        wall = time.monotonic() - t0
+    finally:
+        os.chdir(old_cwd)
+        os.environ.pop(SECRET, None)
+    time.sleep(0.2)
+    ns = SimpleNamespace(
+        sb=sb, feats=feats, victim_dir=victim_dir, listener=listener, wall=wall,
+        skipped=skipped, left=_procs_left(sb), run_dirs=os.listdir(sb.base_dir),
+        res={n: r for n, r in zip(names, results)},
+        graded={n: grade(r, GOLD) for n, r in zip(names, results)},
+    )
+    yield ns
+    listener.close()
+    sb.close()
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_fixture_graded_as_expected(batch, name):
+    if name in batch.skipped:
+        pytest.skip(f"isolation {batch.sb.isolation} lacks {batch.skipped[name]}")
+    _, expect, _ = PROGRAMS[name]
+    row, res = batch.graded[name], batch.res[name]
+    assert row["status"] in expect, (name, row, res.detail, res.stderr[-300:])
+    assert row["correct"] == (row["status"] == "ok")
+    assert row["status"] in STATUSES
+
+
+def test_deadline_is_enforced_from_outside(batch):
+    for name, res in batch.res.items():
+        # wall-clock deadline + kill + bounded drain; never the 3600 s the programs ask for
+        assert res.elapsed_s < TIMEOUT + 2.0, (name, res.elapsed_s)
+    for name in ("orphan_keeps_pipe", "orphan_same_group", "thread_left_running"):
+        if name in batch.res:  # answered at once: the leftover pipe holder did not stall us
+            assert batch.res[name].elapsed_s < TIMEOUT, (name, batch.res[name].elapsed_s)
+
+
+def test_nothing_left_behind(batch):
+    assert batch.left == []
+    assert batch.run_dirs == []  # every private directory was removed
+    if "delete_absolute" in batch.res:
+        assert not os.path.exists("/tmp/sflm_hostile_leftover")
+        assert not os.path.exists("/etc/sflm_hostile_marker")
+
+
+def test_files_outside_the_sandbox_untouched(batch):
+    assert (batch.victim_dir / "victim.txt").read_text() == "precious"
+    assert batch.res["delete_relative"].detail == "FileNotFoundError"
+
+
+def test_output_is_bounded_and_drained(batch):
+    flood = batch.res["output_flood"]
+    assert 0 < len(flood.stdout.encode()) <= MAX_OUT and set(flood.stdout) <= {"x", "\n"}
+    chatty = batch.res["chatty_then_answer"]
+    assert chatty.value == GOLD and len(chatty.stderr.encode()) <= MAX_OUT
+    assert batch.res["benign_prints"].stdout.strip() == "The answer is 42"
+    assert batch.graded["benign_prints"]["value_source"] == "stdout"
+
+
+def test_malicious_values_never_compare(batch):
+    assert batch.res["always_equal"].kind == "other"
+    assert batch.res["always_equal_object"].value == "<Always>"
+    assert batch.res["huge_int"].kind == "huge_int"
+    assert batch.res["bool_return"].value == "<bool>"
+    assert batch.res["nan_return"].value == "nan"
+    assert batch.graded["benign_fractions"]["value"] == 42  # Fraction(42, 1) -> int
+
+
+def test_no_network_in_netns(batch):
+    if "netns" not in batch.feats:
+        pytest.skip("no network namespace here")
+    assert batch.res["network"].value == GOLD
+    with pytest.raises(BlockingIOError):
+        batch.listener.accept()
+
+
+def test_harness_and_siblings_survive(batch):
+    # kill_parent_and_group, fork_bomb and memory bombs ran beside benign programs
+    for name in ("benign_math", "benign_datetime", "benign_float", "orphan_same_group"):
+        assert batch.graded[name]["status"] == "ok", (name, batch.res[name])
+    batch.sb.self_test()
+
+
+def test_runtime_errors_and_crashes_are_named(batch):
+    assert batch.res["segfault"].detail == "SIGSEGV"
+    assert batch.res["read_stdin"].detail == "EOFError"
+    assert batch.res["sys_exit"].detail == "SystemExit"
+    assert batch.res["big_file"].detail in ("OSError", "FileTooLarge")
+    assert batch.res["os_exit_nonzero"].detail.startswith("exit 3")
+
+
+def test_rlimits_level_without_namespaces(tmp_path):
+    """The weakest level (no namespaces, no uid change) still kills the group and cleans up."""
+    progs = [PROGRAMS[n][0] for n in ("benign_math", "infinite_loop", "orphan_same_group",
+                                      "memory_bomb")]
+    with Sandbox(SandboxConfig(timeout_s=1.0, workers=2, isolation="rlimits",
+                               memory_mb=MEMORY_MB, base_dir=str(tmp_path))) as sb:
+        assert sb.isolation == "rlimits" and sb.uid_range is None
+        res = sb.run_many(progs)
+        time.sleep(0.2)
+        assert [grade(r, GOLD)["status"] for r in res] == ["ok", "timeout", "ok", "memory"]
+        assert _procs_left(sb) == []
+        assert os.listdir(sb.base_dir) == []
+
+
+def test_results_do_not_depend_on_worker_count(tmp_path):
+    names = ["benign_math", "wrong_answer", "read_stdin", "float_close", "float_far",
+             "missing_function", "syntax_error", "os_exit_zero"]
+    statuses = []
+    for workers in (1, 3):
+        with Sandbox(SandboxConfig(timeout_s=5, workers=workers, base_dir=str(tmp_path))) as sb:
+            statuses.append([grade(r, GOLD)["status"] for r in
+                             sb.run_many(PROGRAMS[n][0] for n in names)])
+    assert statuses[0] == statuses[1]
+    assert statuses[0] == ["ok", "wrong", "runtime_error", "ok", "wrong", "no_answer",
+                           "syntax_error", "no_answer"]
+
+
+def test_broken_interpreter_is_a_sandbox_error_not_wrong_answers(tmp_path):
+    with pytest.raises(SandboxError, match="canary"):
+        Sandbox(SandboxConfig(python="/bin/false", base_dir=str(tmp_path)))
+
+
+def test_interpret_result_channel():
+    assert _interpret(b"", 0, 1, False).status == "harness_error"  # never started
+    assert _interpret(b"", 0, None, True).status == "harness_error"
+    assert _interpret(b"S\n", 2, -9, True).status == "timeout"
+    assert _interpret(b"S\n", 2, -24, False).status == "timeout"  # SIGXCPU
+    assert _interpret(b"S\n", 2, -11, False).detail == "SIGSEGV"
+    assert _interpret(b"S\n", 2, 0, False).status == "no_answer"
+    ok = _interpret(b"S\nR\tdone\tint\t-17\t\n", 20, 0, False)
+    assert (ok.status, ok.kind, ok.value) == ("done", "int", -17)
+    assert _interpret(b"S\nR\tdone\tfloat\t1.5\t\n", 20, 0, False).value == 1.5
+    # forged / doubled / malformed lines are not answers
+    for bad in (b"S\nR\tdone\tint\t1\t\nR\tdone\tint\t2\t\n", b"S\nR\tdone\tint\t1e9\t\n",
+                b"S\nR\tdone\tint\t1\n", b"S\nR\tbogus\t\t\t\n", b"S\nhello\n"):
+        assert _interpret(bad, len(bad), 0, False).status == "no_answer", bad
+    assert _interpret(b"S\nR\truntime_error\t\t\tKeyError\n", 30, 0, False).detail == "KeyError"
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="timeout_s"):
+        SandboxConfig(timeout_s=0)
+    with pytest.raises(ValueError, match="isolation"):
+        SandboxConfig(isolation="docker")
+    assert ExecResult("ok").to_dict()["status"] == "ok"
