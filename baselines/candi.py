@@ -103,11 +103,13 @@ class CANDIOptions(Options):
 @dataclass
 class CANDIState:
     """Sampler state after a step: ``tokens`` (n, L) current ids (argmax of the continuous state
-    where there is no discrete one) and ``clean`` (n, L) positions that are revealed for good."""
+    where there is no discrete one), ``clean`` (n, L) positions that are revealed for good."""
 
     step: int
     tokens: Tensor
     clean: Tensor
+    #: continuous state: the (n, L, d) embedding cache (cached) or x in R^V (nocache, continuous)
+    cont: Tensor
 
 
 class CANDI(Method):
@@ -178,25 +180,35 @@ class CANDI(Method):
         return -torch.log(self.alpha(t.double())).float()  # sigma = -log alpha_t (`_sigma_from_alphat`)
 
     # -- training ---------------------------------------------------------------------
-    def loss(self, backbone, batch: Batch, t: Tensor | None) -> LossOutput:
-        x0 = batch.x
-        B, L = x0.shape
+    def corrupt(self, x0: Tensor, clean_mask: Tensor, t: Tensor) -> tuple[Tensor, Tensor]:
+        """Discrete part of `q_xt`: (B, L) bool revealed mask and the (B,) continuous noise sigma.
+
+        Hybrid: a position moves with probability 1 - alpha_t to a uniform id in [0, V] (the mask
+        id included) and stays revealed when the draw equals x_0 (`discrete_noising`); pure
+        Gaussian: nothing is revealed. Clean (prompt) positions are always revealed."""
         alpha_t = self.alpha(t)
         if self.opts.pure_gaussian:
-            revealed = batch.clean_mask.clone()
-            tau = 1 - alpha_t
+            revealed = clean_mask.clone()
         else:
-            # `discrete_noising`: move with prob 1 - alpha_t to a uniform id in [0, V] (mask included)
+            B, L = x0.shape
             move = torch.rand(B, L, device=x0.device) < (1 - alpha_t)[:, None]
             repl = torch.randint(0, self.vocab_size + 1, (B, L), device=x0.device)
-            revealed = ~move | (repl == x0) | batch.clean_mask
-            tau = 1 - alpha_t
-        sigma_c = self.sigma_of_noise(tau).to(torch.float32)  # (B,)
+            revealed = ~move | (repl == x0) | clean_mask
+        return revealed, self.sigma_of_noise(1 - alpha_t).to(torch.float32)
+
+    def training_input(self, backbone, x0: Tensor, revealed: Tensor, sigma_c: Tensor) -> Tensor:
+        """(B, L, d) network input of the hybrid / Gaussian corruption (`q_xt` + `ContDIT.forward`)."""
         e_hat, m_hat = self.embeddings(backbone)
         # (onehot(x0) + sigma eps) @ Ehat = Ehat[x0] + sigma (eps @ Ehat), eps ~ N(0, I_V)
-        eps = torch.randn(B, L, self.vocab_size, device=x0.device, dtype=e_hat.dtype)
+        eps = torch.randn(*x0.shape, self.vocab_size, device=x0.device, dtype=e_hat.dtype)
         cont = e_hat[x0] + sigma_c[:, None, None].to(e_hat.dtype) * (eps @ e_hat)
-        h = self.net_input(e_hat, m_hat, x0, cont, revealed, sigma_c)
+        return self.net_input(e_hat, m_hat, x0, cont, revealed, sigma_c)
+
+    def loss(self, backbone, batch: Batch, t: Tensor | None) -> LossOutput:
+        x0 = batch.x
+        alpha_t = self.alpha(t)
+        revealed, sigma_c = self.corrupt(x0, batch.clean_mask, t)
+        h = self.training_input(backbone, x0, revealed, sigma_c)
         logits = backbone(h, self.time_input(t)).float()
         logp_x0 = torch.log_softmax(logits, dim=-1).gather(-1, x0[..., None]).squeeze(-1)
         if self.opts.pure_gaussian:
@@ -275,7 +287,7 @@ class CANDI(Method):
                 x = torch.where(clean, x, tokens)
             tokens = torch.where(prompt_mask, prompt, tokens)
             x = torch.where(prompt_mask, prompt, x)
-            yield CANDIState(k, tokens, clean)
+            yield CANDIState(k, tokens, clean, cache if decoding == "cached" else z)
 
     def _discrete_step(self, z: Tensor, p: Tensor, t: Tensor, dt: float, clean: Tensor,
                        generator: torch.Generator | None, float64: bool) -> tuple[Tensor, Tensor, Tensor]:

@@ -46,8 +46,8 @@ class TaskConfig:
     difficulties: list[str] = _f(
         factory=lambda: ["easy", "medium", "hard"],
         nonempty=True,
-        each_choices=("easy", "medium", "hard"),
-        help="difficulty levels (givens 40/35/30 of 81, scaled for smaller grids)",
+        help="evaluation subsets; Sudoku: difficulty levels easy/medium/hard (givens 40/35/30 "
+        "of 81, scaled for smaller grids); tasks with fixed subsets ignore it",
     )
     train_mix: bool = _f(
         False,

@@ -10,6 +10,9 @@ from baselines.candi import CANDI
 from baselines.duo import Duo
 from baselines.flm import FLM
 from baselines.mdlm import MDLM
+from bench.data.arith import ArithTask
+from bench.data.gsm8k import GSM8KTask
+from bench.data.sudoku import SudokuTask
 from bench.data.toy import SortTask
 from sflm.method import SFLM
 
@@ -28,7 +31,10 @@ METHODS = {
 TASKS = {
     cls.name: cls
     for cls in (
+        SudokuTask,
         SortTask,
+        ArithTask,
+        GSM8KTask,
     )
 }
 

@@ -24,7 +24,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.config import ConfigError, MethodEntry, SweepConfig, TrainConfig, build, canonical, config_hash, load_sweep
+from bench.config import (
+    ConfigError,
+    MethodEntry,
+    SweepConfig,
+    TrainConfig,
+    build,
+    canonical,
+    config_hash,
+    load_sweep,
+)
 
 # fields that do not change what a cell computes (paths, threads, checkpoint cadence)
 _NON_SEMANTIC_TRAIN = ("threads", "checkpoint_every")
@@ -95,11 +104,19 @@ def plan(cfg: SweepConfig, source: str = "sweep") -> Plan:
     from bench import registry
 
     out = Plan(cfg)
+    try:
+        task = registry.make_task(cfg.task)  # cheap: tasks load data lazily
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
     task_sem = {k: v for k, v in canonical(cfg.task).items() if k not in ("data_dir", "difficulties", "train_mix")}
-    groups_list = [list(cfg.task.difficulties)] if cfg.task.train_mix else [[g] for g in cfg.task.difficulties]
+    subsets = list(task.groups())  # Sudoku: the difficulties; GSM8K: the test split
+    groups_list = [subsets] if cfg.task.train_mix else [[g] for g in subsets]
     for i, entry in enumerate(cfg.methods):
         cls = registry.METHODS[entry.method]
-        opts = canonical(build(cls.Options, entry.options, where=f"{source}: methods[{i}].options"))
+        opts_obj = build(cls.Options, entry.options, where=f"{source}: methods[{i}].options")
+        opts = canonical(opts_obj)
+        # an instance knows its variant's decodings and NFE rules (e.g. CANDI pure Gaussian)
+        cls = cls(opts_obj, task.vocab_size, task.seq_len)
         train = build(TrainConfig, {**dataclasses.asdict(cfg.train), **entry.train}, where=f"{source}: methods[{i}].train")
         train_sem = {k: v for k, v in canonical(train).items() if k not in _NON_SEMANTIC_TRAIN}
         decodings = entry.decoding if entry.decoding is not None else cfg.sample.decoding

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,13 +27,14 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.optim.swa_utils import AveragedModel
 from torch.utils.data import DataLoader, IterableDataset
 
 from bench.config import TrainConfig
 from bench.data.base import TaskData
 from bench.method import Batch, Method, antithetic_times
-
 
 # --------------------------------------------------------------------------- data
 
@@ -105,7 +107,11 @@ class TrainModule(L.LightningModule):
         self.log("loss", out.loss, prog_bar=True, on_step=True, batch_size=len(b))
         return out.loss
 
-    def on_train_batch_end(self, outputs, batch, batch_idx):
+    def optimizer_step(self, *args, **kwargs):
+        # Update EMA / method state inside the optimiser step, i.e. before any callback's
+        # on_train_batch_end: ModelCheckpoint saves there, so a checkpoint taken at step k
+        # must already hold the EMA and method state of step k (exact resume).
+        super().optimizer_step(*args, **kwargs)
         self.method.on_after_optimizer_step(self.backbone)
         if self.ema is not None:
             self.ema.update_parameters(self.backbone)
@@ -118,9 +124,11 @@ class TrainModule(L.LightningModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     def on_train_start(self):
-        if self.stream is not None:
-            self.stream.start_step = self.global_step
-            self.stream.rank, self.stream.world = self.global_rank, self.trainer.world_size
+        # fit() positions the stream before trainer.fit: Lightning creates the loader
+        # iterator and prefetches the first batch before this hook runs.
+        if self.stream is not None and self.stream.start_step != self.global_step:
+            raise RuntimeError(f"data stream starts at step {self.stream.start_step}, "
+                               f"trainer at {self.global_step}")
 
     # RNG states travel with the checkpoint so that a resumed run draws the same noise.
     def on_save_checkpoint(self, checkpoint):
@@ -130,13 +138,75 @@ class TrainModule(L.LightningModule):
             checkpoint["rng"]["cuda"] = torch.cuda.get_rng_state_all()
 
     def on_load_checkpoint(self, checkpoint):
-        rng = checkpoint.get("rng")
+        # Applied at the first training batch, not here: between restoring and the first
+        # step Lightning creates the DataLoader iterator, which draws a seed from torch's RNG.
+        self._pending_rng = checkpoint.get("rng")
+
+    def apply_pending_rng(self):
+        rng, self._pending_rng = getattr(self, "_pending_rng", None), None
         if rng:
             torch.set_rng_state(rng["torch"])
             np.random.set_state(rng["numpy"])
             random.setstate(rng["python"])
             if "cuda" in rng and torch.cuda.is_available():
                 torch.cuda.set_rng_state_all(rng["cuda"])
+
+    def on_train_batch_start(self, batch, batch_idx):
+        self.apply_pending_rng()
+        # A step boundary: the previous step (EMA, method state, LR schedule) is complete.
+        # Stop here if asked to (pre-timeout / preemption signal, see request_stop); under
+        # DDP every rank must agree, since saving is collective.
+        stop = _STOP.is_set()
+        if self.trainer.world_size > 1:
+            stop = self.trainer.strategy.reduce_boolean_decision(stop, all=False)
+        if stop:
+            last = Path(self.trainer.default_root_dir) / "ckpt" / "last.ckpt"
+            self.trainer.save_checkpoint(last)
+            raise TrainingInterrupted(self.global_step, last)
+
+
+# --------------------------------------------------------------------------- stop / resume
+
+_STOP = threading.Event()
+
+
+def request_stop(signum=None, frame=None) -> None:
+    """Ask a running :func:`fit` to save ``ckpt/last.ckpt`` at the next step boundary and
+    raise :class:`TrainingInterrupted`. Safe to install as a signal handler (it only sets a
+    flag); used by bench.slurm for SLURM's pre-timeout / preemption signal."""
+    _STOP.set()
+
+
+class TrainingInterrupted(RuntimeError):
+    """fit() stopped early on request after saving a resumable checkpoint."""
+
+    def __init__(self, step: int, ckpt: Path):
+        super().__init__(f"training stopped at step {step} on request; resumable from {ckpt}")
+        self.step, self.ckpt = step, ckpt
+
+
+class _SaveOnSigterm(Callback):
+    """SIGTERM (scancel, preemption, node drain): Lightning stops at a step boundary with
+    SIGTERMException (all DDP ranks alike); save last.ckpt there so nothing is lost."""
+
+    def __init__(self, last: Path):
+        self.last = last
+
+    def on_exception(self, trainer, pl_module, exception):
+        if isinstance(exception, SIGTERMException):
+            pl_module.apply_pending_rng()
+            trainer.save_checkpoint(self.last)
+
+
+class _AtomicCheckpointIO(TorchCheckpointIO):
+    """Checkpoint files are written to a temp file and renamed: a job killed mid-save
+    (SIGKILL after the grace period) leaves the previous last.ckpt intact."""
+
+    def save_checkpoint(self, checkpoint, path, storage_options=None):
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+        super().save_checkpoint(checkpoint, tmp, storage_options)
+        os.replace(tmp, path)
 
 
 # --------------------------------------------------------------------------- fit
@@ -149,6 +219,7 @@ class TrainResult:
     steps_per_s: float
     final_loss: float
     weights: Path
+    is_global_zero: bool = True  # False on the other DDP ranks (they write nothing)
 
 
 class _Timer(Callback):
@@ -201,14 +272,21 @@ def fit(method: Method, backbone: torch.nn.Module, data: TaskData, cfg: TrainCon
     timer = _Timer()
     accelerator = "gpu" if torch.cuda.is_available() else "cpu"
     strategy = "ddp" if cfg.devices * cfg.num_nodes > 1 else "auto"  # gloo on CPU, nccl on GPU
+    last = run_dir / "ckpt" / "last.ckpt"
     trainer = L.Trainer(
         max_steps=cfg.steps, accelerator=accelerator, devices=cfg.devices, num_nodes=cfg.num_nodes,
         strategy=strategy, precision=precision_for(cfg), gradient_clip_val=cfg.grad_clip,
-        callbacks=[ckpt_cb, timer, *(callbacks or [])], logger=False, enable_progress_bar=progress, enable_model_summary=False,
+        callbacks=[ckpt_cb, timer, _SaveOnSigterm(last), *(callbacks or [])], logger=False,
+        enable_progress_bar=progress, enable_model_summary=False, plugins=[_AtomicCheckpointIO()],
         limit_val_batches=0, num_sanity_val_steps=0, default_root_dir=run_dir, log_every_n_steps=50,
     )
-    last = run_dir / "ckpt" / "last.ckpt"
-    trainer.fit(module, train_dataloaders=loader, ckpt_path=str(last) if last.exists() else None)
+    # The loader iterator is created (and its first batch prefetched) before any training
+    # hook runs, so the stream must know its rank and resume step now.
+    stream.rank, stream.world = trainer.global_rank, trainer.world_size
+    if last.exists():
+        stream.start_step = int(torch.load(last, map_location="cpu", weights_only=False, mmap=True)["global_step"])
+    trainer.fit(module, train_dataloaders=loader, ckpt_path=str(last) if last.exists() else None,
+                weights_only=False)  # our own checkpoint (RNG states are numpy objects)
     seconds = time.perf_counter() - (timer.t0 or time.perf_counter())
     done = trainer.global_step - timer.steps0
     weights = run_dir / "weights.pt"
@@ -220,9 +298,9 @@ def fit(method: Method, backbone: torch.nn.Module, data: TaskData, cfg: TrainCon
             "extra": extra or {},
         }
         atomic_torch_save(payload, weights)
-        trainer.save_checkpoint(last)  # make sure the final step is resumable too
+    trainer.save_checkpoint(last)  # the final step is resumable too (collective under DDP: every rank calls it)
     return TrainResult(trainer.global_step, seconds, done / seconds if seconds > 0 else float("nan"),
-                       timer.last_loss, weights)
+                       timer.last_loss, weights, trainer.is_global_zero)
 
 
 def load_weights(method: Method, backbone: torch.nn.Module, path: str | Path) -> dict:

@@ -15,7 +15,7 @@ set -Euo pipefail
 
 STATE=${SFLM_SLURM_DIR:-/tmp/sflm-slurm}
 PURGE=0
-usage() { printf 'slurm-local-down.sh: %s\n' "$1" >&2; sed -n '9,12p' "${BASH_SOURCE[0]}" >&2; exit 2; }
+usage() { printf 'slurm-local-down.sh: %s (see --help)\n' "$1" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --state-dir) [ $# -ge 2 ] || usage "--state-dir needs a value"; STATE=$2; shift 2 ;;
@@ -87,23 +87,23 @@ stop() {
 
 # Cancel every job of this cluster (only reachable while our slurmctld runs).
 if ours slurmctld >/dev/null && ours slurmd >/dev/null; then
-  jobs=$(squeue -h -o %A 2>/dev/null | sort -u | tr '\n' ' ')
+  jobs=$(timeout 15 squeue -h -o %A 2>/dev/null | sort -u | tr '\n' ' ')
   if [ -n "${jobs// /}" ]; then
     log "cancelling jobs: $jobs"
     # shellcheck disable=SC2086
-    scancel $jobs 2>/dev/null || true
+    timeout 15 scancel $jobs 2>/dev/null || true
     deadline=$(( $(date +%s) + 30 ))
-    while [ -n "$(squeue -h 2>/dev/null)" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 0.5; done
-    [ -z "$(squeue -h 2>/dev/null)" ] || log "warning: jobs still listed after 30 s: $(squeue -h -o '%A %T' | tr '\n' ' ')"
+    while [ -n "$(timeout 10 squeue -h 2>/dev/null)" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 0.5; done
+    [ -z "$(timeout 10 squeue -h 2>/dev/null)" ] || log "warning: jobs still listed after 30 s: $(timeout 10 squeue -h -o '%A %T' | tr '\n' ' ')"
   fi
 fi
 
-# Reverse start order; slurmctld flushes job records to slurmdbd on exit, so
-# slurmdbd stops after it, MariaDB after slurmdbd, munge last.
+# Reverse start order: slurmctld flushes job records to slurmdbd on exit, so
+# slurmdbd stops after it, and MariaDB after slurmdbd (munge with it: nothing
+# needs credentials any more). Daemons in one `stop` shut down in parallel.
 stop slurmd slurmctld
 stop slurmdbd
-stop mariadbd
-stop munged
+stop mariadbd munged
 
 if [ -f "$STATE/etc-link" ]; then
   link=$(cat "$STATE/etc-link")

@@ -34,7 +34,7 @@ T0=$(date +%s%N)
 
 log() { printf '[slurm-up %s] %s\n' "$(date +%T)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
-usage() { printf 'slurm-local-up.sh: %s\n' "$1" >&2; sed -n '10,20p' "${BASH_SOURCE[0]}" >&2; exit 2; }
+usage() { printf 'slurm-local-up.sh: %s (see --help)\n' "$1" >&2; exit 2; }
 
 # ------------------------------------------------------------------ arguments
 STATE=${SFLM_SLURM_DIR:-/tmp/sflm-slurm}
@@ -94,7 +94,7 @@ wait_for() {
 starttime() {
   local stat
   stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
-  stat=${stat##*) }                       # fields after "(comm) "; starttime is field 22
+  stat=${stat##*) }                       # fields after "(comm) "
   # shellcheck disable=SC2086  # split the fields on purpose; starttime is field 22
   set -- $stat
   echo "${20}"
@@ -158,10 +158,11 @@ install_if_changed() {
   mv -f "$2.tmp" "$2"
   return 0
 }
-node_state() { sinfo -h -N -n "$HOST" -o %T 2>/dev/null | head -n1; }
+# Every client call is bounded by `timeout` so a hung daemon cannot hang this script.
+node_state() { timeout 10 sinfo -h -N -n "$HOST" -o %T 2>/dev/null | head -n1; }
 node_ready() { case "$(node_state)" in idle|mixed|allocated|completing) return 0 ;; *) return 1 ;; esac; }
-cluster_registered() { sacctmgr -n -P list cluster format=Cluster 2>/dev/null | grep -qx "$CLUSTER"; }
-accounting_ok() { cluster_registered && sacct -n -X -S now-1minutes -o JobID >/dev/null 2>&1; }
+cluster_registered() { timeout 10 sacctmgr -n -P list cluster format=Cluster 2>/dev/null | grep -qx "$CLUSTER"; }
+accounting_ok() { cluster_registered && timeout 10 sacct -n -X -S now-1minutes -o JobID >/dev/null 2>&1; }
 print_env() {
   printf 'export SLURM_CONF=%s\n' "$CONF" > "$STATE/env.tmp" && mv -f "$STATE/env.tmp" "$STATE/env"
   cat "$STATE/env"
@@ -171,6 +172,7 @@ elapsed() { local ms=$(( ($(date +%s%N) - T0) / 1000000 )); printf '%d.%01d' $((
 # ------------------------------------------------------------------ state dir + lock
 install -d -m 0755 "$STATE" "$STATE/etc" "$STATE/log" "$STATE/run" "$STATE/spool" \
   "$STATE/spool/ctld" "$STATE/spool/slurmd" "$PIDS"
+# fd 9 holds the lock; every daemon is started with 9>&- so it does not inherit it
 exec 9> "$STATE/.lock"
 flock -w 600 9 || die "another slurm-local-up/down holds $STATE/.lock"
 
@@ -263,13 +265,18 @@ if [ "$slurm_changed" = 0 ] && [ "$dbd_changed" = 0 ] \
   exit 0
 fi
 
+# Ports of the daemons still to start must be free before anything starts.
+for d in slurmctld:$CTLD_PORT slurmd:$SLURMD_PORT slurmdbd:$DBD_PORT; do
+  ours "${d%%:*}" >/dev/null || need_port "${d#*:}" "${d%%:*}"
+done
+
 # ------------------------------------------------------------------ munge
 install -d -o munge -g munge -m 0755 "$MUNGE_DIR"
 if [ ! -s "$MUNGE_DIR/munge.key" ]; then
   mungekey --create --keyfile="$MUNGE_DIR/munge.key.tmp" && mv -f "$MUNGE_DIR/munge.key.tmp" "$MUNGE_DIR/munge.key"
 fi
 chown munge:munge "$MUNGE_DIR/munge.key"; chmod 0400 "$MUNGE_DIR/munge.key"
-munge_ok() { munge -n -S "$MUNGE_SOCKET" | unmunge -S "$MUNGE_SOCKET"; }
+munge_ok() { timeout 10 munge -n -S "$MUNGE_SOCKET" | timeout 10 unmunge -S "$MUNGE_SOCKET"; }
 if ! ours munged >/dev/null; then
   pidfile_alive "$MUNGE_DIR/munged.pid" && die "a munged not started by this script uses $MUNGE_DIR; stop it first"
   log "starting munged"
@@ -278,7 +285,7 @@ if ! ours munged >/dev/null; then
   # the munge user; it daemonizes itself.
   runuser -u munge -- munged --socket="$MUNGE_SOCKET" --key-file="$MUNGE_DIR/munge.key" \
     --pid-file="$MUNGE_DIR/munged.pid" --log-file="$MUNGE_DIR/munged.log" \
-    --seed-file="$MUNGE_DIR/munged.seed" \
+    --seed-file="$MUNGE_DIR/munged.seed" 9>&- \
     || die "munged failed to start (see $MUNGE_DIR/munged.log)"
   record munged "$MUNGE_DIR/munged.pid"
 fi
@@ -292,7 +299,7 @@ if [ ! -d "$DB_DIR/mysql" ]; then
     --auth-root-authentication-method=socket --skip-test-db > "$STATE/log/mariadb-install.log" 2>&1 \
     || { tail -n 20 "$STATE/log/mariadb-install.log" >&2; die "mariadb-install-db failed"; }
 fi
-db_ok() { mariadb-admin --no-defaults --socket="$DB_SOCKET" -u root ping; }
+db_ok() { timeout 10 mariadb-admin --no-defaults --socket="$DB_SOCKET" -u root ping; }
 if ! ours mariadbd >/dev/null; then
   pidfile_alive "$DB_DIR/mariadbd.pid" && die "a mariadbd not started by this script uses $DB_DIR; stop it first"
   log "starting mariadbd"
@@ -301,7 +308,7 @@ if ! ours mariadbd >/dev/null; then
   setsid -f mariadbd --no-defaults --user=mysql --datadir="$DB_DIR" --socket="$DB_SOCKET" \
     --pid-file="$DB_DIR/mariadbd.pid" --skip-networking --log-error="$STATE/log/mariadb.log" \
     --innodb-buffer-pool-size=128M --innodb-log-file-size=64M --innodb-lock-wait-timeout=900 \
-    < /dev/null > /dev/null 2>&1
+    < /dev/null > /dev/null 2>&1 9>&-
   wait_for 60 db_ok || die "mariadbd did not answer within 60 s (see $STATE/log/mariadb.log)"
   record mariadbd "$DB_DIR/mariadbd.pid"
 fi
@@ -313,13 +320,12 @@ if [ "$dbd_changed" = 1 ] && ours slurmdbd >/dev/null; then
 fi
 if ! ours slurmdbd >/dev/null; then
   pidfile_alive "$STATE/run/slurmdbd.pid" && die "a slurmdbd not started by this script uses $STATE; stop it first"
-  need_port "$DBD_PORT" slurmdbd
   log "starting slurmdbd"
   rm -f "$STATE/run/slurmdbd.pid"
-  slurmdbd || die "slurmdbd failed to start (see $STATE/log/slurmdbd.log)"
+  slurmdbd 9>&- || die "slurmdbd failed to start (see $STATE/log/slurmdbd.log)"
   record slurmdbd "$STATE/run/slurmdbd.pid"
 fi
-wait_for 60 sacctmgr -n list cluster || die "slurmdbd not answering (see $STATE/log/slurmdbd.log)"
+wait_for 60 timeout 10 sacctmgr -n list cluster || die "slurmdbd not answering (see $STATE/log/slurmdbd.log)"
 
 # ------------------------------------------------------------------ slurmctld + slurmd
 if [ "$slurm_changed" = 1 ]; then
@@ -330,27 +336,25 @@ if [ "$slurm_changed" = 1 ]; then
 fi
 if ! ours slurmctld >/dev/null; then
   pidfile_alive "$STATE/run/slurmctld.pid" && die "a slurmctld not started by this script uses $STATE; stop it first"
-  need_port "$CTLD_PORT" slurmctld
   log "starting slurmctld"
   rm -f "$STATE/run/slurmctld.pid"
-  slurmctld -f "$CONF" || die "slurmctld failed to start (see $STATE/log/slurmctld.log)"
+  slurmctld -f "$CONF" 9>&- || die "slurmctld failed to start (see $STATE/log/slurmctld.log)"
   record slurmctld "$STATE/run/slurmctld.pid"
 fi
-wait_for 60 scontrol ping || die "slurmctld not answering (see $STATE/log/slurmctld.log)"
+wait_for 60 timeout 10 scontrol ping || die "slurmctld not answering (see $STATE/log/slurmctld.log)"
 if ! ours slurmd >/dev/null; then
   # a second slurmd on the same spool kills the first (gotcha 5): check first
   pidfile_alive "$STATE/run/slurmd.pid" && die "a slurmd not started by this script uses $STATE; stop it first"
-  need_port "$SLURMD_PORT" slurmd
   log "starting slurmd"
   rm -f "$STATE/run/slurmd.pid"
-  slurmd -f "$CONF" || die "slurmd failed to start (see $STATE/log/slurmd.log)"
+  slurmd -f "$CONF" 9>&- || die "slurmd failed to start (see $STATE/log/slurmd.log)"
   record slurmd "$STATE/run/slurmd.pid"
 fi
 
 if ! wait_for 60 node_ready; then
   # e.g. 'down' after an unclean stop; ReturnToService=2 usually prevents this
-  log "node $HOST is '$(node_state)' (reason: $(sinfo -h -N -n "$HOST" -o %E 2>/dev/null)); resuming it"
-  scontrol update nodename="$HOST" state=resume || true
+  log "node $HOST is '$(node_state)' (reason: $(timeout 10 sinfo -h -N -n "$HOST" -o %E 2>/dev/null)); resuming it"
+  timeout 10 scontrol update nodename="$HOST" state=resume || true
   wait_for 30 node_ready || die "node $HOST not usable: '$(node_state)' (see $STATE/log/slurmd.log)"
 fi
 wait_for 60 accounting_ok || die "slurmctld did not register cluster '$CLUSTER' with slurmdbd (see $STATE/log/)"
@@ -358,15 +362,16 @@ log "node $HOST is $(node_state): $CPUS CPUs, ${MEM} MB, $GPUS fake GPUs; accoun
 
 # ------------------------------------------------------------------ smoke test
 if [ "$SMOKE" = 1 ]; then
-  out=$(srun -N1 -n1 -t 1 hostname 2>&1) || die "srun failed: $out"
+  out=$(timeout 60 srun -N1 -n1 -t 1 hostname 2>&1) || die "srun failed: $out"
   smoke_out=$STATE/log/smoke-%j.out
   # shellcheck disable=SC2016  # $SLURM_JOB_ID expands inside the job
-  jid=$(sbatch --parsable -t 1 -o "$smoke_out" -J sflm-smoke --wrap 'echo "smoke ok $SLURM_JOB_ID"') \
+  jid=$(timeout 30 sbatch --parsable -t 1 -o "$smoke_out" -J sflm-smoke --wrap 'echo "smoke ok $SLURM_JOB_ID"') \
     || die "sbatch failed"
   jid=${jid%%;*}
-  smoke_state() { sacct -n -X -P -j "$jid" -o State 2>/dev/null | head -n1; }
+  smoke_state() { timeout 10 sacct -n -X -P -j "$jid" -o State 2>/dev/null | head -n1; }
   # sbatch --wait polls at growing intervals (gotcha 14); poll sacct instead
-  wait_for 60 sh -c "[ \"\$(sacct -n -X -P -j $jid -o State 2>/dev/null | head -n1)\" = COMPLETED ]" \
+  smoke_done() { [ "$(smoke_state)" = COMPLETED ]; }
+  wait_for 60 smoke_done \
     || die "smoke job $jid did not reach COMPLETED in sacct (state '$(smoke_state)')"
   grep -q "^smoke ok $jid\$" "$STATE/log/smoke-$jid.out" || die "smoke job $jid wrote: $(cat "$STATE/log/smoke-$jid.out" 2>&1)"
   rm -f "$STATE/log/smoke-$jid.out"

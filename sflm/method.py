@@ -107,7 +107,8 @@ class SFLM(Method):
     decodings = ("exact", "stochastic", "top1", "topk")
     temperature_free = ("top1",)
     #: extra option sets the shared conformance suite runs (tests/test_conformance.py)
-    conformance_variants = [{}, {"backbone": "sarch"}]
+    conformance_variants = [{}, {"backbone": "sarch"},
+                            {"adaptive": True, "adaptive_warmup": 200, "adaptive_refit_every": 25}]
     #: sort-8 at d = 64: alpha*(0.1) = 0.264; a cap of ~0.15-0.26 learns fastest (cpu-calibration.md)
     learnability_options = {"alpha_max": 0.2}
 

@@ -41,8 +41,11 @@ def _load() -> dict[str, tuple[str, set[str], list[str]]]:
         text = p.read_text(encoding="utf-8")
         expect = re.search(r"^# expect: (\S+)$", text, re.M)
         assert expect, f"{p.name}: no '# expect:' line"
-        out[p.stem] = (text, set(expect.group(1).split("|")),
-                       re.findall(r"^# needs: (\S+)$", text, re.M))
+        out[p.stem] = (
+            text,
+            set(expect.group(1).split("|")),
+            re.findall(r"^# needs: (\S+)$", text, re.M),
+        )
     return out
 
 
@@ -88,8 +91,15 @@ def batch(tmp_path_factory):
     port = listener.getsockname()[1]
     old_cwd = os.getcwd()
     os.environ[SECRET] = "s3cret"
-    sb = Sandbox(SandboxConfig(timeout_s=TIMEOUT, workers=4, max_output_bytes=MAX_OUT,
-                               memory_mb=MEMORY_MB, base_dir=str(sbx_parent)))
+    sb = Sandbox(
+        SandboxConfig(
+            timeout_s=TIMEOUT,
+            workers=4,
+            max_output_bytes=MAX_OUT,
+            memory_mb=MEMORY_MB,
+            base_dir=str(sbx_parent),
+        )
+    )
     feats = set(sb.isolation.split("+"))
     names, texts, skipped = [], [], {}
     for name, (text, _, needs) in PROGRAMS.items():
@@ -98,8 +108,7 @@ def batch(tmp_path_factory):
             skipped[name] = missing
             continue
         names.append(name)
-        texts.append(text.replace("__PORT__", str(port)).replace("__VICTIM_DIR__",
-                                                                  str(victim_dir)))
+        texts.append(text.replace("__PORT__", str(port)).replace("__VICTIM_DIR__", str(victim_dir)))
     try:
         os.chdir(victim_dir)  # the harness's cwd holds victim.txt: relative paths must miss it
         t0 = time.monotonic()
@@ -110,8 +119,14 @@ def batch(tmp_path_factory):
         os.environ.pop(SECRET, None)
     time.sleep(0.2)
     ns = SimpleNamespace(
-        sb=sb, feats=feats, victim_dir=victim_dir, listener=listener, wall=wall,
-        skipped=skipped, left=_procs_left(sb), run_dirs=os.listdir(sb.base_dir),
+        sb=sb,
+        feats=feats,
+        victim_dir=victim_dir,
+        listener=listener,
+        wall=wall,
+        skipped=skipped,
+        left=_procs_left(sb),
+        run_dirs=os.listdir(sb.base_dir),
         res={n: r for n, r in zip(names, results)},
         graded={n: grade(r, GOLD) for n, r in zip(names, results)},
     )
@@ -196,10 +211,18 @@ def test_runtime_errors_and_crashes_are_named(batch):
 
 def test_rlimits_level_without_namespaces(tmp_path):
     """The weakest level (no namespaces, no uid change) still kills the group and cleans up."""
-    progs = [PROGRAMS[n][0] for n in ("benign_math", "infinite_loop", "orphan_same_group",
-                                      "memory_bomb")]
-    with Sandbox(SandboxConfig(timeout_s=1.0, workers=2, isolation="rlimits",
-                               memory_mb=MEMORY_MB, base_dir=str(tmp_path))) as sb:
+    progs = [
+        PROGRAMS[n][0] for n in ("benign_math", "infinite_loop", "orphan_same_group", "memory_bomb")
+    ]
+    with Sandbox(
+        SandboxConfig(
+            timeout_s=1.0,
+            workers=2,
+            isolation="rlimits",
+            memory_mb=MEMORY_MB,
+            base_dir=str(tmp_path),
+        )
+    ) as sb:
         assert sb.isolation == "rlimits" and sb.uid_range is None
         res = sb.run_many(progs)
         time.sleep(0.2)
@@ -209,16 +232,33 @@ def test_rlimits_level_without_namespaces(tmp_path):
 
 
 def test_results_do_not_depend_on_worker_count(tmp_path):
-    names = ["benign_math", "wrong_answer", "read_stdin", "float_close", "float_far",
-             "missing_function", "syntax_error", "os_exit_zero"]
+    names = [
+        "benign_math",
+        "wrong_answer",
+        "read_stdin",
+        "float_close",
+        "float_far",
+        "missing_function",
+        "syntax_error",
+        "os_exit_zero",
+    ]
     statuses = []
     for workers in (1, 3):
         with Sandbox(SandboxConfig(timeout_s=5, workers=workers, base_dir=str(tmp_path))) as sb:
-            statuses.append([grade(r, GOLD)["status"] for r in
-                             sb.run_many(PROGRAMS[n][0] for n in names)])
+            statuses.append(
+                [grade(r, GOLD)["status"] for r in sb.run_many(PROGRAMS[n][0] for n in names)]
+            )
     assert statuses[0] == statuses[1]
-    assert statuses[0] == ["ok", "wrong", "runtime_error", "ok", "wrong", "no_answer",
-                           "syntax_error", "no_answer"]
+    assert statuses[0] == [
+        "ok",
+        "wrong",
+        "runtime_error",
+        "ok",
+        "wrong",
+        "no_answer",
+        "syntax_error",
+        "no_answer",
+    ]
 
 
 def test_broken_interpreter_is_a_sandbox_error_not_wrong_answers(tmp_path):
@@ -237,8 +277,13 @@ def test_interpret_result_channel():
     assert (ok.status, ok.kind, ok.value) == ("done", "int", -17)
     assert _interpret(b"S\nR\tdone\tfloat\t1.5\t\n", 20, 0, False).value == 1.5
     # forged / doubled / malformed lines are not answers
-    for bad in (b"S\nR\tdone\tint\t1\t\nR\tdone\tint\t2\t\n", b"S\nR\tdone\tint\t1e9\t\n",
-                b"S\nR\tdone\tint\t1\n", b"S\nR\tbogus\t\t\t\n", b"S\nhello\n"):
+    for bad in (
+        b"S\nR\tdone\tint\t1\t\nR\tdone\tint\t2\t\n",
+        b"S\nR\tdone\tint\t1e9\t\n",
+        b"S\nR\tdone\tint\t1\n",
+        b"S\nR\tbogus\t\t\t\n",
+        b"S\nhello\n",
+    ):
         assert _interpret(bad, len(bad), 0, False).status == "no_answer", bad
     assert _interpret(b"S\nR\truntime_error\t\t\tKeyError\n", 30, 0, False).detail == "KeyError"
 

@@ -13,7 +13,7 @@ Generator (after the reference harness's ``sudoku_generator.py``; own implementa
   (limit 2) and must return exactly the grid it came from. If one pass over the cells cannot
   reach the target number of givens (every remaining removal breaks uniqueness), the
   generator restarts with a new grid.
-- Givens: 9x9 easy 40, medium 35, hard 30 (paper Sec. 5.1); smaller grids use the same
+- Givens: 9x9 easy 40, medium 35, hard 30 (paper, "Reasoning on Sudoku"); smaller grids use the same
   ratios, ``round(ratio * n * n)`` (4x4: 8/7/6, 6x6: 18/16/13).
 - Every puzzle has its own seed, ``SeedSequence(seed, spawn_key=(n, difficulty, split, i))``,
   so the data do not depend on the number of worker processes or on chunking.
@@ -84,7 +84,7 @@ VOCAB_SIZE = 12
 
 BOXES = {4: (2, 2), 6: (2, 3), 9: (3, 3)}  # side -> (box rows, box cols)
 DIFFICULTIES = ("easy", "medium", "hard")
-GIVENS_9X9 = {"easy": 40, "medium": 35, "hard": 30}  # paper Sec. 5.1, of 81
+GIVENS_9X9 = {"easy": 40, "medium": 35, "hard": 30}  # paper "Reasoning on Sudoku", of 81
 SPLITS = ("train", "valid")
 VALID_GRID_FRAC_4X4 = 0.15  # share of the 288 4x4 solution grids held out for validation
 _KNOWN_OPTIONS = {"workers": 2}
@@ -384,15 +384,17 @@ def generate_stream(n: int, difficulty: str, split: str, seed: int, start: int, 
     size = max(1, min(250, math.ceil(total / (4 * workers))))
     chunks = [(n, difficulty, split, seed, a, min(a + size, stop)) for a in range(start, stop, size)]
     bar = tqdm(total=total, desc=f"sudoku {n}x{n} {difficulty} {split}", unit="puzzle",
-               disable=not progress, leave=False)
+               disable=not progress or total < 2000, leave=False)
     parts = []
-    if workers == 1:
+    if workers == 1 or total < 2000:  # small sets: process start-up costs more than it saves
         for c in chunks:
             parts.append(_gen_chunk(c))
             bar.update(c[5] - c[4])
     else:
-        # fork on Linux: the workers only run this module's pure-Python solver
-        ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+        # never plain fork: the caller may hold torch / OpenMP threads (a forked child then
+        # deadlocks on their locks, seen under submitit). forkserver children fork from a clean
+        # single-threaded server process.
+        ctx = mp.get_context("forkserver" if sys.platform.startswith("linux") else "spawn")
         with ctx.Pool(workers) as pool:
             for c, part in zip(chunks, pool.imap(_gen_chunk, chunks)):
                 parts.append(part)
@@ -589,7 +591,7 @@ def format_sequence(seq) -> str:
 
 
 class SudokuTask(Task):
-    """Sudoku solving (paper Sec. 5.1): groups are difficulties; train 48k / valid 2k each."""
+    """Sudoku solving (paper, "Reasoning on Sudoku"): groups are difficulties; train 48k / valid 2k each."""
 
     name = "sudoku"
     vocab_size = VOCAB_SIZE

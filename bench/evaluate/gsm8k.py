@@ -75,7 +75,7 @@ def extract_program(text: str, eos: Sequence[str] = DEFAULT_EOS) -> str:
         code = m.group(1)
     else:
         d = _DEF.search(text)
-        code = text[d.start():] if d else text
+        code = text[d.start() :] if d else text
     try:
         compile(code, "<program>", "exec", dont_inherit=True)
         return code
@@ -148,8 +148,13 @@ def answers_match(pred, gold, tol: float = FLOAT_TOL) -> bool:
 
 def grade(res: ExecResult, gold, *, stdout_fallback: bool = True) -> dict:
     """Status / correctness of one executed program against ``gold``."""
-    row = {"status": res.status, "correct": False, "value": None, "value_source": "",
-           "detail": res.detail}
+    row = {
+        "status": res.status,
+        "correct": False,
+        "value": None,
+        "value_source": "",
+        "detail": res.detail,
+    }
     if res.status != "done":
         return row
     value, source = res.value, "return"
@@ -160,8 +165,9 @@ def grade(res: ExecResult, gold, *, stdout_fallback: bool = True) -> dict:
             return row
         value, source = fallback, "stdout"
     correct = res.kind in ("int", "float", "none") and answers_match(value, gold)
-    row.update(status="ok" if correct else "wrong", correct=correct, value=value,
-               value_source=source)
+    row.update(
+        status="ok" if correct else "wrong", correct=correct, value=value, value_source=source
+    )
     if res.kind not in ("int", "float", "none"):
         row["detail"] = f"not a number ({res.kind})"
     return row
@@ -197,8 +203,7 @@ def evaluate_programs(
 
 def summarize(rows: Sequence[dict], *, n_resamples: int = PAPER_RESAMPLES, seed: int = 0) -> dict:
     """Accuracy with its percentile-bootstrap CI and the fraction of each status."""
-    ci = bootstrap_accuracy([bool(r["correct"]) for r in rows], n_resamples=n_resamples,
-                            seed=seed)
+    ci = bootstrap_accuracy([bool(r["correct"]) for r in rows], n_resamples=n_resamples, seed=seed)
     counts = Counter(r["status"] for r in rows)
     n = len(rows)
     return {
@@ -218,10 +223,12 @@ def summarize(rows: Sequence[dict], *, n_resamples: int = PAPER_RESAMPLES, seed:
 def format_summary(s: dict, name: str = "gsm8k") -> str:
     pct = lambda v: f"{100 * v:.1f}%"  # noqa: E731
     st = " ".join(f"{k}={v}" for k, v in s["status_counts"].items() if v)
-    return (f"{name}: accuracy {pct(s['accuracy'])} (95% CI {pct(s['ci_low'])}-"
-            f"{pct(s['ci_high'])}, bootstrap mean {pct(s['point'])}, B={s['n_resamples']}, "
-            f"seed {s['seed']}) over {s['n']} programs; isolation {','.join(s['isolation'])}; "
-            f"{st}")
+    return (
+        f"{name}: accuracy {pct(s['accuracy'])} (95% CI {pct(s['ci_low'])}-"
+        f"{pct(s['ci_high'])}, bootstrap mean {pct(s['point'])}, B={s['n_resamples']}, "
+        f"seed {s['seed']}) over {s['n']} programs; isolation {','.join(s['isolation'])}; "
+        f"{st}"
+    )
 
 
 # --------------------------------------------------------------------------- CLI
@@ -234,22 +241,41 @@ class UsageError(Exception):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--programs", required=True, metavar="IN.jsonl",
-                   help="one JSON object per line: program (or completion, extracted first), "
-                   "answer (number or GSM8K answer text), optional id")
-    p.add_argument("--out", required=True, metavar="OUT.jsonl",
-                   help="one row per input, in input order (streamed to OUT.partial first)")
-    p.add_argument("--workers", type=int, default=0,
-                   help="programs at once (0 = 2 x CPU cores: runs are latency-bound)")
+    p.add_argument(
+        "--programs",
+        required=True,
+        metavar="IN.jsonl",
+        help="one JSON object per line: program (or completion, extracted first), "
+        "answer (number or GSM8K answer text), optional id",
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="OUT.jsonl",
+        help="one row per input, in input order (streamed to OUT.partial first)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="programs at once (0 = min(4 x CPU cores, 32): runs are latency-bound)",
+    )
     p.add_argument("--timeout", type=float, default=5.0, help="wall-clock seconds per program")
     p.add_argument("--memory-mb", type=int, default=1024, help="address-space limit per program")
     p.add_argument("--isolation", choices=("auto", "rlimits", "full"), default="auto")
     p.add_argument("--bootstrap", type=int, default=PAPER_RESAMPLES, help="bootstrap resamples B")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
-    p.add_argument("--no-stdout-fallback", action="store_true",
-                   help="do not parse stdout when the function returns None")
-    p.add_argument("--eos", action="append", default=None,
-                   help=f"EOS marker cut before extracting a completion (default {DEFAULT_EOS})")
+    p.add_argument(
+        "--no-stdout-fallback",
+        action="store_true",
+        help="do not parse stdout when the function returns None",
+    )
+    p.add_argument(
+        "--eos",
+        action="append",
+        default=None,
+        help=f"EOS marker cut before extracting a completion (default {DEFAULT_EOS})",
+    )
     p.add_argument("--summary", default="", metavar="PATH", help="also write the summary JSON")
 
 
@@ -303,11 +329,18 @@ def run(args: argparse.Namespace) -> int:
         if args.workers < 0 or args.bootstrap < 1 or not (args.timeout > 0):
             raise UsageError("--workers must be >= 0, --bootstrap >= 1, --timeout > 0")
         items = read_inputs(args.programs, eos)
-        out_dir = os.path.dirname(os.path.abspath(args.out))
-        if not os.path.isdir(out_dir):
-            raise UsageError(f"--out: directory does not exist: {out_dir}")
-        cfg = SandboxConfig(timeout_s=args.timeout, memory_mb=args.memory_mb,
-                            isolation=args.isolation, workers=args.workers)
+        if not items:
+            raise UsageError(f"{args.programs}: no programs (the file has no JSON lines)")
+        for flag, path in (("--out", args.out), ("--summary", args.summary)):
+            d = os.path.dirname(os.path.abspath(path)) if path else ""
+            if d and not os.path.isdir(d):
+                raise UsageError(f"{flag}: directory does not exist: {d}")
+        cfg = SandboxConfig(
+            timeout_s=args.timeout,
+            memory_mb=args.memory_mb,
+            isolation=args.isolation,
+            workers=args.workers,
+        )
     except (UsageError, ValueError) as e:
         print(f"python -m bench.evaluate gsm8k: error: {e}", file=sys.stderr)
         return 2
@@ -322,28 +355,44 @@ def run(args: argparse.Namespace) -> int:
 
                 def on_row(i: int, row: dict) -> None:
                     nonlocal next_i
-                    pending[i] = {"id": items[i]["id"], "correct": row["correct"],
-                                  "status": row["status"], "value": row["value"],
-                                  "gold": items[i]["gold"], **{k: row[k] for k in
-                                  ("value_source", "detail", "elapsed_s", "isolation")}}
+                    pending[i] = {
+                        "id": items[i]["id"],
+                        "correct": row["correct"],
+                        "status": row["status"],
+                        "value": row["value"],
+                        "gold": items[i]["gold"],
+                        **{k: row[k] for k in ("value_source", "detail", "elapsed_s", "isolation")},
+                    }
                     while next_i in pending:  # input order, flushed as soon as possible
                         f.write(json.dumps(pending.pop(next_i)) + "\n")
                         next_i += 1
                     f.flush()
 
-                rows = evaluate_programs([it["program"] for it in items],
-                                         [it["gold"] for it in items], sandbox=sb,
-                                         stdout_fallback=not args.no_stdout_fallback,
-                                         on_row=on_row)
+                rows = evaluate_programs(
+                    [it["program"] for it in items],
+                    [it["gold"] for it in items],
+                    sandbox=sb,
+                    stdout_fallback=not args.no_stdout_fallback,
+                    on_row=on_row,
+                )
             os.replace(partial, args.out)
-            workers = sb.workers
+            workers, child_python = sb.workers, sb.child_python
     except SandboxError as e:
         print(f"python -m bench.evaluate gsm8k: sandbox broken: {e}", file=sys.stderr)
         return 1
+    except OSError as e:
+        print(
+            f"python -m bench.evaluate gsm8k: error: cannot write {partial}: {e}", file=sys.stderr
+        )
+        return 2
     summary = summarize(rows, n_resamples=args.bootstrap, seed=args.seed)
     summary["wall_s"] = round(time.monotonic() - t0, 2)
     summary["workers"] = workers
-    print(format_summary(summary) + f"; {summary['wall_s']} s with {workers} workers")
+    summary["python"] = child_python
+    print(
+        format_summary(summary)
+        + f"; {summary['wall_s']} s with {workers} workers; programs ran on Python {child_python}"
+    )
     if args.summary:
         _write_json(args.summary, summary)
     return 0

@@ -59,21 +59,37 @@ def _check(n_resamples: int, confidence: float) -> None:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
 
 
-def _result(data: tuple, statistic, *, paired: bool, n_resamples: int, confidence: float,
-            seed: int) -> BootstrapCI:
+def _result(
+    data: tuple, statistic, *, paired: bool, n_resamples: int, confidence: float, seed: int
+) -> BootstrapCI:
     n = data[0].shape[0]
-    plain = float(statistic(*data, axis=-1))
     if n == 0:
         nan = float("nan")
         return BootstrapCI(nan, nan, nan, nan, 0, n_resamples, confidence, seed)
+    plain = float(statistic(*data, axis=-1))
     if n == 1:  # every resample is the single observation
         return BootstrapCI(plain, plain, plain, plain, 1, n_resamples, confidence, seed)
-    res = stats.bootstrap(data, statistic, n_resamples=int(n_resamples), vectorized=True,
-                          paired=paired, confidence_level=confidence, method="percentile",
-                          rng=np.random.default_rng(seed))
+    res = stats.bootstrap(
+        data,
+        statistic,
+        n_resamples=int(n_resamples),
+        vectorized=True,
+        paired=paired,
+        confidence_level=confidence,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    )
     dist = np.asarray(res.bootstrap_distribution, dtype=float)
-    return BootstrapCI(plain, float(dist.mean()), float(res.confidence_interval.low),
-                       float(res.confidence_interval.high), n, int(n_resamples), confidence, seed)
+    return BootstrapCI(
+        plain,
+        float(dist.mean()),
+        float(res.confidence_interval.low),
+        float(res.confidence_interval.high),
+        n,
+        int(n_resamples),
+        confidence,
+        seed,
+    )
 
 
 def _mean(a, axis=-1):
@@ -84,24 +100,35 @@ def _diff(a, b, axis=-1):
     return np.mean(a, axis=axis) - np.mean(b, axis=axis)
 
 
-def bootstrap_accuracy(correct, *, n_resamples: int = PAPER_RESAMPLES, confidence: float = 0.95,
-                       seed: int = 0) -> BootstrapCI:
+def bootstrap_accuracy(
+    correct, *, n_resamples: int = PAPER_RESAMPLES, confidence: float = 0.95, seed: int = 0
+) -> BootstrapCI:
     """Percentile bootstrap of the accuracy of 0/1 per-problem outcomes (paper appendix)."""
     _check(n_resamples, confidence)
     a = _as_outcomes(correct, "correct")
-    return _result((a,), _mean, paired=False, n_resamples=n_resamples, confidence=confidence,
-                   seed=seed)
+    return _result(
+        (a,), _mean, paired=False, n_resamples=n_resamples, confidence=confidence, seed=seed
+    )
 
 
-def paired_bootstrap_difference(correct_a, correct_b, *, n_resamples: int = PAPER_RESAMPLES,
-                                confidence: float = 0.95, seed: int = 0) -> BootstrapCI:
+def paired_bootstrap_difference(
+    correct_a,
+    correct_b,
+    *,
+    n_resamples: int = PAPER_RESAMPLES,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> BootstrapCI:
     """Accuracy of A minus accuracy of B on the same problems: problems are resampled jointly
     (paired), so the interval reflects per-problem agreement between the two methods."""
     _check(n_resamples, confidence)
     a = _as_outcomes(correct_a, "correct_a")
     b = _as_outcomes(correct_b, "correct_b")
     if a.shape != b.shape:
-        raise ValueError(f"paired bootstrap: {a.shape[0]} vs {b.shape[0]} problems; the two "
-                         "methods must be scored on the same problems in the same order")
-    return _result((a, b), _diff, paired=True, n_resamples=n_resamples, confidence=confidence,
-                   seed=seed)
+        raise ValueError(
+            f"paired bootstrap: {a.shape[0]} vs {b.shape[0]} problems; the two "
+            "methods must be scored on the same problems in the same order"
+        )
+    return _result(
+        (a, b), _diff, paired=True, n_resamples=n_resamples, confidence=confidence, seed=seed
+    )

@@ -62,8 +62,16 @@ def _ratio_ci(hits: np.ndarray, totals: np.ndarray) -> tuple[float | None, float
     def stat(h, t, axis=-1):
         return h.sum(axis=axis) / np.maximum(t.sum(axis=axis), 1)
 
-    res = stats.bootstrap((hits, totals), stat, paired=True, vectorized=True, n_resamples=N_BOOTSTRAP,
-                          confidence_level=CONFIDENCE, method="percentile", rng=np.random.default_rng(0))
+    res = stats.bootstrap(
+        (hits, totals),
+        stat,
+        paired=True,
+        vectorized=True,
+        n_resamples=N_BOOTSTRAP,
+        confidence_level=CONFIDENCE,
+        method="percentile",
+        rng=np.random.default_rng(0),
+    )
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
@@ -81,7 +89,9 @@ def evaluate_sudoku(samples, puzzles, solutions) -> list[MetricValue]:
     sol = _numpy(solutions).astype(np.int64)
     puz = _numpy(puzzles).astype(np.int64)
     if sol.ndim != 3 or sol.shape[1] != sol.shape[2] or sol.shape[1] not in BOXES:
-        raise ValueError(f"solutions: expected (N, n, n) with n in {sorted(BOXES)}, got shape {sol.shape}")
+        raise ValueError(
+            f"solutions: expected (N, n, n) with n in {sorted(BOXES)}, got shape {sol.shape}"
+        )
     N, n = sol.shape[0], sol.shape[1]
     if N == 0:
         raise ValueError("samples: nothing to evaluate (0 sequences)")
@@ -107,6 +117,12 @@ def evaluate_sudoku(samples, puzzles, solutions) -> list[MetricValue]:
     return [
         MetricValue("exact_match", k_exact / N, N, *_wilson(k_exact, N)),
         MetricValue("cell_accuracy", float(cell_hits.sum() / (N * n * n)), N, cell_lo, cell_hi),
-        MetricValue("blank_accuracy", float(blank_hits.sum() / max(blank_tot.sum(), 1)), N, blank_lo, blank_hi),
+        MetricValue(
+            "blank_accuracy",
+            float(blank_hits.sum() / max(blank_tot.sum(), 1)),
+            N,
+            blank_lo,
+            blank_hi,
+        ),
         MetricValue("valid_grid", k_valid / N, N, *_wilson(k_valid, N)),
     ]

@@ -1,0 +1,315 @@
+"""CPU stand-in for TinyGSM / GSM8K: templated arithmetic word problems with their programs.
+
+Every example is a TinyGSM-style pair: a one- or two-step word problem and a
+``def simple_math_problem():`` program that names the quantities, computes ``result`` and returns
+it. A tiny model must copy the numbers from the question into the program and pick the right
+operations, so accuracy measures conditional generation the way GSM8K does, at a size that
+trains on a laptop CPU in minutes. The sequence is ``[BOS] question \\n program [EOS]`` in a
+character-level vocabulary (:class:`bench.data.tokenizers.CharTokenizer`, 99 ids), padded to
+``seq_len`` (192).
+
+Splits are by **template parameters**: an example is held out when a hash of (template, numbers)
+falls in the held-out bucket (``heldout_frac``), so no held-out number combination appears in
+training under any name or item. Everything is a deterministic function of ``seed``.
+
+This task is named ``arith_standin`` and is never reported as GSM8K.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from bench.data.base import TaskData
+from bench.data.gsm8k import ProgramTask
+from bench.data.tokenizers import CharTokenizer
+
+
+@dataclass(frozen=True)
+class Template:
+    """``question`` uses {N} name, {P}/{p} pronoun, {I} item and the number slots; ``names``
+    are the program's variable names for the slots (in order); ``expr`` the result formula as
+    written in the program and ``fn`` the same formula on the slot values (the gold answer)."""
+
+    key: str
+    question: str
+    slots: tuple[str, ...]
+    names: tuple[str, ...]
+    expr: str
+    fn: Callable[..., int]
+
+
+TEMPLATES = (
+    Template(
+        "add",
+        "{N} has {a} {I} and buys {b} more. How many {I} now?",
+        ("a", "b"),
+        ("have", "bought"),
+        "have + bought",
+        lambda a, b: a + b,
+    ),
+    Template(
+        "sub",
+        "{N} had {a} {I} and gave away {b}. How many are left?",
+        ("a", "b"),
+        ("had", "gave"),
+        "had - gave",
+        lambda a, b: a - b,
+    ),
+    Template(
+        "mul",
+        "{N} buys {a} boxes with {b} {I} each. How many {I}?",
+        ("a", "b"),
+        ("boxes", "each"),
+        "boxes * each",
+        lambda a, b: a * b,
+    ),
+    Template(
+        "div",
+        "{N} shares {a} {I} among {b} friends. How many each?",
+        ("a", "b"),
+        ("total", "friends"),
+        "total // friends",
+        lambda a, b: a // b,
+    ),
+    Template(
+        "change",
+        "{N} buys {b} {I} at ${a} each and pays ${c}. Change?",
+        ("a", "b", "c"),
+        ("price", "count", "paid"),
+        "paid - price * count",
+        lambda a, b, c: c - a * b,
+    ),
+    Template(
+        "bags",
+        "{N} has {a} bags of {b} {I} and {c} more. How many?",
+        ("a", "b", "c"),
+        ("bags", "size", "more"),
+        "bags * size + more",
+        lambda a, b, c: a * b + c,
+    ),
+    Template(
+        "left",
+        "{N} had {a} {I}, lost {b} and sold {c}. How many left?",
+        ("a", "b", "c"),
+        ("had", "lost", "sold"),
+        "had - lost - sold",
+        lambda a, b, c: a - b - c,
+    ),
+    Template(
+        "rate",
+        "{N} reads {a} pages a day for {b} days, then {c}. Total?",
+        ("a", "b", "c"),
+        ("daily", "days", "extra"),
+        "daily * days + extra",
+        lambda a, b, c: a * b + c,
+    ),
+)
+TEMPLATE_KEYS = tuple(t.key for t in TEMPLATES)
+
+PEOPLE = (
+    ("Tom", "He", "he"),
+    ("Ann", "She", "she"),
+    ("Liam", "He", "he"),
+    ("Mia", "She", "she"),
+    ("Omar", "He", "he"),
+    ("Sara", "She", "she"),
+    ("Ben", "He", "he"),
+    ("Lily", "She", "she"),
+    ("Raj", "He", "he"),
+    ("Zoe", "She", "she"),
+)
+ITEMS = ("apples", "pens", "books", "cards", "stamps", "shells", "cookies", "eggs")
+
+
+def _numbers(t: Template, rng: random.Random) -> tuple[int, ...]:
+    r = rng.randint
+    if t.key == "add":
+        return r(2, 99), r(2, 99)
+    if t.key == "sub":
+        a = r(10, 99)
+        return a, r(1, a - 1)
+    if t.key == "mul":
+        return r(2, 20), r(2, 30)
+    if t.key == "div":
+        b = r(2, 15)
+        return b * r(2, 30), b
+    if t.key == "change":
+        a, b = r(2, 9), r(2, 9)
+        return a, b, a * b + r(1, 50)
+    if t.key == "bags":
+        return r(2, 9), r(2, 12), r(1, 20)
+    if t.key == "left":
+        a = r(20, 99)
+        b = r(1, a // 2)
+        return a, b, r(1, a - b - 1)
+    if t.key == "rate":
+        return r(2, 30), r(2, 9), r(1, 50)
+    raise KeyError(t.key)
+
+
+def _answer(t: Template, nums: tuple[int, ...]) -> int:
+    return int(t.fn(*nums))
+
+
+def is_heldout(t: Template, nums: tuple[int, ...], frac: float) -> bool:
+    """Stable bucket of (template, numbers): the split never depends on names or items."""
+    h = hashlib.sha256(f"{t.key}:{nums}".encode()).digest()
+    return int.from_bytes(h[:8], "big") / 2**64 < frac
+
+
+def program_text(t: Template, nums: tuple[int, ...]) -> str:
+    lines = ["def simple_math_problem():"]
+    lines += [f"    {name} = {v}" for name, v in zip(t.names, nums)]
+    lines += [f"    result = {t.expr}", "    return result"]
+    return "\n".join(lines)
+
+
+def make_example(t: Template, nums: tuple[int, ...], rng: random.Random) -> dict:
+    name, pron, pron_l = rng.choice(PEOPLE)
+    question = t.question.format(
+        N=name, P=pron, p=pron_l, I=rng.choice(ITEMS), **dict(zip(t.slots, nums))
+    )
+    return {
+        "template": t.key,
+        "numbers": list(nums),
+        "question": question,
+        "code": program_text(t, nums),
+        "answer": _answer(t, nums),
+    }
+
+
+def generate(
+    n: int,
+    *,
+    split: str,
+    seed: int,
+    heldout_frac: float = 0.1,
+    templates: tuple[str, ...] = TEMPLATE_KEYS,
+) -> list[dict]:
+    """``n`` examples of ``split`` ("train" or "heldout"); held-out examples are distinct
+    parameter combinations (no duplicates), training ones may repeat a combination with other
+    names. Deterministic in (seed, split)."""
+    if split not in ("train", "heldout"):
+        raise ValueError(f"arith: split must be train or heldout, got {split!r}")
+    chosen = [t for t in TEMPLATES if t.key in templates]
+    if len(chosen) != len(set(templates)):
+        raise ValueError(f"arith: unknown template(s) in {templates} (known: {TEMPLATE_KEYS})")
+    rng = random.Random(f"arith:{seed}:{split}")
+    want_heldout = split == "heldout"
+    out, seen = [], set()
+    tries = 0
+    while len(out) < n:
+        tries += 1
+        if tries > 200 * n + 10_000:
+            raise ValueError(
+                f"arith: cannot draw {n} distinct {split} problems (the held-out "
+                f"space is too small: raise heldout_frac or lower n)"
+            )
+        t = rng.choice(chosen)
+        nums = _numbers(t, rng)
+        if is_heldout(t, nums, heldout_frac) != want_heldout:
+            continue
+        if want_heldout:
+            if (t.key, nums) in seen:
+                continue
+            seen.add((t.key, nums))
+        out.append(make_example(t, nums, rng))
+    return out
+
+
+class ArithTask(ProgramTask):
+    """The stand-in task (name ``arith_standin``): train on generated TinyGSM-style pairs,
+    evaluate by executing the sampled programs on held-out parameter combinations.
+
+    Options: ``seq_len`` (192), ``train_on_pad`` (True, as the paper's TinyGSM runs),
+    ``heldout_frac`` (0.1), ``templates`` (all), plus the ProgramTask options. ``n_train``
+    examples are generated for training; ``eval_data(group, n)`` gives the first ``n``
+    held-out problems.
+    """
+
+    name = "arith_standin"
+    task_options = {
+        "seq_len": 192,
+        "train_on_pad": True,
+        "heldout_frac": 0.1,
+        "templates": list(TEMPLATE_KEYS),
+    }
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.tokenizer = CharTokenizer()
+        self.vocab_size = len(self.tokenizer)
+        self.seq_len = int(self.opts["seq_len"])
+        self.templates = tuple(self.opts["templates"])
+        self.heldout_frac = float(self.opts["heldout_frac"])
+        if not 0.0 < self.heldout_frac < 1.0:
+            raise ValueError(
+                f"arith_standin: heldout_frac must be in (0, 1), got {self.heldout_frac}"
+            )
+
+    def groups(self) -> list[str]:
+        return ["heldout"]
+
+    def _examples(self, split: str, n: int) -> list[dict]:
+        return generate(
+            n,
+            split=split,
+            seed=self.cfg.seed,
+            heldout_frac=self.heldout_frac,
+            templates=self.templates,
+        )
+
+    def train_data(self, groups: list[str]) -> TaskData:
+        from bench.data.tinygsm import encode_pair, pack
+
+        ex = self._examples("train", self.cfg.n_train)
+        tok = self.tokenizer
+        ids, pl = encode_pair(tok, [e["question"] for e in ex], [e["code"] for e in ex])
+        longest = max(len(s) for s in ids)
+        if longest > self.seq_len:
+            raise ValueError(
+                f"arith_standin: an example has {longest} tokens > seq_len "
+                f"{self.seq_len}; raise task.options.seq_len"
+            )
+        x, clean, loss = pack(
+            ids,
+            pl,
+            max_len=self.seq_len,
+            pad_id=tok.pad_token_id,
+            eos_id=tok.eos_token_id,
+            train_on_pad=bool(self.opts["train_on_pad"]),
+        )
+        return TaskData(
+            torch.from_numpy(x).long(),
+            torch.from_numpy(clean),
+            torch.from_numpy(loss),
+            meta={"answer": [e["answer"] for e in ex]},
+        )
+
+    def eval_data(self, group: str, n: int) -> TaskData:
+        if group != "heldout":
+            raise ValueError(f"arith_standin: unknown group {group!r} (groups: heldout)")
+        ex = self._examples("heldout", n)
+        return self.prompt_data(
+            [e["question"] for e in ex],
+            [e["answer"] for e in ex],
+            [f"{e['template']}:{i}" for i, e in enumerate(ex)],
+        )
+
+    def reference_completions(self, data: TaskData) -> torch.Tensor:
+        """(N, L) ids with each gold program written after the prompt and EOS (then PAD):
+        evaluating these must give accuracy 1 (an end-to-end check of the pipeline)."""
+        by_q = {}
+        for e in self._examples("heldout", len(data)):
+            by_q[e["question"]] = e["code"]
+        tok = self.tokenizer
+        x = data.x.clone()
+        for i, (q, pl) in enumerate(zip(data.meta["question"], data.meta["prompt_len"])):
+            code = tok.encode(by_q[q]) + [tok.eos_token_id]
+            x[i, pl : pl + len(code)] = torch.tensor(code)
+        return x

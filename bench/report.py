@@ -1,0 +1,237 @@
+"""``python -m bench.report [--results-dir DIR] [--out DIR]``: tables and figures from the store.
+
+Writes to ``<results>/report`` (or ``--out``):
+
+- ``results.csv``: every row of the store (DESIGN.md columns + extensions);
+- ``<task>.md``: per task, the headline metric (Sudoku: exact match) as method x subset
+  (difficulty) at the largest NFE of the grid and temperature 1 (the paper's Table
+  "Exact match accuracy on Sudoku" protocol: one NFE, T = 1), with the paper's reported
+  numbers beside ours where ``results/paper/<task>.csv`` has them, the secondary metrics
+  (cell accuracy, valid grids) and every cell of the grid;
+- ``training.md``: train throughput and final loss of every model;
+- ``<task>_<metric>_vs_nfe.png`` / ``.pdf``: the headline metric against NFE per method
+  (one panel per subset), and ``..._vs_temperature`` when the grid has several temperatures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from bench.results import read
+
+PAPER_DIR = Path(__file__).resolve().parent.parent / "results" / "paper"
+#: headline + secondary metrics per task (first one present is the headline)
+HEADLINE = ("exact_match", "accuracy")
+SECONDARY = ("cell_accuracy", "blank_accuracy", "valid_grid")
+SUBSET_ORDER = {"easy": 0, "medium": 1, "hard": 2}
+
+
+def _atomic_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _model_label(r) -> str:
+    label = r["method"] if r["variant"] in ("base", "", None) else f"{r['method']}/{r['variant']}"
+    return f"{label} ({r['decoding']})" if r.get("decoding") else label
+
+
+def _subsets(df: pd.DataFrame) -> list[str]:
+    return sorted(df["subset"].dropna().unique(), key=lambda s: (SUBSET_ORDER.get(s, 99), s))
+
+
+def _pct(v) -> str:
+    return "" if pd.isna(v) else f"{100 * v:.1f}"
+
+
+def _md_table(df: pd.DataFrame) -> str:
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(map(str, cols)) + " |", "|" + "---|" * len(cols)]
+    for _, r in df.iterrows():
+        lines.append("| " + " | ".join("" if pd.isna(v) else str(v) for v in r.values) + " |")
+    return "\n".join(lines)
+
+
+def headline_cells(s: pd.DataFrame) -> pd.DataFrame:
+    """Per (method, variant, decoding, subset): the rows at the largest NFE and the
+    temperature closest to 1."""
+    s = s.copy()
+    s["_tdist"] = (s["temperature"].astype(float) - 1.0).abs()
+    keys = ["method", "variant", "decoding", "subset", "metric"]
+    best = s.sort_values(["nfe", "_tdist"], ascending=[False, True]).groupby(keys, dropna=False).head(1)
+    return best.drop(columns="_tdist")
+
+
+def paper_numbers(task: str) -> pd.DataFrame | None:
+    path = PAPER_DIR / f"{task}.csv"
+    if not path.is_file():
+        return None
+    return pd.read_csv(path, keep_default_na=False)
+
+
+def _paper_lookup(paper: pd.DataFrame | None, r, subset: str, metric: str):
+    if paper is None:
+        return None
+    p = paper[(paper["table"] == "main") & (paper["method"] == r["method"]) & (paper["variant"] == r["variant"])
+              & (paper["subset"] == subset) & (paper["metric"] == metric)]
+    exact = p[p["decoding"] == r["decoding"]]
+    p = exact if len(exact) else p[p["decoding"] == ""]
+    return float(p["value"].iloc[0]) if len(p) else None
+
+
+def task_markdown(task: str, df: pd.DataFrame) -> tuple[str, str | None]:
+    s = df[(df["task"] == task) & (df["kind"] == "sample")]
+    metrics = set(s["metric"])
+    headline = next((m for m in HEADLINE if m in metrics), None)
+    if headline is None:
+        return f"# {task}\n\nNo headline metric ({', '.join(HEADLINE)}) in the store.\n", None
+    subsets = _subsets(s)
+    paper = paper_numbers(task)
+    best = headline_cells(s)
+    out = [f"# {task}: {headline.replace('_', ' ')} (%)", "",
+           "One row per model and decoding, at the largest NFE of the grid and the temperature closest "
+           "to 1 (values in %, 95 % CI in brackets where the evaluator gives one). `paper` columns are "
+           "the S-FLM paper's reported numbers (9x9, tiny DiT, 20k steps, 180 steps); ours come from "
+           "whatever this sweep ran, so compare them only when the protocol matches.", ""]
+    table = []
+    h = best[best["metric"] == headline]
+    for (method, variant, decoding), g in h.groupby(["method", "variant", "decoding"], dropna=False):
+        r = {"method": method, "variant": variant, "decoding": decoding}
+        row = {"model": _model_label(r), "nfe": ", ".join(str(int(v)) for v in sorted(g["nfe"].dropna().unique())),
+               "T": ", ".join(f"{v:g}" for v in sorted(g["temperature"].dropna().unique())),
+               "train steps": int(g["train_steps"].max())}
+        for sub in subsets:
+            gs = g[g["subset"] == sub]
+            if len(gs):
+                v = gs.iloc[0]
+                ci = f" [{_pct(v['ci_low'])}, {_pct(v['ci_high'])}]" if pd.notna(v["ci_low"]) else ""
+                row[sub] = _pct(v["value"]) + ci
+            else:
+                row[sub] = ""
+            pv = _paper_lookup(paper, r, sub, headline)
+            if paper is not None:
+                row[f"{sub} (paper)"] = "" if pv is None else _pct(pv)
+        table.append(row)
+    out.append(_md_table(pd.DataFrame(table)))
+    for metric in SECONDARY:
+        m = best[best["metric"] == metric]
+        if not len(m):
+            continue
+        m = m.assign(model=[_model_label(r) for _, r in m.iterrows()])
+        piv = m.pivot_table(index="model", columns="subset", values="value", aggfunc="first")
+        piv = piv[[c for c in subsets if c in piv.columns]].map(_pct).reset_index()
+        out += ["", f"## {metric.replace('_', ' ')} (%)", "", _md_table(piv)]
+    full = s[s["metric"] == headline].assign(model=lambda d: [_model_label(r) for _, r in d.iterrows()],
+                                              nfe=lambda d: d["nfe"].astype(int))
+    piv = full.pivot_table(index=["model", "nfe", "temperature"], columns="subset", values="value", aggfunc="first")
+    piv = piv[[c for c in subsets if c in piv.columns]].map(_pct).reset_index()
+    out += ["", f"## Every cell of the grid: {headline.replace('_', ' ')} (%)", "", _md_table(piv), ""]
+    return "\n".join(out), headline
+
+
+def training_markdown(df: pd.DataFrame) -> str:
+    t = df[df["kind"] == "train"]
+    if not len(t):
+        return "# Training\n\nNo training rows.\n"
+    piv = t.pivot_table(index=["task", "method", "variant", "backbone", "subset"], columns="metric", values="value",
+                        aggfunc="first").reset_index()
+    steps = t.groupby(["task", "method", "variant", "backbone", "subset"])["train_steps"].max().reset_index()
+    piv = piv.merge(steps, on=["task", "method", "variant", "backbone", "subset"])
+    for c in ("train_steps_per_s", "train_final_loss"):
+        if c in piv:
+            piv[c] = piv[c].map(lambda v: f"{v:.3g}")
+    if "n_params" in piv:
+        piv["n_params"] = piv["n_params"].map(lambda v: f"{int(v):,}")
+    return "# Training\n\n" + _md_table(piv) + "\n"
+
+
+def figures(task: str, df: pd.DataFrame, metric: str, out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    s = df[(df["task"] == task) & (df["kind"] == "sample") & (df["metric"] == metric)].copy()
+    if not len(s):
+        return []
+    s["model"] = [_model_label(r) for _, r in s.iterrows()]
+    s["value_pct"] = 100 * s["value"].astype(float)
+    s["nfe"] = s["nfe"].astype(float)
+    subsets = _subsets(s)
+    written = []
+    sns.set_theme(style="whitegrid", context="paper", font_scale=1.1)
+    # metric vs NFE at T closest to 1 (AR, whose NFE is the length, appears as a single marker)
+    s["_tdist"] = (s["temperature"].astype(float) - 1).abs()
+    at1 = s[s["_tdist"] == s.groupby("model")["_tdist"].transform("min")]
+    g = sns.relplot(data=at1, x="nfe", y="value_pct", hue="model", col="subset", col_order=subsets, kind="line",
+                    marker="o", markersize=7, height=3.2, aspect=1.1, facet_kws={"sharey": True})
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    ticks = sorted(at1["nfe"].unique())
+    for ax in g.axes.flat:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ticks)
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    g.set(xlabel="NFE (backbone calls; AR: generated length)", ylabel=f"{metric.replace('_', ' ')} (%)")
+    g.set_titles("{col_name}")
+    g.figure.suptitle(f"{task}: {metric.replace('_', ' ')} vs NFE (T closest to 1)", y=1.03)
+    for ext in ("png", "pdf"):
+        p = out / f"{task}_{metric}_vs_nfe.{ext}"
+        g.savefig(p, dpi=150, bbox_inches="tight")
+        written.append(p)
+    plt.close(g.figure)
+    if s["temperature"].nunique() > 1:
+        top = s[s["nfe"] == s.groupby("model")["nfe"].transform("max")]
+        g = sns.relplot(data=top, x="temperature", y="value_pct", hue="model", col="subset", col_order=subsets,
+                        kind="line", marker="o", height=3.2, aspect=1.1)
+        g.set(xlabel="temperature", ylabel=f"{metric.replace('_', ' ')} (%)")
+        g.set_titles("{col_name}")
+        g.figure.suptitle(f"{task}: {metric.replace('_', ' ')} vs temperature (largest NFE)", y=1.03)
+        for ext in ("png", "pdf"):
+            p = out / f"{task}_{metric}_vs_temperature.{ext}"
+            g.savefig(p, dpi=150, bbox_inches="tight")
+            written.append(p)
+        plt.close(g.figure)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.report", description=__doc__.split("\n")[0])
+    ap.add_argument("--results-dir", default="results", help="results folder holding store/ (default: results)")
+    ap.add_argument("--out", help="output folder (default: <results-dir>/report)")
+    args = ap.parse_args(argv)
+    store = Path(args.results_dir) / "store"
+    if not store.is_dir():
+        print(f"error: {store}: no results store (run python -m bench.sweep first)", file=sys.stderr)
+        return 2
+    out = Path(args.out or Path(args.results_dir) / "report")
+    out.mkdir(parents=True, exist_ok=True)
+    df = read(args.results_dir)
+    tmp = out / f".results.csv.tmp{os.getpid()}"
+    df.to_csv(tmp, index=False)
+    os.replace(tmp, out / "results.csv")
+    written = [out / "results.csv"]
+    _atomic_text(out / "training.md", training_markdown(df))
+    written.append(out / "training.md")
+    for task in sorted(df["task"].dropna().unique()):
+        text, headline = task_markdown(task, df)
+        _atomic_text(out / f"{task}.md", text)
+        written.append(out / f"{task}.md")
+        if headline:
+            written += figures(task, df, headline, out)
+    print(f"{len(df)} rows -> {out}")
+    for p in written:
+        print(f"  {p}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
