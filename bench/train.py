@@ -162,6 +162,7 @@ class TrainModule(L.LightningModule):
         if stop:
             last = Path(self.trainer.default_root_dir) / "ckpt" / "last.ckpt"
             self.trainer.save_checkpoint(last)
+            _STOP.clear()  # consumed: a later fit() in this process runs normally
             raise TrainingInterrupted(self.global_step, last)
 
 

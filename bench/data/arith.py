@@ -4,9 +4,11 @@ Every example is a TinyGSM-style pair: a one- or two-step word problem and a
 ``def simple_math_problem():`` program that names the quantities, computes ``result`` and returns
 it. A tiny model must copy the numbers from the question into the program and pick the right
 operations, so accuracy measures conditional generation the way GSM8K does, at a size that
-trains on a laptop CPU in minutes. The sequence is ``[BOS] question \\n program [EOS]`` in a
-character-level vocabulary (:class:`bench.data.tokenizers.CharTokenizer`, 99 ids), padded to
-``seq_len`` (192).
+trains on a laptop CPU in minutes. The sequence is ``[BOS] question \\n program [EOS]``, padded
+to ``seq_len`` (64; the longest example has 51 tokens). The tokenizer
+(:class:`bench.data.tokenizers.CharTokenizer`, 195 ids) has one id per character plus one per
+word of the closed template vocabulary and per fixed code fragment (:func:`word_pieces`); digits
+stay single characters, as in SmolLM's tokenizer, so numbers are copied digit by digit.
 
 Splits are by **template parameters**: an example is held out when a hash of (template, numbers)
 falls in the held-out bucket (``heldout_frac``), so no held-out number combination appears in
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -124,6 +127,20 @@ PEOPLE = (
     ("Zoe", "She", "she"),
 )
 ITEMS = ("apples", "pens", "books", "cards", "stamps", "shells", "cookies", "eggs")
+CODE_PIECES = ("def simple_math_problem():", "\n    ", " = ", " + ", " - ", " * ", " // ", "return ")
+
+
+def word_pieces() -> tuple[str, ...]:
+    """The tokenizer's multi-character pieces: every word of the templates (with its leading
+    space), names, items, the program's variable names and its fixed code fragments. Digits,
+    punctuation and anything else stay single characters."""
+    words: list[str] = []
+    for t in TEMPLATES:
+        words += re.findall(r" ?[A-Za-z]{2,}", re.sub(r"\{\w\}", "", t.question))
+        words += [*t.names, "result"]
+    for w in [p[0] for p in PEOPLE] + list(ITEMS):
+        words += [w, f" {w}"]
+    return tuple(dict.fromkeys([*CODE_PIECES, *words]))
 
 
 def _numbers(t: Template, rng: random.Random) -> tuple[int, ...]:
@@ -226,7 +243,7 @@ class ArithTask(ProgramTask):
     """The stand-in task (name ``arith_standin``): train on generated TinyGSM-style pairs,
     evaluate by executing the sampled programs on held-out parameter combinations.
 
-    Options: ``seq_len`` (192), ``train_on_pad`` (True, as the paper's TinyGSM runs),
+    Options: ``seq_len`` (64), ``train_on_pad`` (True, as the paper's TinyGSM runs),
     ``heldout_frac`` (0.1), ``templates`` (all), plus the ProgramTask options. ``n_train``
     examples are generated for training; ``eval_data(group, n)`` gives the first ``n``
     held-out problems.
@@ -234,7 +251,7 @@ class ArithTask(ProgramTask):
 
     name = "arith_standin"
     task_options = {
-        "seq_len": 192,
+        "seq_len": 64,
         "train_on_pad": True,
         "heldout_frac": 0.1,
         "templates": list(TEMPLATE_KEYS),
@@ -242,7 +259,7 @@ class ArithTask(ProgramTask):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        self.tokenizer = CharTokenizer()
+        self.tokenizer = CharTokenizer(words=word_pieces())
         self.vocab_size = len(self.tokenizer)
         self.seq_len = int(self.opts["seq_len"])
         self.templates = tuple(self.opts["templates"])

@@ -1,9 +1,12 @@
 """Tokenizers for the program tasks.
 
-- :class:`CharTokenizer`: one id per character of a fixed alphabet plus PAD / BOS / EOS, for the
-  CPU stand-in (bench/data/arith.py). It offers the small subset of the Hugging Face tokenizer
-  interface the loaders use (``__call__`` with ``add_special_tokens``, ``encode``, ``decode``,
-  ``bos/eos/pad_token_id``, ``len``), so the same code path serves both.
+- :class:`CharTokenizer`: one id per character of a fixed alphabet plus PAD / BOS / EOS, and
+  optionally a fixed list of multi-character pieces (whole words, ``"\n    "``) matched greedily,
+  longest first, for the CPU stand-in (bench/data/arith.py): its word problems use a closed
+  vocabulary, so word pieces cut the sequences about 3x while digits stay single characters (as
+  in SmolLM's tokenizer, which splits numbers into digits). It offers the small subset of the
+  Hugging Face tokenizer interface the loaders use (``__call__`` with ``add_special_tokens``,
+  ``encode``, ``decode``, ``bos/eos/pad_token_id``, ``len``), so the same code path serves both.
 - :func:`load_smollm_tokenizer`: the paper's tokenizer, ``HuggingFaceTB/SmolLM-135M`` (49,152
   tokens, BOS = EOS = ``<|endoftext|>`` = 0). Like the reference harness it adds a ``[PAD]``
   token (id 49,152, so the vocabulary is 49,153). Sources, in order: the local HF cache, the HF
@@ -18,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import re
 import string
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -33,23 +37,35 @@ DEFAULT_ALPHABET = string.ascii_letters + string.digits + string.punctuation + "
 
 
 class CharTokenizer:
-    """Character-level tokenizer: ids 0/1/2 = PAD/BOS/EOS, then one id per alphabet character."""
+    """Ids 0/1/2 = PAD/BOS/EOS, then one id per alphabet character, then one per piece.
+
+    ``encode`` takes, at each position, the longest piece that matches, else the character, so
+    any text over the alphabet encodes and every id sequence decodes (concatenation)."""
 
     pad_token, bos_token, eos_token = "<pad>", "<bos>", "<eos>"
     pad_token_id, bos_token_id, eos_token_id = 0, 1, 2
 
-    def __init__(self, alphabet: str = DEFAULT_ALPHABET):
+    def __init__(self, alphabet: str = DEFAULT_ALPHABET, words: Sequence[str] = ()):
         if len(set(alphabet)) != len(alphabet):
             raise ValueError("CharTokenizer: alphabet has repeated characters")
-        self.alphabet = alphabet
-        self._ids = {c: i + 3 for i, c in enumerate(alphabet)}
-        self._chars = {i + 3: c for i, c in enumerate(alphabet)}
-        digest = hashlib.sha256(alphabet.encode()).hexdigest()[:12]
+        words = list(dict.fromkeys(words))
+        for w in words:
+            if len(w) < 2 or any(c not in alphabet for c in w):
+                raise ValueError(
+                    f"CharTokenizer: piece {w!r} must have >= 2 characters of the alphabet"
+                )
+        self.alphabet, self.words = alphabet, tuple(words)
+        pieces = [*alphabet, *self.words]
+        self._ids = {p: i + 3 for i, p in enumerate(pieces)}
+        self._pieces = {i + 3: p for i, p in enumerate(pieces)}
+        longest_first = sorted(self.words, key=len, reverse=True)
+        self._split = re.compile("|".join([*map(re.escape, longest_first), "."]), re.S)
+        digest = hashlib.sha256("\x00".join([alphabet, *self.words]).encode()).hexdigest()[:12]
         self.name_or_path = f"char:{digest}"
         self.sflm_source = "builtin"
 
     def __len__(self) -> int:
-        return len(self.alphabet) + 3
+        return len(self._ids) + 3
 
     @property
     def all_special_ids(self) -> list[int]:
@@ -57,7 +73,7 @@ class CharTokenizer:
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         try:
-            ids = [self._ids[c] for c in text]
+            ids = [self._ids[p] for p in self._split.findall(text)]
         except KeyError as e:
             raise ValueError(
                 f"CharTokenizer: character {e.args[0]!r} is not in the alphabet (in {text[:60]!r})"
@@ -73,7 +89,7 @@ class CharTokenizer:
         out = []
         for i in ids:
             i = int(i)
-            c = self._chars.get(i)
+            c = self._pieces.get(i)
             if c is not None:
                 out.append(c)
             elif not skip_special_tokens:
