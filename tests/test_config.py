@@ -3,7 +3,15 @@ import sys
 
 import pytest
 
-from bench.config import ConfigError, SampleConfig, SweepConfig, TrainConfig, build, config_hash, load_sweep
+from bench.config import (
+    ConfigError,
+    SampleConfig,
+    SweepConfig,
+    TrainConfig,
+    build,
+    config_hash,
+    load_sweep,
+)
 
 
 def test_defaults_come_from_code():
