@@ -27,7 +27,9 @@ Variant (off by default, ``curriculum_end > 0``): the Duo paper's Gaussian-curri
 training (duo `algo.py::DUO.nll`): a Gaussian latent of the one-hot, the network fed the
 tempered softmax of that latent, the NELBO evaluated at x_t = argmax of the latent with the
 "diffusion-duality" alpha_t = T(gamma) from a table this module computes for the vocabulary
-in use (:func:`duality_table`), not the tokenizer-specific pickle of the Duo repo.
+in use (:func:`duality_table`), not the tokenizer-specific pickle of the Duo repo. The gamma
+range defaults to the one whose alpha span equals that of Duo's [-3.5, -1.75] on GPT-2
+(:func:`curriculum_gamma_range`); explicit gamma_min / gamma_max reproduce the Duo config.
 """
 
 from __future__ import annotations
@@ -55,14 +57,23 @@ class DuoOptions(Options):
     curriculum_end: int = _f(0, ge=0, help="train step at which the Gaussian curriculum ends and the plain "
                              "NELBO takes over (0 = no curriculum = duo_base; Duo config: 200000)")
     curriculum_start: int = _f(0, ge=0, help="step at which tau starts its log-linear decay (Duo config: 100000)")
-    gamma_min: float = _f(-3.5, help="curriculum: Gaussian log-noise-ratio gamma at t = 0 (Duo config)")
-    gamma_max: float = _f(-1.75, help="curriculum: gamma at t = 1 (Duo config)")
+    gamma_min: float | None = _f(None, help="curriculum: Gaussian log-noise-ratio gamma at t = 0 (Duo OWT: "
+                                 "-3.5); None = solve T(gamma_min) = curriculum_alpha_max for this vocabulary")
+    gamma_max: float | None = _f(None, help="curriculum: gamma at t = 1 (Duo OWT: -1.75); None = solve "
+                                 "T(gamma_max) = curriculum_alpha_min")
+    curriculum_alpha_max: float = _f(0.928, gt=0.0, lt=1.0, help="alpha at gamma_min when derived (= T(-3.5) for GPT-2)")
+    curriculum_alpha_min: float = _f(0.038, gt=0.0, lt=1.0, help="alpha at gamma_max when derived (= T(-1.75) for GPT-2)")
     tau_start: float = _f(1e-1, gt=0.0, help="curriculum: softmax temperature until curriculum_start (Duo: 10^-1)")
     tau_end: float = _f(1e-2, gt=0.0, help="curriculum: softmax temperature reached at curriculum_end (Duo: 10^-2)")
 
     def validate(self):
-        if self.curriculum_end and not self.gamma_min < self.gamma_max:
+        if (self.gamma_min is None) != (self.gamma_max is None):
+            raise ConfigError("gamma_min: set both gamma_min and gamma_max, or neither (derived from the vocabulary)")
+        if self.gamma_min is not None and not self.gamma_min < self.gamma_max:
             raise ConfigError(f"gamma_min: must be < gamma_max ({self.gamma_min} >= {self.gamma_max})")
+        if not self.curriculum_alpha_min < self.curriculum_alpha_max:
+            raise ConfigError(f"curriculum_alpha_min: must be < curriculum_alpha_max "
+                              f"({self.curriculum_alpha_min} >= {self.curriculum_alpha_max})")
         if self.curriculum_end and self.curriculum_start > self.curriculum_end:
             raise ConfigError(f"curriculum_start: must be <= curriculum_end ({self.curriculum_start} > {self.curriculum_end})")
 
@@ -149,25 +160,46 @@ def sample_uniform_posterior(log_p: Tensor, x_t: Tensor, alpha_s: Tensor, alpha_
 # --------------------------------------------------------------------------- curriculum table
 
 
-@functools.lru_cache(maxsize=8)
-def duality_table(vocab_size: int, gamma_min: float, gamma_max: float, n: int = 1000,
-                  n_gh: int = 100) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(gamma, alpha, dalpha/dgamma) on ``n`` points of [gamma_min, gamma_max] for the
-    Gaussian latent w = sqrt(sigmoid(-gamma)) onehot(x_0) + sqrt(sigmoid(gamma)) eps:
-    I(gamma) = P[argmax w = x_0] = E_z[Phi(z + mu)^(V-1)], mu = sqrt(sigmoid(-gamma) / sigmoid(gamma))
-    = exp(-gamma / 2), by Gauss-Hermite quadrature; alpha = T(gamma) = (V I - 1) / (V - 1)
-    (Duo eq. 10 / duo `utils.py` integral table, recomputed here for the vocabulary in use);
-    dalpha/dgamma by central finite differences on the grid (the Duo repo does the same).
-    """
+def duality_alpha(gamma: np.ndarray, vocab_size: int, n_gh: int = 100) -> np.ndarray:
+    """alpha = T(gamma) = (V I(gamma) - 1) / (V - 1) (Duo eq. 10), where
+    I(gamma) = P[argmax w = x_0] for w = sqrt(sigmoid(-gamma)) onehot(x_0) + sqrt(sigmoid(gamma)) eps
+    = E_z[Phi(z + mu)^(V-1)], mu = sqrt(sigmoid(-gamma) / sigmoid(gamma)) = exp(-gamma / 2),
+    by Gauss-Hermite quadrature (the Duo repo ships this as a per-tokenizer pickle)."""
     from numpy.polynomial.hermite import hermgauss
     from scipy.special import log_ndtr
 
-    gamma = np.linspace(gamma_min, gamma_max, n)
+    gamma = np.asarray(gamma, dtype=np.float64)
     x, w = hermgauss(n_gh)
     w, z = w / np.sqrt(np.pi), np.sqrt(2.0) * x  # E_{z ~ N(0,1)} f(z) = sum w f(z)
-    mu = np.exp(-gamma / 2)
-    I = np.sum(w * np.exp((vocab_size - 1) * log_ndtr(z[None] + mu[:, None])), axis=-1)
-    alpha = np.clip((vocab_size * I - 1) / (vocab_size - 1), 1e-12, 1.0)
+    mu = np.exp(-gamma / 2).reshape(-1, 1)
+    I = np.sum(w * np.exp((vocab_size - 1) * log_ndtr(z[None] + mu)), axis=-1).reshape(gamma.shape)
+    return (vocab_size * I - 1) / (vocab_size - 1)
+
+
+@functools.lru_cache(maxsize=8)
+def curriculum_gamma_range(vocab_size: int, alpha_min: float, alpha_max: float) -> tuple[float, float]:
+    """(gamma_min, gamma_max) with T(gamma_min) = alpha_max and T(gamma_max) = alpha_min.
+
+    Duo's gamma range [-3.5, -1.75] was chosen for GPT-2 (V = 50257), where it spans
+    alpha in [0.038, 0.928]; for a small vocabulary the same gammas are almost noise-free
+    (V = 10: alpha in [0.76, 0.9998]), so by default the range is re-derived for the
+    vocabulary in use from that alpha span."""
+    from scipy.optimize import brentq
+
+    def solve(a: float) -> float:
+        return brentq(lambda g: float(duality_alpha(np.array(g), vocab_size)) - a, -40.0, 40.0, xtol=1e-10)
+
+    return solve(alpha_max), solve(alpha_min)
+
+
+@functools.lru_cache(maxsize=8)
+def duality_table(vocab_size: int, gamma_min: float, gamma_max: float, n: int = 1000,
+                  n_gh: int = 100) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(gamma, alpha, dalpha/dgamma) on ``n`` points of [gamma_min, gamma_max]
+    (duo `algo.py::Integral` table, T = 1000 points); dalpha/dgamma by central finite
+    differences on the grid (the Duo repo uses a forward difference)."""
+    gamma = np.linspace(gamma_min, gamma_max, n)
+    alpha = np.clip(duality_alpha(gamma, vocab_size, n_gh), 1e-12, 1.0)
     dalpha = np.gradient(alpha, gamma)
     return gamma, alpha, dalpha
 
@@ -188,6 +220,9 @@ class Duo(Method):
     Options = DuoOptions
     decodings = ("ancestral", "greedy")
     conformance_variants = [{}, {"curriculum_end": 1000}]
+    #: sort-8 learnability run: the recipe's EMA (0.99 here; the paper uses 0.9999 over 20k steps)
+    #: smooths the noisy no-EMA curve (without it the model hovers at 0.85-0.9 at 1500 steps)
+    learnability_train = {"ema": 0.99}
 
     def __init__(self, options, vocab_size: int, seq_len: int):
         super().__init__(options, vocab_size, seq_len)
@@ -230,6 +265,12 @@ class Duo(Method):
     def record_losses(self, t: Tensor, per_sample: Tensor, step: int) -> None:
         self.train_step = step + 1
 
+    def gamma_range(self) -> tuple[float, float]:
+        o = self.opts
+        if o.gamma_min is not None:
+            return o.gamma_min, o.gamma_max
+        return curriculum_gamma_range(self.vocab_size, o.curriculum_alpha_min, o.curriculum_alpha_max)
+
     def _curriculum_loss(self, backbone, batch: Batch, t: Tensor) -> LossOutput:
         """Duo Gaussian curriculum (duo `algo.py::DUO.nll` with `_process_model_input`):
         gamma = gamma_min + t (gamma_max - gamma_min); w = sqrt(sigmoid(-gamma)) onehot(x_0)
@@ -239,11 +280,12 @@ class Duo(Method):
         alpha'_t = T'(gamma) (gamma_max - gamma_min) (`DUO._gamma_to_alpha_dalpha_cached`)."""
         o = self.opts
         dev = batch.x.device
+        g_min, g_max = self.gamma_range()
         g_tab, a_tab, da_tab = (torch.as_tensor(a, device=dev, dtype=torch.float32)
-                                for a in duality_table(self.vocab_size, o.gamma_min, o.gamma_max))
-        gamma = o.gamma_min + t.float() * (o.gamma_max - o.gamma_min)  # (B,)
+                                for a in duality_table(self.vocab_size, g_min, g_max))
+        gamma = g_min + t.float() * (g_max - g_min)  # (B,)
         alpha_t = _interp(gamma, g_tab, a_tab)
-        dalpha_t = _interp(gamma, g_tab, da_tab) * (o.gamma_max - o.gamma_min)
+        dalpha_t = _interp(gamma, g_tab, da_tab) * (g_max - g_min)
         onehot = F.one_hot(batch.x, self.vocab_size).float()
         w = (torch.sigmoid(-gamma).sqrt()[:, None, None] * onehot
              + torch.sigmoid(gamma).sqrt()[:, None, None] * torch.randn_like(onehot))

@@ -10,7 +10,10 @@ Writes to ``<results>/report`` (or ``--out``):
   (cell accuracy, valid grids) and every cell of the grid;
 - ``training.md``: train throughput and final loss of every model;
 - ``<task>_<metric>_vs_nfe.png`` / ``.pdf``: the headline metric against NFE per method
-  (one panel per subset), and ``..._vs_temperature`` when the grid has several temperatures.
+  (one panel per subset), and ``..._vs_temperature`` when the grid has several temperatures;
+- program tasks (GSM8K, its stand-in): a section of ``<task>.md`` with accuracy and its 95 %
+  bootstrap CI per model at every NFE and temperature, and ``<task>_accuracy_ci_vs_nfe.png`` /
+  ``.pdf``: accuracy vs NFE with CI error bars, one panel per temperature (the paper's figures).
 """
 
 from __future__ import annotations
@@ -203,6 +206,141 @@ def figures(task: str, df: pd.DataFrame, metric: str, out: Path) -> list[Path]:
     return written
 
 
+# --------------------------------------------------------------------------- program tasks (GSM8K)
+# GSM8K and its CPU stand-in (arith_standin) score executed programs: `accuracy` is the paper's
+# bootstrap point estimate with its 95 % percentile CI (bench/evaluate/stats.py). The generic
+# report above shows one NFE and T per model; the paper's GSM8K figures plot accuracy vs NFE
+# with CI error bars at T = 1 and T = 0.1. This section adds that table and figure.
+
+PROGRAM_TASKS = ("gsm8k", "arith_standin")
+
+
+def _length_bound_and_tfree(method: str, decoding: str) -> tuple[bool, bool]:
+    """(NFE is the generated length, decoding ignores the temperature), from the method class."""
+    try:
+        from bench import registry
+
+        cls = registry.METHODS[method]
+    except (ImportError, KeyError):
+        return False, False
+    return bool(cls.nfe_is_length), decoding in tuple(cls.temperature_free)
+
+
+def _program_rows(task: str, df: pd.DataFrame) -> pd.DataFrame:
+    s = df[(df["task"] == task) & (df["kind"] == "sample") & (df["metric"] == "accuracy")].copy()
+    if not len(s):
+        return s
+    s["model"] = [_model_label(r) for _, r in s.iterrows()]
+    flags = {(m, d): _length_bound_and_tfree(m, d) for m, d in set(zip(s["method"], s["decoding"]))}
+    s["length_bound"] = [flags[(m, d)][0] for m, d in zip(s["method"], s["decoding"])]
+    s["t_free"] = [flags[(m, d)][1] for m, d in zip(s["method"], s["decoding"])]
+    s["nfe"] = s["nfe"].astype(int)
+    s["temperature"] = s["temperature"].astype(float)
+    return s
+
+
+def _with_t_free(s: pd.DataFrame, temp: float) -> pd.DataFrame:
+    """Rows at temperature ``temp``, plus temperature-free decodings (AR greedy, S-FLM top-1:
+    the planner samples them once, at T = 1) for models with no row at ``temp``."""
+    at = s[s["temperature"] == temp]
+    extra = s[s["t_free"] & ~s["model"].isin(at["model"])]
+    return pd.concat([at, extra])
+
+
+def program_task_markdown(task: str, df: pd.DataFrame) -> str:
+    """Accuracy [95 % CI] (%) per model at every NFE, one table per temperature."""
+    s = _program_rows(task, df)
+    if not len(s) or s["ci_low"].isna().all():
+        return ""
+    cell = lambda r: f"{_pct(r['value'])} [{_pct(r['ci_low'])}, {_pct(r['ci_high'])}]"  # noqa: E731
+    n = int(s["n"].max())
+    out = ["", "## Accuracy (%) with 95 % bootstrap CI at every NFE and temperature", "",
+           f"Point estimate = mean of the bootstrap accuracies, interval = 2.5 / 97.5 percentiles "
+           f"(paper appendix \"Bootstrap Confidence Intervals\"), over up to {n} problems. "
+           "Autoregressive models make one call per generated token: their column is `length` "
+           "(calls used in brackets). Temperature-free decodings (greedy, top-1) appear in every "
+           "temperature's table."]
+    if task != "gsm8k":
+        out[-1] += f" Task `{task}` is the CPU stand-in, not GSM8K."
+    grid = sorted(s.loc[~s["length_bound"], "nfe"].unique())
+    for temp in sorted(s["temperature"].unique(), reverse=True):
+        at = _with_t_free(s, temp)
+        rows = []
+        for model, g in at.groupby("model", sort=True):
+            row = {"model": model}
+            for nfe in grid:
+                hit = g[(g["nfe"] == nfe) & ~g["length_bound"]]
+                row[f"NFE {nfe}"] = cell(hit.iloc[0]) if len(hit) else ""
+            lb = g[g["length_bound"]]
+            if len(lb):
+                row["length"] = f"{cell(lb.iloc[0])} ({int(lb.iloc[0]['nfe'])})"
+            rows.append(row)
+        table = pd.DataFrame(rows)
+        if "length" not in table:
+            table["length"] = ""
+        out += ["", f"### T = {temp:g}", "", _md_table(table.fillna(""))]
+    return "\n".join(out) + "\n"
+
+
+def program_task_figure(task: str, df: pd.DataFrame, out: Path) -> list[Path]:
+    """Accuracy vs NFE with 95 % CI error bars, one panel per temperature (paper figures
+    "Accuracy on GSM8K" at T = 1 and T = 0.1); AR as a horizontal line with its CI band."""
+    s = _program_rows(task, df)
+    if not len(s) or s["ci_low"].isna().all():
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    sns.set_theme(style="whitegrid", context="paper", font_scale=1.1)
+    models = sorted(s["model"].unique())
+    colors = dict(zip(models, sns.color_palette("tab10" if len(models) <= 10 else "husl", len(models))))
+    temps = sorted(s["temperature"].unique(), reverse=True)
+    grid = sorted(s.loc[~s["length_bound"], "nfe"].unique())
+    fig, axes = plt.subplots(1, len(temps), figsize=(4.6 * len(temps), 3.6), sharey=True, squeeze=False)
+    for ax, temp in zip(axes[0], temps):
+        at = _with_t_free(s, temp)
+        for model, g in at.groupby("model", sort=True):
+            g = g.sort_values("nfe")
+            v, lo, hi = (100 * g[c].astype(float).to_numpy() for c in ("value", "ci_low", "ci_high"))
+            if g["length_bound"].iloc[0]:
+                ax.axhline(v[0], color=colors[model], ls="--", lw=1.2, label=f"{model}, NFE = length")
+                ax.axhspan(lo[0], hi[0], color=colors[model], alpha=0.15, lw=0)
+                continue
+            yerr = [(v - lo).clip(min=0), (hi - v).clip(min=0)]
+            ax.errorbar(g["nfe"], v, yerr=yerr, color=colors[model], marker="o", ms=4, capsize=3,
+                        lw=1.3, label=model)
+        if grid:
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(grid)
+            ax.xaxis.set_major_formatter(ScalarFormatter())
+            ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_title(f"T = {temp:g}")
+        ax.set_xlabel("NFE (backbone calls)")
+    axes[0][0].set_ylabel("accuracy (%), 95 % bootstrap CI")
+    handles, labels = {}, {}
+    for ax in axes[0]:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    labels = list(handles)
+    fig.legend([handles[k] for k in labels], labels, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
+    name = "GSM8K" if task == "gsm8k" else f"{task} (CPU stand-in, not GSM8K)"
+    fig.suptitle(f"{name}: accuracy vs NFE", y=1.02)
+    fig.tight_layout()
+    written = []
+    for ext in ("png", "pdf"):
+        p = out / f"{task}_accuracy_ci_vs_nfe.{ext}"
+        tmp = p.with_name(f".{p.stem}.tmp{os.getpid()}{p.suffix}")
+        fig.savefig(tmp, dpi=150, bbox_inches="tight")
+        os.replace(tmp, p)
+        written.append(p)
+    plt.close(fig)
+    return written
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.report", description=__doc__.split("\n")[0])
     ap.add_argument("--results-dir", default="results", help="results folder holding store/ (default: results)")
@@ -223,10 +361,14 @@ def main(argv: list[str] | None = None) -> int:
     written.append(out / "training.md")
     for task in sorted(df["task"].dropna().unique()):
         text, headline = task_markdown(task, df)
+        if task in PROGRAM_TASKS:  # GSM8K section: CI table at every NFE / T
+            text += program_task_markdown(task, df)
         _atomic_text(out / f"{task}.md", text)
         written.append(out / f"{task}.md")
         if headline:
             written += figures(task, df, headline, out)
+        if task in PROGRAM_TASKS:  # GSM8K section: accuracy vs NFE with CI error bars
+            written += program_task_figure(task, df, out)
     print(f"{len(df)} rows -> {out}")
     for p in written:
         print(f"  {p}")

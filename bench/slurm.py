@@ -58,7 +58,8 @@ _ENV_FIELDS = ("partition", "account", "qos", "time_min", "gpus_per_node", "cpus
 # sacct states after which a job will not run again (without a requeue)
 _FAILED_STATES = {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
                   "DEADLINE", "REVOKED", "SPECIAL_EXIT"}
-_PY_ERROR = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Interrupted)|slurmstepd: error:|srun: error:)")
+# a Python exception line, or slurmstepd's "*** JOB 12 ON node CANCELLED AT ... ***"
+_ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Interrupted)\b|slurmstepd(-[\w.-]+)?: error:)")
 STATES = ("done", "running", "pending", "failed")
 
 
@@ -85,7 +86,7 @@ def settings(ex: ExecutorConfig, env: dict | None = None) -> ExecutorConfig:
 
 
 def _log_dir(cfg) -> Path:
-    return Path(cfg.executor.log_dir or Path(cfg.results_dir) / "logs").absolute()
+    return Path(settings(cfg.executor).log_dir or Path(cfg.results_dir) / "logs").absolute()
 
 
 def state_dir(cfg) -> Path:
@@ -126,12 +127,10 @@ def chunk_cells(cells: list, ex: ExecutorConfig) -> list[list]:
 
 
 def _absolute(cell):
-    """The same cell with an absolute results_dir (jobs may start in another directory)."""
-    from bench.sweep import SampleCell, TrainCell
-
-    if isinstance(cell, TrainCell):
+    """The same cell with an absolute results_dir (jobs may start in another directory).
+    Duck-typed: under ``python -m bench.sweep`` the cell classes live in ``__main__``."""
+    if hasattr(cell, "results_dir"):  # a TrainCell
         return dataclasses.replace(cell, results_dir=str(Path(cell.results_dir).absolute()))
-    assert isinstance(cell, SampleCell)
     return dataclasses.replace(cell, train=_absolute(cell.train))
 
 
@@ -338,18 +337,23 @@ def _log_paths(state: dict, job: str) -> list[Path]:
 
 
 def last_error_line(paths: list[Path]) -> str | None:
-    """The most telling line of a job's stderr: the last Python exception or SLURM error."""
+    """The most telling line of a job's stderr (any task): the last Python exception or
+    slurmstepd error, else the last ``srun: error`` line, else the last line of the first log."""
+    fallback = srun_error = None
     for p in paths:
         try:
             lines = [ln.strip() for ln in p.read_text(errors="replace").splitlines() if ln.strip()]
         except OSError:
             continue
         for ln in reversed(lines):
-            if _PY_ERROR.match(ln):
+            ln = re.sub(r"^\[rank\d+\]:\s*", "", ln)  # torch.distributed prefixes each rank's traceback
+            if _ERROR_LINE.match(ln):
                 return ln[:300]
-        if lines:
-            return lines[-1][:300]
-    return None
+            if srun_error is None and ln.startswith("srun: error:"):
+                srun_error = ln[:300]
+        if lines and fallback is None:
+            fallback = lines[-1][:300]
+    return srun_error or fallback
 
 
 def statuses(p, state: dict | None = None, jobs: dict[str, JobState] | None = None) -> list[CellStatus]:
@@ -525,30 +529,31 @@ def _submit_samples(cfg, ex, tc, cells, after: str | None, state) -> list[str]:
     return [j.job_id for j in jobs]
 
 
+def _needs_submit(s: CellStatus) -> bool:
+    """Neither done nor queued/running: never submitted, failed, or vanished."""
+    return s.state == "failed" or (s.state == "pending" and not s.job)
+
+
 def _submit_missing(p, ex, state, status: dict[str, CellStatus]) -> tuple[int, int]:
     """Submit every cell that is neither done nor live; returns (train jobs, array tasks)."""
     cfg = p.cfg
     n_train = n_tasks = 0
-    cancel: list[str] = []
     for tc in p.train_cells:
         ts = status[tc.id]
-        samples = [status[s.id] for s in p.samples_of(tc)]
+        samples = [s for s in p.samples_of(tc)]
         after = None
-        if ts.state in ("failed", "pending") and not (ts.state == "pending" and ts.job):
-            # not done and not live: (re)submit. Pending sample tasks of this model wait on
-            # the old job: cancel them, they are resubmitted behind the new one.
-            stale = [s.job for s in samples if s.state == "pending" and s.job]
-            cancel += stale
-            for s in samples:
-                if s.state == "pending" and s.job:
-                    s.state, s.job = "failed", None
-            _scancel(stale)
+        if _needs_submit(ts):
+            # Pending sample tasks of this model wait on the old (failed) train job, or would
+            # start on missing weights: cancel them and resubmit them behind the new job.
+            stale = [status[s.id] for s in samples if status[s.id].state == "pending" and status[s.id].job]
+            _scancel([x.job for x in stale])
+            for x in stale:
+                x.state = "failed"
             after = _submit_train(cfg, ex, tc, state)
             n_train += 1
-        elif ts.state in ("pending", "running"):
-            after = ts.job  # live in squeue, so the dependency is real
-        todo = [s for s in p.samples_of(tc) if status[s.id].state in ("failed", "pending") and
-                not (status[s.id].state == "pending" and status[s.id].job)]
+        elif ts.state != "done":
+            after = ts.job  # live in squeue right now, so the dependency is real
+        todo = [s for s in samples if _needs_submit(status[s.id])]
         n_tasks += len(_submit_samples(cfg, ex, tc, todo, after, state))
     return n_train, n_tasks
 
@@ -607,9 +612,19 @@ def _watch(p, state: dict, progress: bool, poll_s: float | None) -> None:
     ids = {c.id for c in [*p.train_cells, *p.sample_cells]}
     bar = tqdm(total=len(ids), desc=f"sweep {p.cfg.name}", unit="cell", disable=not progress)
     t0 = time.monotonic()
+    errors = 0
     try:
         while True:
-            sts = statuses(p, state)
+            try:
+                sts = statuses(p, state)
+                errors = 0
+            except RuntimeError as e:  # slurmctld / slurmdbd briefly unreachable: keep watching
+                errors += 1
+                if errors > 10:
+                    raise
+                print(f"warning: {e} (retrying)", file=sys.stderr)
+                time.sleep(poll_s or 10)
+                continue
             counts = {s: sum(x.state == s for x in sts) for s in STATES}
             bar.n = counts["done"]
             bar.set_postfix(running=counts["running"], pending=counts["pending"], failed=counts["failed"])

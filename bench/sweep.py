@@ -196,6 +196,7 @@ def run_train(tc: TrainCell, threads: int = 0, progress: bool = True) -> str:
     tc.run_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(dataclasses.asdict(tc), tc.run_dir / "cell.json")
     task = _task(tc)
+    torch.manual_seed(int(tc.train["seed"]))  # the initial weights are a function of the cell, not of the process
     method, backbone = _method_backbone(tc, task)
     train_cfg = build(TrainConfig, tc.train, where="train")
     if threads:
@@ -210,7 +211,8 @@ def run_train(tc: TrainCell, threads: int = 0, progress: bool = True) -> str:
         {**base, "metric": "train_final_loss", "value": res.final_loss, "n": res.steps},
         {**base, "metric": "n_params", "value": float(n_params), "n": 1},
     ]
-    store.write_cell(tc.id, rows)
+    if res.is_global_zero:  # DDP: every rank trains, rank 0 records
+        store.write_cell(tc.id, rows)
     return str(res.weights)
 
 
@@ -284,15 +286,15 @@ def run_train_then_samples(tc: TrainCell, cells: list[SampleCell], threads: int 
 
 
 def _status_of(p: Plan) -> list[tuple[str, str, str]]:
-    from bench.results import Store
+    """(kind, label, done|running|pending|failed) per cell: the store says what is done; the
+    sweep's SLURM state file (if any) and squeue/sacct say what runs, waits or failed."""
+    from bench import slurm
 
-    store = Store(p.cfg.results_dir)
-    rows = []
-    for tc in p.train_cells:
-        rows.append(("train", tc.label(), "done" if store.has(tc.id) and tc.weights.is_file() else "pending"))
-        for s in p.samples_of(tc):
-            rows.append(("sample", s.label(), "done" if store.has(s.id) else "pending"))
-    return rows
+    try:
+        rows = slurm.statuses(p)
+    except RuntimeError:  # squeue / sacct unreachable: what the store says
+        rows = slurm.statuses(p, jobs={})
+    return [(s.kind, s.label, s.state) for s in rows]
 
 
 def _log_dir(cfg: SweepConfig) -> Path:
@@ -359,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dry-run", action="store_true", help="print the plan, submit nothing")
     ap.add_argument("--results-dir", help="override results_dir")
     ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--no-wait", action="store_true", help="slurm: submit and exit (default: watch until done)")
     args = ap.parse_args(argv)
     try:
         cfg = load_sweep(args.sweep)
@@ -371,18 +374,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.status or args.dry_run:
-        status = _status_of(p)
-        n_done = sum(s == "done" for _, _, s in status)
-        for kind, label, st in status:
-            print(f"{st:8s} {kind:6s} {label}")
-        print(f"{len(p.train_cells)} train cells, {len(p.sample_cells)} sample cells; {n_done}/{len(status)} done")
+        from bench import slurm
+
+        try:
+            print(slurm.dry_run(p) if args.dry_run else slurm.status_table(p))
+        except ConfigError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        except RuntimeError as e:  # squeue / sacct unreachable
+            print(f"error: {e}", file=sys.stderr)
+            return 1
         return 0
     t0 = time.perf_counter()
     kind = cfg.executor.kind
     if kind == "slurm":
         from bench import slurm
 
-        failures = slurm.execute(p, progress=not args.no_progress)
+        try:
+            failures = slurm.execute(p, progress=not args.no_progress, wait=not args.no_wait)
+        except ConfigError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     else:
         failures = execute_local(p, kind, progress=not args.no_progress)
     for f in failures:

@@ -89,6 +89,8 @@ class TrainModule(L.LightningModule):
         super().__init__()
         self.method, self.backbone, self.cfg = method, backbone, cfg
         self.ema = AveragedModel(backbone, avg_fn=ema_avg_fn(cfg.ema), use_buffers=True) if cfg.ema > 0 else None
+        if self.ema is not None:  # not trained: DDP would otherwise report them as unused parameters
+            self.ema.requires_grad_(False)
         self.stream: StepBatches | None = None
 
     def forward_backbone(self) -> torch.nn.Module:

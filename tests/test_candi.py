@@ -248,9 +248,12 @@ def test_pure_gaussian_never_reveals_and_follows_the_reference_step():
     assert torch.equal(out, torch.where(pmask, prompt, states[-1].cont.argmax(-1)))
 
 
-def test_prior_scale_and_float32_path():
+@pytest.mark.parametrize("chunk", [1 << 26, 16 * 10 * 7])
+def test_prior_scale_and_float32_path(chunk, monkeypatch):
     """The prior is N(0, sigma(0.999)^2 I_V): with a zero network the first cache is z @ Ehat whose
-    per-coordinate std (orthonormal E) is sigma(0.999); float64=False runs and gives valid ids."""
+    per-coordinate std (orthonormal E) is sigma(0.999), also when drawn in row chunks;
+    float64=False runs and gives valid ids."""
+    monkeypatch.setattr("baselines.candi.PRIOR_CHUNK", chunk)
     V = 10
     target, prompt, pmask = _prompt(n=256, V=V)
     m, net = make(V), Oracle(target, V, scale=0.0)

@@ -16,6 +16,8 @@ from torch import nn
 from baselines.duo import (
     Duo,
     DuoOptions,
+    curriculum_gamma_range,
+    duality_alpha,
     duality_table,
     sample_uniform_posterior,
     udlm_nelbo,
@@ -348,9 +350,26 @@ def test_duality_table_matches_monte_carlo_of_the_gaussian_argmax():
         assert abs(a_mc - alpha[i]) < 5 * se, (gam[i], a_mc, alpha[i])
 
 
+def test_curriculum_gamma_range_is_derived_for_the_vocabulary():
+    """The default range reproduces Duo's [-3.5, -1.75] on GPT-2's vocabulary and spans the same
+    alpha interval on a small vocabulary (where Duo's gammas would be almost noise-free)."""
+    g_lo, g_hi = curriculum_gamma_range(50_257, 0.038, 0.928)
+    assert abs(g_lo + 3.5) < 0.01 and abs(g_hi + 1.75) < 0.01
+    g_lo, g_hi = curriculum_gamma_range(10, 0.038, 0.928)
+    a = duality_alpha(np.array([g_lo, g_hi]), 10)
+    np.testing.assert_allclose(a, [0.928, 0.038], atol=1e-8)
+    assert duality_alpha(np.array(-1.75), 10) > 0.75  # Duo's own range would barely noise V = 10
+    m = Duo(build(DuoOptions, {"curriculum_end": 5}), 10, 4)
+    assert m.gamma_range() == (g_lo, g_hi)
+    m = Duo(build(DuoOptions, {"curriculum_end": 5, "gamma_min": -3.5, "gamma_max": -1.75}), 10, 4)
+    assert m.gamma_range() == (-3.5, -1.75)
+
+
 def test_curriculum_options_validate():
     with pytest.raises(ConfigError, match="gamma_min"):
         build(DuoOptions, {"curriculum_end": 10, "gamma_min": -1.0, "gamma_max": -2.0}, where="duo.options")
+    with pytest.raises(ConfigError, match="gamma_min"):
+        build(DuoOptions, {"gamma_min": -1.0}, where="duo.options")
     with pytest.raises(ConfigError, match="curriculum_start"):
         build(DuoOptions, {"curriculum_end": 10, "curriculum_start": 20}, where="duo.options")
 

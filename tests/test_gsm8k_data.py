@@ -59,6 +59,19 @@ def test_char_tokenizer_roundtrip_and_errors():
         tok.encode("café")
 
 
+def test_char_tokenizer_pieces_longest_first():
+    tok = CharTokenizer(words=["re", "return ", "\n    "])
+    assert len(tok) == len(CharTokenizer()) + 3
+    text = "def f():\n    return re\n  rest"
+    ids = tok.encode(text)
+    pieces = [tok.decode([i]) for i in ids]
+    assert "return " in pieces and "\n    " in pieces and pieces.count("re") == 2
+    assert "".join(pieces) == text and tok.decode(ids) == text
+    assert len(ids) < len(CharTokenizer().encode(text))
+    with pytest.raises(ValueError, match="piece"):
+        CharTokenizer(words=["é!"])
+
+
 # --------------------------------------------------------------------------- TinyGSM
 
 
@@ -66,7 +79,7 @@ def _opts(**kw):
     return tinygsm.TinyGSMOptions(data_files=[str(FIXTURE)], **{"max_len": 160, **kw})
 
 
-def test_tinygsm_layout_masks_and_filter(tmp_path, bpe):
+def test_tinygsm_layout_masks_and_filter(tmp_path, bpe, monkeypatch):
     opts = _opts(train_on_pad=True)
     d = tinygsm.prepare(opts, bpe, str(tmp_path))
     meta = json.loads((d / "meta.json").read_text())
@@ -87,6 +100,17 @@ def test_tinygsm_layout_masks_and_filter(tmp_path, bpe):
         assert set(row[len(seq) :]) <= {bpe.pad_token_id}
         assert bpe.decode(row[1 : p - 1]) in {r["question"].strip() for r in ROWS}
         assert not clean[p:].any() and not loss[:p].any() and loss[p:].all()  # pad in the loss
+    # the full TinyGSM stays an int32 memory map: rows still come out as int64 batches
+    monkeypatch.setattr(tinygsm, "IN_MEMORY_ELEMENTS", 0)
+    big = tinygsm.load_split(d, "train")
+    assert isinstance(big.x, tinygsm.LongRows) and len(big) == len(tr)
+    from bench.train import StepBatches
+
+    xb, cb, lb = next(iter(StepBatches(big, batch_size=3, seed=0)))
+    assert xb.dtype == torch.long and xb.shape == (3, 160)
+    assert torch.equal(xb, tr.x[torch.as_tensor(StepBatches(tr, 3, 0).indices(0))])
+    assert big.subset([1, 0]).x.dtype == torch.long
+    monkeypatch.undo()
     off = tinygsm.load_tinygsm(_opts(train_on_pad=False), bpe, str(tmp_path))
     lengths = (off.x != bpe.pad_token_id).sum(1)
     assert torch.equal(off.loss_mask.sum(1), lengths - off.clean_mask.sum(1))
@@ -206,14 +230,14 @@ def test_arith_task_data():
     task = _arith()
     assert task.name == "arith_standin" and task.groups() == ["heldout"]
     tr = task.train_data(task.groups())
-    assert tr.x.shape == (400, 192) and task.vocab_size == len(task.tokenizer)
+    assert tr.x.shape == (400, 64) and task.vocab_size == len(task.tokenizer)
     assert int(tr.x.max()) < task.vocab_size
     assert not (tr.clean_mask & tr.loss_mask).any() and (tr.clean_mask | tr.loss_mask).all()
     assert (tr.x[:, 0] == task.tokenizer.bos_token_id).all()
     first = task.tokenizer.decode(tr.x[0].tolist())
     assert "def simple_math_problem():" in first and "return result" in first
     ev = task.eval_data("heldout", 30)
-    assert ev.x.shape == (30, 192) and len(ev.meta["answer"]) == 30
+    assert ev.x.shape == (30, 64) and len(ev.meta["answer"]) == 30
     for row, clean, pl in zip(ev.x, ev.clean_mask, ev.meta["prompt_len"]):
         assert row[pl - 1] == task.tokenizer.encode("\n")[0]
         assert (row[pl:] == task.tokenizer.pad_token_id).all()
@@ -230,7 +254,7 @@ def test_arith_end_to_end_through_the_sandbox():
     tail = torch.tensor(task.tokenizer.encode("def simple_math_problem():\n    return 0"))
     for i in range(len(ev)):
         end = int((ref[i] == task.tokenizer.eos_token_id).nonzero()[0]) + 1
-        ref[i, end : end + len(tail)] = tail[: 192 - end]
+        ref[i, end : end + len(tail)] = tail[: 64 - end]
     m = {v.metric: v for v in task.evaluate(ref, ev, "heldout")}
     assert m["accuracy"].value == 1.0 and m["status_ok"].value == 1.0
     assert task.last_rows[0]["isolation"] == task.isolation
@@ -242,11 +266,11 @@ def test_arith_end_to_end_through_the_sandbox():
             text = task.tokenizer.decode(bad[i, pl:].tolist()).replace(
                 "result = ", "result = 1 + ", 1
             )
-            ids = task.tokenizer.encode(text[:150]) + [task.tokenizer.eos_token_id]
+            ids = task.tokenizer.encode(text)[: 63 - pl] + [task.tokenizer.eos_token_id]
             bad[i, pl:] = task.tokenizer.pad_token_id
             bad[i, pl : pl + len(ids)] = torch.tensor(ids)
         elif i % 4 == 1:
-            bad[i, pl:] = torch.tensor(task.tokenizer.encode("x" * (192 - pl)))
+            bad[i, pl:] = torch.tensor(task.tokenizer.encode("x" * (64 - pl)))
     m = {v.metric: v for v in task.evaluate(bad, ev, "heldout")}
     n_ok = sum(1 for i in range(24) if i % 4 == 3)
     assert m["accuracy_plain"].value == pytest.approx(n_ok / 24)

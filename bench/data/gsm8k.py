@@ -291,8 +291,8 @@ class GSM8KTask(ProgramTask):
 
             try:
                 tokenizer = load_smollm_tokenizer(o["tokenizer"], o["tokenizer_source"])
-            except RuntimeError as e:
-                raise RuntimeError(f"task gsm8k: {e}") from None
+            except (RuntimeError, ValueError) as e:  # a usage error for the CLIs (exit 2)
+                raise ConfigError(f"task.options.tokenizer: {e}") from None
         self.tokenizer = tokenizer
         self.vocab_size = len(tokenizer)
         self.seq_len = int(o["max_len"])

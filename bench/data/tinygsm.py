@@ -250,11 +250,33 @@ def _write_split(part, d: Path, name: str, opts: TinyGSMOptions, tok) -> None:
     del arrays
 
 
+class LongRows:
+    """Row access to an int32 id matrix (the memory-mapped full TinyGSM) that returns int64
+    rows, the dtype embeddings take: ``rows[idx]`` reads and converts only the rows asked for,
+    so the trainer's ``data.x[idx]`` gets a LongTensor batch without 24 GB of int64 in RAM."""
+
+    dtype = torch.long
+
+    def __init__(self, ids: torch.Tensor):
+        self.ids = ids
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.ids.shape
+
+    def __len__(self) -> int:
+        return self.ids.shape[0]
+
+    def __getitem__(self, idx) -> torch.Tensor:
+        return self.ids[idx].long()
+
+
 def load_split(cache_dir: Path, split: str, n: int | None = None) -> TaskData:
     """The cached split (first ``n`` rows) as a TaskData over memory-mapped arrays.
 
-    ``x`` is int64 in memory up to ``IN_MEMORY_ELEMENTS`` ids; above that (the full TinyGSM) it
-    stays an int32 memory map: index it by batch and call ``.long()`` on the batch.
+    ``x`` is an int64 tensor in memory up to ``IN_MEMORY_ELEMENTS`` ids; above that (the full
+    TinyGSM) it is a :class:`LongRows` over the int32 memory map, whose ``x[idx]`` (what the
+    trainer and :meth:`TaskData.subset` do) returns int64 rows.
     """
     if split not in ("train", "valid"):
         raise ValueError(f"tinygsm: split must be train or valid, got {split!r}")
@@ -264,8 +286,7 @@ def load_split(cache_dir: Path, split: str, n: int | None = None) -> TaskData:
     if n is not None:
         arr = {k: v[:n] for k, v in arr.items()}
     x = torch.from_numpy(arr["x"])
-    if x.numel() <= IN_MEMORY_ELEMENTS:
-        x = x.long()
+    x = x.long() if x.numel() <= IN_MEMORY_ELEMENTS else LongRows(x)
     return TaskData(x, torch.from_numpy(arr["clean"]), torch.from_numpy(arr["loss"]))
 
 
