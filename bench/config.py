@@ -125,6 +125,8 @@ class ExecutorConfig:
     cpus_per_task: int = _f(2, gt=0)
     mem_gb: int = _f(8, gt=0)
     array_parallelism: int = _f(16, gt=0, help="max concurrently running array tasks")
+    cells_per_task: int = _f(0, ge=0, help="sample cells per array task (0 = spread a model's cells "
+                             "over at most array_parallelism tasks)")
     max_parallel: int = _f(2, gt=0, help="local executor: jobs running at once")
     log_dir: str = _f("", help="'' = <results>/logs")
 

@@ -213,11 +213,11 @@ def test_sweep_end_to_end_ddp_survives_driver_sigkill(tmp_path, results):
     SLURM nothing and submits nothing."""
     from bench import registry
     from bench.config import BackboneConfig
-    from bench.results import provenance_sha
     from bench.sweep import main
     from bench.train import load_weights
 
     sweep = write_sweep(tmp_path, results, "e2e", train={"devices": 2, "steps": 20})
+    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 1))
     rc = main([str(sweep), "--dry-run"])
     assert rc == 0
     assert not (results / "sweeps" / "e2e" / "state.json").exists()
@@ -246,7 +246,11 @@ def test_sweep_end_to_end_ddp_survives_driver_sigkill(tmp_path, results):
     assert {r["metric"] for r in rows if r["kind"] == "train"} == {"train_steps_per_s", "train_final_loss",
                                                                    "n_params"}
     assert sorted(r["nfe"] for r in rows if r["kind"] == "sample") == [4, 8]
-    assert {r["git_sha"] for r in rows} == {provenance_sha()}
+    # the driver's commit, handed to the jobs in their environment (nodes need no .git)
+    exported = re.search(r"export SFLM_BENCH_GIT_SHA=(\S+)",
+                         (results / "logs" / jid / f"{jid}_submission.sh").read_text()).group(1)
+    assert re.fullmatch(r"[0-9a-f]{40}(\+dirty)?", exported)
+    assert {r["git_sha"] for r in rows} == {exported}
 
     # one train job, one array of two tasks, started only after training ended
     [samples] = [j for j, info in after["jobs"].items() if info["kind"] == "samples"]
@@ -258,7 +262,7 @@ def test_sweep_end_to_end_ddp_survives_driver_sigkill(tmp_path, results):
     submission = (results / "logs" / samples / f"{samples}_submission.sh").read_text()
     assert f"--dependency=afterok:{jid}" in submission
     assert "--array=0-1%2" in submission
-    names = _run("sacct", "-n", "-X", "-P", "-S", "now-30minutes", "-o", "JobName").stdout.split()
+    names = _run("sacct", "-n", "-X", "-P", "-S", since, "-o", "JobName").stdout.split()
     assert names.count(after["jobs"][jid]["name"]) == 1, "train job submitted twice"
 
     # DDP: one step with two tasks, one log per rank; rank 0 alone wrote rows and weights
