@@ -213,6 +213,19 @@ def test_arith_programs_compute_their_answers():
             assert all(str(v) in e["question"] for v in e["numbers"])
 
 
+def test_arith_tokenizer_pieces():
+    task = _arith()
+    tok = task.tokenizer
+    assert not any(c.isdigit() for w in tok.words for c in w)  # numbers stay digit by digit
+    for e in generate(300, split="train", seed=5):
+        text = e["question"] + "\n" + e["code"]
+        ids = tok.encode(text)
+        assert tok.decode(ids) == text and len(ids) + 2 <= task.seq_len
+        assert len(ids) < len(text) / 2.5  # word pieces: ~3x shorter than characters
+        digits = [i for i in ids if tok.decode([i]).isdigit()]
+        assert len(digits) == sum(c.isdigit() for c in text)
+
+
 def test_arith_split_by_parameters():
     train = generate(3000, split="train", seed=1)
     held = generate(500, split="heldout", seed=1)

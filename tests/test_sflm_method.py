@@ -292,7 +292,7 @@ def test_learns_sort8_with_every_velocity_and_a_flipped_sampler_fails(tmp_path, 
     stop = Stop()
     task = SortTask(build(TaskConfig, {"name": "sort", "n_train": 50_000, "seed": 0}))
     cfg = build(TrainConfig, {"steps": 1500, "batch_size": 256, "lr": 1e-3, "warmup_steps": 50, "ema": 0.0,
-                              "checkpoint_every": 10_000, "threads": 2})
+                              "checkpoint_every": 10_000, "threads": 1})
     fit(m, net, task.train_data(["sort8"]), cfg, tmp_path, progress=False, callbacks=[stop])
     net.eval()
     assert acc(net, "exact") >= 0.9

@@ -144,28 +144,33 @@ def word_pieces() -> tuple[str, ...]:
 
 
 def _numbers(t: Template, rng: random.Random) -> tuple[int, ...]:
+    """The slot values of one problem. Every slot has a fixed number of digits (two; one for
+    small factors; three for a total to be divided), so a template's token layout is fixed and
+    copying a number into the program is a fixed-offset look-up. This is what lets a 2-block
+    CPU model learn the task in minutes: with variable-width numbers, MDLM on ``cpu-mini`` was
+    still below 10 % after 1,800 steps."""
     r = rng.randint
     if t.key == "add":
-        return r(2, 99), r(2, 99)
+        return r(10, 99), r(10, 99)
     if t.key == "sub":
-        a = r(10, 99)
-        return a, r(1, a - 1)
+        a = r(20, 99)
+        return a, r(10, a - 10)
     if t.key == "mul":
-        return r(2, 20), r(2, 30)
-    if t.key == "div":
-        b = r(2, 15)
-        return b * r(2, 30), b
+        return r(2, 9), r(10, 99)
+    if t.key == "div":  # a three-digit total that divides evenly
+        b = r(2, 9)
+        return b * r(-(-100 // b), 999 // b), b
     if t.key == "change":
         a, b = r(2, 9), r(2, 9)
-        return a, b, a * b + r(1, 50)
+        return a, b, r(max(10, a * b + 1), 99)
     if t.key == "bags":
-        return r(2, 9), r(2, 12), r(1, 20)
+        return r(2, 9), r(2, 9), r(10, 99)
     if t.key == "left":
-        a = r(20, 99)
-        b = r(1, a // 2)
-        return a, b, r(1, a - b - 1)
+        a = r(50, 99)
+        b = r(10, a // 2)
+        return a, b, r(10, a - b - 1)
     if t.key == "rate":
-        return r(2, 30), r(2, 9), r(1, 50)
+        return r(10, 30), r(2, 9), r(10, 50)
     raise KeyError(t.key)
 
 
