@@ -183,7 +183,9 @@ class SFLM(Method):
         return (-torch.log(alpha_t)).float()
 
     def net_input(self, z: Tensor, backbone) -> Tensor:
-        if self.opts.input_scale == "sqrt_d" and not isinstance(backbone, SArch):
+        """What the denoiser is fed: z (unit norm), or z sqrt(d) for the DiT with input_scale=sqrt_d
+        (the S-arch normalises its input, so the scale would be a no-op there)."""
+        if self.opts.input_scale == "sqrt_d" and self.opts.backbone == "dit":
             return z * math.sqrt(z.shape[-1])
         return z
 
