@@ -146,9 +146,10 @@ def word_pieces() -> tuple[str, ...]:
 def _numbers(t: Template, rng: random.Random) -> tuple[int, ...]:
     """The slot values of one problem. Every slot has a fixed number of digits (two; one for
     small factors; three for a total to be divided), so a template's token layout is fixed and
-    copying a number into the program is a fixed-offset look-up. This is what lets a 2-block
-    CPU model learn the task in minutes: with variable-width numbers, MDLM on ``cpu-mini`` was
-    still below 10 % after 1,800 steps."""
+    copying a number into the program is a fixed-offset look-up. Copying the digits exactly is
+    what tiny diffusion models learn last (one run each, ``cpu-mini``, batch 32, MDLM: 12.5 %
+    held-out accuracy after 1,800 steps with fixed widths, 3.9 % with widths of 1-2 digits; AR
+    reaches > 95 % in 800 steps either way)."""
     r = rng.randint
     if t.key == "add":
         return r(10, 99), r(10, 99)
