@@ -320,6 +320,7 @@ def program_task_figure(task: str, df: pd.DataFrame, out: Path) -> list[Path]:
             ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_title(f"T = {temp:g}")
         ax.set_xlabel("NFE (backbone calls)")
+        ax.set_ylim(bottom=0)
     axes[0][0].set_ylabel("accuracy (%), 95 % bootstrap CI")
     handles, labels = {}, {}
     for ax in axes[0]:
