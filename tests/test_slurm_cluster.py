@@ -13,17 +13,14 @@ submitit round trips.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 pytestmark = pytest.mark.slurm
 
-STATE_DIR = Path(os.environ.get("SFLM_SLURM_DIR", "/tmp/sflm-slurm"))
 TERMINAL = {
     "COMPLETED",
     "FAILED",
@@ -42,41 +39,9 @@ def _run(*cmd: str, timeout: float = 30) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def cluster():
-    """Skip unless the local cluster answers; point SLURM_CONF at it if unset."""
-    if shutil.which("sinfo") is None:
-        pytest.skip("SLURM client 'sinfo' not on PATH: run `bash scripts/slurm-local-up.sh`")
-    saved = os.environ.get("SLURM_CONF")
-    conf = STATE_DIR / "etc" / "slurm.conf"
-    if not saved and conf.exists():
-        os.environ["SLURM_CONF"] = str(conf)
-    try:
-        try:
-            r = _run("sinfo", "-h", "-N", "-o", "%N %T", timeout=15)
-        except subprocess.TimeoutExpired:
-            pytest.skip(
-                "SLURM cluster not up (sinfo hung 15 s): run `bash scripts/slurm-local-up.sh`"
-            )
-        states = [line.split()[-1].rstrip("*~#") for line in r.stdout.splitlines() if line.strip()]
-        if r.returncode != 0 or not any(
-            s in {"idle", "mixed", "allocated", "completing"} for s in states
-        ):
-            pytest.skip(
-                f"SLURM cluster not up (sinfo rc={r.returncode}, nodes={states}, "
-                f"{r.stderr.strip()[:200]}): run `bash scripts/slurm-local-up.sh`"
-            )
-        try:
-            r = _run("sacct", "-n", "-X", "-S", "now-1minutes", "-o", "JobID", timeout=15)
-        except subprocess.TimeoutExpired:
-            pytest.skip("SLURM accounting (sacct) hung 15 s")
-        if r.returncode != 0:
-            pytest.skip(f"SLURM accounting (sacct) not answering: {r.stderr.strip()[:200]}")
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("SLURM_CONF", None)
-        else:
-            os.environ["SLURM_CONF"] = saved
+def cluster(slurm_cluster):
+    """The local cluster (tests/conftest.py::slurm_cluster skips when it is down)."""
+    yield
 
 
 @pytest.fixture

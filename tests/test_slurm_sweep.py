@@ -11,9 +11,7 @@ dominated by job start-up (python + torch + lightning imports, several seconds e
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,7 +23,6 @@ import torch
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-STATE_DIR = Path(os.environ.get("SFLM_SLURM_DIR", "/tmp/sflm-slurm"))
 
 
 def _run(*cmd: str, timeout: float = 30) -> subprocess.CompletedProcess:
@@ -33,32 +30,9 @@ def _run(*cmd: str, timeout: float = 30) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    """Skip unless the local cluster and its accounting answer; point SLURM_CONF at it if unset."""
-    if shutil.which("sinfo") is None:
-        pytest.skip("SLURM client 'sinfo' not on PATH: run `bash scripts/slurm-local-up.sh`")
-    saved = os.environ.get("SLURM_CONF")
-    conf = STATE_DIR / "etc" / "slurm.conf"
-    if not saved and conf.exists():
-        os.environ["SLURM_CONF"] = str(conf)
-    try:
-        try:
-            r = _run("sinfo", "-h", "-N", "-o", "%T", timeout=15)
-            a = _run("sacct", "-n", "-X", "-S", "now-1minutes", "-o", "JobID", timeout=15)
-        except subprocess.TimeoutExpired:
-            pytest.skip("SLURM cluster not answering (15 s): run `bash scripts/slurm-local-up.sh`")
-        states = {s.rstrip("*~#") for s in r.stdout.split()}
-        if r.returncode != 0 or not states & {"idle", "mixed", "allocated", "completing"}:
-            pytest.skip(f"SLURM cluster not up (sinfo rc={r.returncode}, {states}): "
-                        "run `bash scripts/slurm-local-up.sh`")
-        if a.returncode != 0:
-            pytest.skip(f"SLURM accounting (sacct) not answering: {a.stderr.strip()[:200]}")
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("SLURM_CONF", None)
-        else:
-            os.environ["SLURM_CONF"] = saved
+def cluster(slurm_cluster):
+    """The local cluster (tests/conftest.py::slurm_cluster skips when it is down)."""
+    yield
 
 
 @pytest.fixture
