@@ -19,12 +19,12 @@ Writes to ``<results>/report`` (or ``--out``):
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
 import pandas as pd
 
+from bench import atomic
 from bench.results import read
 
 PAPER_DIR = Path(__file__).resolve().parent.parent / "results" / "paper"
@@ -32,12 +32,6 @@ PAPER_DIR = Path(__file__).resolve().parent.parent / "results" / "paper"
 HEADLINE = ("exact_match", "accuracy")
 SECONDARY = ("cell_accuracy", "blank_accuracy", "valid_grid")
 SUBSET_ORDER = {"easy": 0, "medium": 1, "hard": 2}
-
-
-def _atomic_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def _model_label(r) -> str:
@@ -188,7 +182,7 @@ def figures(task: str, df: pd.DataFrame, metric: str, out: Path) -> list[Path]:
     g.figure.suptitle(f"{task}: {metric.replace('_', ' ')} vs NFE (T closest to 1)", y=1.03)
     for ext in ("png", "pdf"):
         p = out / f"{task}_{metric}_vs_nfe.{ext}"
-        g.savefig(p, dpi=150, bbox_inches="tight")
+        atomic.write_with(p, lambda t, ext=ext: g.savefig(t, format=ext, dpi=150, bbox_inches="tight"))
         written.append(p)
     plt.close(g.figure)
     if s["temperature"].nunique() > 1:
@@ -200,7 +194,7 @@ def figures(task: str, df: pd.DataFrame, metric: str, out: Path) -> list[Path]:
         g.figure.suptitle(f"{task}: {metric.replace('_', ' ')} vs temperature (largest NFE)", y=1.03)
         for ext in ("png", "pdf"):
             p = out / f"{task}_{metric}_vs_temperature.{ext}"
-            g.savefig(p, dpi=150, bbox_inches="tight")
+            atomic.write_with(p, lambda t, ext=ext: g.savefig(t, format=ext, dpi=150, bbox_inches="tight"))
             written.append(p)
         plt.close(g.figure)
     return written
@@ -334,9 +328,7 @@ def program_task_figure(task: str, df: pd.DataFrame, out: Path) -> list[Path]:
     written = []
     for ext in ("png", "pdf"):
         p = out / f"{task}_accuracy_ci_vs_nfe.{ext}"
-        tmp = p.with_name(f".{p.stem}.tmp{os.getpid()}{p.suffix}")
-        fig.savefig(tmp, dpi=150, bbox_inches="tight")
-        os.replace(tmp, p)
+        atomic.write_with(p, lambda t, ext=ext: fig.savefig(t, format=ext, dpi=150, bbox_inches="tight"))
         written.append(p)
     plt.close(fig)
     return written
@@ -354,17 +346,15 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out or Path(args.results_dir) / "report")
     out.mkdir(parents=True, exist_ok=True)
     df = read(args.results_dir)
-    tmp = out / f".results.csv.tmp{os.getpid()}"
-    df.to_csv(tmp, index=False)
-    os.replace(tmp, out / "results.csv")
+    atomic.write_with(out / "results.csv", lambda t: df.to_csv(t, index=False))
     written = [out / "results.csv"]
-    _atomic_text(out / "training.md", training_markdown(df))
+    atomic.write_text(out / "training.md", training_markdown(df))
     written.append(out / "training.md")
     for task in sorted(df["task"].dropna().unique()):
         text, headline = task_markdown(task, df)
         if task in PROGRAM_TASKS:  # GSM8K section: CI table at every NFE / T
             text += program_task_markdown(task, df)
-        _atomic_text(out / f"{task}.md", text)
+        atomic.write_text(out / f"{task}.md", text)
         written.append(out / f"{task}.md")
         if headline:
             written += figures(task, df, headline, out)

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench import atomic
+
 #: DESIGN.md columns, then extensions (flat, never nested).
 COLUMNS = [
     "cell_id", "sweep", "task", "method", "variant", "backbone", "train_steps",
@@ -82,14 +84,7 @@ class Store:
             if unknown:
                 raise ValueError(f"cell {cell_id}: unknown result columns {sorted(unknown)}")
             full.append(row)
-        path = self.path(cell_id)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with open(tmp, "w") as f:
-            json.dump(full, f, indent=1, default=float)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        return path
+        return atomic.write_text(self.path(cell_id), json.dumps(full, indent=1, default=float))
 
     def rows(self, cell_id: str) -> list[dict]:
         return json.loads(self.path(cell_id).read_text())

@@ -50,6 +50,7 @@ import submitit
 from submitit.core.utils import JobPaths
 from submitit.helpers import Checkpointable
 
+from bench import atomic
 from bench.config import ConfigError, ExecutorConfig, build
 
 ENV_PREFIX = "SFLM_SLURM_"
@@ -176,15 +177,6 @@ class SampleJob(Checkpointable):
 # --------------------------------------------------------------------------- state file
 
 
-def _write_json_atomic(obj, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def load_state(cfg) -> dict:
     path = state_dir(cfg) / "state.json"
     if not path.is_file():
@@ -202,7 +194,7 @@ def save_state(cfg, state: dict) -> None:
     d = state_dir(cfg)
     d.mkdir(parents=True, exist_ok=True)
     state["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-    _write_json_atomic(state, d / "state.json")
+    atomic.write_text(d / "state.json", json.dumps(state, indent=1, sort_keys=True))
 
 
 class _DriverLock:

@@ -16,7 +16,6 @@ weights as an uninterrupted run.
 from __future__ import annotations
 
 import json
-import os
 import random
 import threading
 import time
@@ -32,6 +31,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.optim.swa_utils import AveragedModel
 from torch.utils.data import DataLoader, IterableDataset
 
+from bench import atomic
 from bench.config import TrainConfig
 from bench.data.base import TaskData
 from bench.method import Batch, Method, antithetic_times
@@ -206,10 +206,7 @@ class _AtomicCheckpointIO(TorchCheckpointIO):
     (SIGKILL after the grace period) leaves the previous last.ckpt intact."""
 
     def save_checkpoint(self, checkpoint, path, storage_options=None):
-        path = Path(path)
-        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-        super().save_checkpoint(checkpoint, tmp, storage_options)
-        os.replace(tmp, path)
+        atomic.write_with(path, lambda tmp: super(_AtomicCheckpointIO, self).save_checkpoint(checkpoint, tmp, storage_options))
 
 
 # --------------------------------------------------------------------------- fit
@@ -247,10 +244,7 @@ def precision_for(cfg: TrainConfig) -> str:
 
 
 def atomic_torch_save(obj, path: Path) -> None:
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    atomic.write_with(path, lambda tmp: torch.save(obj, tmp))
 
 
 def fit(method: Method, backbone: torch.nn.Module, data: TaskData, cfg: TrainConfig, run_dir: str | Path,
@@ -315,7 +309,4 @@ def load_weights(method: Method, backbone: torch.nn.Module, path: str | Path) ->
 
 
 def write_json_atomic(obj, path: str | Path) -> None:
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
-    os.replace(tmp, path)
+    atomic.write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str))
