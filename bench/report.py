@@ -34,6 +34,19 @@ SECONDARY = ("cell_accuracy", "blank_accuracy", "valid_grid")
 SUBSET_ORDER = {"easy": 0, "medium": 1, "hard": 2}
 
 
+def save_figure(fig, stem: Path) -> list[Path]:
+    """Write ``fig`` as ``stem.png`` and ``stem.pdf`` (atomically) and close it."""
+    import matplotlib.pyplot as plt
+
+    paths = []
+    for ext in ("png", "pdf"):
+        p = stem.with_name(f"{stem.name}.{ext}")
+        atomic.write_with(p, lambda t, ext=ext: fig.savefig(t, format=ext, dpi=150, bbox_inches="tight"))
+        paths.append(p)
+    plt.close(fig)
+    return paths
+
+
 def _model_label(r) -> str:
     label = r["method"] if r["variant"] in ("base", "", None) else f"{r['method']}/{r['variant']}"
     return f"{label} ({r['decoding']})" if r.get("decoding") else label
@@ -152,7 +165,6 @@ def figures(task: str, df: pd.DataFrame, metric: str, out: Path) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import seaborn as sns
 
     s = df[(df["task"] == task) & (df["kind"] == "sample") & (df["metric"] == metric)].copy()
@@ -180,11 +192,7 @@ def figures(task: str, df: pd.DataFrame, metric: str, out: Path) -> list[Path]:
     g.set(xlabel="NFE (backbone calls; AR: generated length)", ylabel=f"{metric.replace('_', ' ')} (%)")
     g.set_titles("{col_name}")
     g.figure.suptitle(f"{task}: {metric.replace('_', ' ')} vs NFE (T closest to 1)", y=1.03)
-    for ext in ("png", "pdf"):
-        p = out / f"{task}_{metric}_vs_nfe.{ext}"
-        atomic.write_with(p, lambda t, ext=ext: g.savefig(t, format=ext, dpi=150, bbox_inches="tight"))
-        written.append(p)
-    plt.close(g.figure)
+    written += save_figure(g.figure, out / f"{task}_{metric}_vs_nfe")
     if s["temperature"].nunique() > 1:
         top = s[s["nfe"] == s.groupby("model")["nfe"].transform("max")]
         g = sns.relplot(data=top, x="temperature", y="value_pct", hue="model", col="subset", col_order=subsets,
@@ -192,11 +200,7 @@ def figures(task: str, df: pd.DataFrame, metric: str, out: Path) -> list[Path]:
         g.set(xlabel="temperature", ylabel=f"{metric.replace('_', ' ')} (%)")
         g.set_titles("{col_name}")
         g.figure.suptitle(f"{task}: {metric.replace('_', ' ')} vs temperature (largest NFE)", y=1.03)
-        for ext in ("png", "pdf"):
-            p = out / f"{task}_{metric}_vs_temperature.{ext}"
-            atomic.write_with(p, lambda t, ext=ext: g.savefig(t, format=ext, dpi=150, bbox_inches="tight"))
-            written.append(p)
-        plt.close(g.figure)
+        written += save_figure(g.figure, out / f"{task}_{metric}_vs_temperature")
     return written
 
 
@@ -325,12 +329,7 @@ def program_task_figure(task: str, df: pd.DataFrame, out: Path) -> list[Path]:
     name = "GSM8K" if task == "gsm8k" else f"{task} (CPU stand-in, not GSM8K)"
     fig.suptitle(f"{name}: accuracy vs NFE", y=1.02)
     fig.tight_layout()
-    written = []
-    for ext in ("png", "pdf"):
-        p = out / f"{task}_accuracy_ci_vs_nfe.{ext}"
-        atomic.write_with(p, lambda t, ext=ext: fig.savefig(t, format=ext, dpi=150, bbox_inches="tight"))
-        written.append(p)
-    plt.close(fig)
+    written = save_figure(fig, out / f"{task}_accuracy_ci_vs_nfe")
     return written
 
 
