@@ -1,0 +1,328 @@
+"""Speed and memory benchmarks: ``python -m bench.perf [train|sample|velocity ...]``.
+
+Targets and timings live here, not in tests. Three benchmarks, each on CPU or GPU
+(``--device``; bf16 autocast on CUDA unless ``--precision 32``):
+
+- ``train``: optimizer steps/s of every paper model (each method's base variant, CANDI pure
+  Gaussian, S-FLM on the S-arch) on one backbone size and a Sudoku-shaped batch (vocab 12,
+  first half given, second half scored), relative to AR and MDLM. A plain loop of
+  ``method.loss`` + backward + AdamW + the method's post-step hook (S-arch re-projection), so
+  the ratios measure the methods, not the trainer.
+- ``sample``: sequences/s of each model's default sampler at a fixed NFE (AR spends one call
+  per generated position whatever the NFE; its row says how many it made).
+- ``velocity``: the S-FLM exact-velocity sampling step at a GPT-2-sized vocabulary (default
+  |V| = 49,152, d = 768, L = 512, batch 1, the ``small`` DiT): the time of one sampler step
+  outside the denoiser (softmax, ``exact_velocity``, exp map) relative to one denoiser forward,
+  and the peak extra memory of the run in units of one float64 (B, L, V) buffer. Timed through
+  the real sampler (``SFLM.sample``) with the backbone call wrapped, not a re-implementation.
+
+Results print as a table and are written atomically to ``--out`` (JSON) when given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from bench import atomic, registry
+from bench.config import BackboneConfig, ConfigError, build
+from bench.method import Batch, antithetic_times
+
+#: (label, method, options): the models of the paper's comparison
+MODELS = [
+    ("ar", "ar", {}),
+    ("mdlm", "mdlm", {}),
+    ("duo", "duo", {}),
+    ("candi", "candi", {}),
+    ("candi/pure-gaussian", "candi", {"pure_gaussian": True}),
+    ("flm", "flm", {}),
+    ("sflm", "sflm", {}),
+    ("sflm/sarch", "sflm", {"backbone": "sarch"}),
+]
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _autocast(device: torch.device, precision: str):
+    if device.type == "cuda" and precision == "bf16-mixed":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def _make(method: str, options: dict, vocab: int, seq_len: int, size: str, device: torch.device):
+    cls = registry.METHODS[method]
+    m = cls(build(cls.Options, options, where=f"{method}.options"), vocab, seq_len)
+    torch.manual_seed(0)
+    backbone = m.build_backbone(BackboneConfig(size=size)).to(device)
+    return m.to(device), backbone
+
+
+def _sudoku_batch(n: int, vocab: int, seq_len: int, device: torch.device, seed: int = 0) -> Batch:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, vocab, (n, seq_len), generator=g)
+    clean = torch.zeros(n, seq_len, dtype=torch.bool)
+    clean[:, : seq_len // 2] = True
+    return Batch(x.to(device), clean.to(device), (~clean).to(device))
+
+
+def bench_train(models, args, device) -> list[dict]:
+    rows = []
+    for label, name, opts in models:
+        method, backbone = _make(name, opts, args.vocab, args.seq_len, args.size, device)
+        backbone.train()
+        opt = torch.optim.AdamW(backbone.parameters(), lr=1e-4)
+        batch = _sudoku_batch(args.batch, args.vocab, args.seq_len, device)
+
+        def step():
+            t = antithetic_times(args.batch, device=device) if method.uses_time else None
+            with _autocast(device, args.precision):
+                loss = method.loss(backbone, batch, t).loss
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            method.on_after_optimizer_step(backbone)
+
+        for _ in range(args.warmup):
+            step()
+        _sync(device)
+        t0 = time.perf_counter()
+        for _ in range(args.steps):
+            step()
+        _sync(device)
+        dt = time.perf_counter() - t0
+        rows.append({"bench": "train", "model": label, "steps_per_s": args.steps / dt,
+                     "n_params": sum(p.numel() for p in backbone.parameters())})
+        _progress(f"train {label}: {args.steps / dt:.2f} steps/s")
+    _relative(rows, "steps_per_s")
+    return rows
+
+
+def bench_sample(models, args, device) -> list[dict]:
+    rows = []
+    for label, name, opts in models:
+        method, backbone = _make(name, opts, args.vocab, args.seq_len, args.size, device)
+        backbone.eval()
+        batch = _sudoku_batch(args.batch, args.vocab, args.seq_len, device)
+
+        def run():
+            method.nfe_counter = 0
+            with _autocast(device, args.precision):
+                method.sample(backbone, batch.x, batch.clean_mask, nfe=args.nfe,
+                              generator=torch.Generator(device=device).manual_seed(0))
+
+        run()
+        _sync(device)
+        t0 = time.perf_counter()
+        reps = max(1, args.sample_reps)
+        for _ in range(reps):
+            run()
+        _sync(device)
+        dt = (time.perf_counter() - t0) / reps
+        rows.append({"bench": "sample", "model": label, "nfe": method.nfe_counter,
+                     "seqs_per_s": args.batch / dt, "s_per_call": dt / max(1, method.nfe_counter)})
+        _progress(f"sample {label}: {args.batch / dt:.1f} seqs/s at {method.nfe_counter} calls")
+    _relative(rows, "seqs_per_s")
+    return rows
+
+
+def bench_velocity(args, device) -> list[dict]:
+    """One exact-velocity sampler step vs one denoiser forward, through SFLM.sample."""
+    V, d, L, B = args.vel_vocab, args.vel_dim, args.vel_len, args.vel_batch
+    method, backbone = _make("sflm", {}, V, L, args.vel_size, device)
+    if backbone.embed.weight.shape[-1] != d:
+        raise ConfigError(f"--vel-dim {d}: the {args.vel_size!r} DiT has width "
+                          f"{backbone.embed.weight.shape[-1]} (pick --vel-size to match)")
+    backbone.eval()
+    forward_s: list[float] = []
+    real_call = method.call
+
+    def timed_call(bb, *a, **k):
+        _sync(device)
+        t0 = time.perf_counter()
+        out = real_call(bb, *a, **k)
+        _sync(device)
+        forward_s.append(time.perf_counter() - t0)
+        return out
+
+    method.call = timed_call
+    prompt = torch.zeros(B, L, dtype=torch.long, device=device)
+    pmask = torch.zeros(B, L, dtype=torch.bool, device=device)
+
+    def run(nfe):
+        forward_s.clear()
+        _sync(device)
+        t0 = time.perf_counter()
+        with _autocast(device, args.precision):
+            method.sample(backbone, prompt, pmask, nfe=nfe, float64=not args.vel_float32,
+                          generator=torch.Generator(device=device).manual_seed(0))
+        _sync(device)
+        return time.perf_counter() - t0
+
+    run(2)  # warm-up
+    peaks = {}
+    for label, n in (("forward_only", 1), ("sampler", args.vel_steps + 1)):
+        base = _reset_peak(device)
+        total = run(n)  # n = 1: one decode-only call; else vel_steps velocity steps + a decode call
+        peaks[label] = None if base is None else _peak(device) - base
+    fwd = sum(forward_s) / len(forward_s)
+    step = (total - sum(forward_s)) / args.vel_steps
+    buf = B * L * V * (4 if args.vel_float32 else 8)
+    extra = None if None in peaks.values() else max(0, peaks["sampler"] - peaks["forward_only"])
+    row = {"bench": "velocity", "vocab": V, "dim": d, "seq_len": L, "batch": B, "size": args.vel_size,
+           "dtype": "float32" if args.vel_float32 else "float64", "forward_s": fwd, "step_s": step,
+           "step_over_forward": step / fwd, "peak_forward_only_bytes": peaks["forward_only"],
+           "peak_sampler_bytes": peaks["sampler"],
+           "velocity_extra_blv_buffers": None if extra is None else extra / buf,
+           "note": "peaks are above the memory in use before the run (CUDA: allocator; CPU: resident set, "
+                   "VmHWM reset through /proc/self/clear_refs); the velocity's extra is the sampler's "
+                   "peak minus the decode-only run's, in float (B, L, V) buffers of the sampling dtype"}
+    _progress(f"velocity: step {step * 1e3:.1f} ms vs forward {fwd * 1e3:.1f} ms ({step / fwd:.2f}x)")
+    return [row]
+
+
+def _reset_peak(device: torch.device) -> int | None:
+    """Reset the peak-memory counter; return the memory in use now (None: cannot reset)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        return torch.cuda.memory_allocated(device)
+    _trim_heap()
+    try:  # writing 5 resets the process's peak resident set size (VmHWM), Linux >= 4.0
+        Path("/proc/self/clear_refs").write_text("5")
+        return _proc_status("VmRSS")
+    except OSError:
+        return None
+
+
+def _trim_heap() -> None:
+    """CPU: make freed large buffers leave the resident set (fixed mmap threshold + malloc_trim),
+    so that a peak measured after a warm-up counts them again."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD: no dynamic growth after frees
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _peak(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device)
+    return _proc_status("VmHWM")
+
+
+def _proc_status(key: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+    raise OSError(f"/proc/self/status has no {key}")
+
+
+def _relative(rows: list[dict], key: str) -> None:
+    by = {r["model"]: r[key] for r in rows}
+    for r in rows:
+        for ref in ("ar", "mdlm"):
+            if ref in by:
+                r[f"vs_{ref}"] = r[key] / by[ref]
+
+
+def _progress(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _table(rows: list[dict]) -> str:
+    cols = [c for c in dict.fromkeys(k for r in rows for k in r) if c not in ("bench", "note")]
+    fmt = lambda v: f"{v:.4g}" if isinstance(v, float) else str(v)  # noqa: E731
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(fmt(r.get(c, "")) for c in cols) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.perf", description=__doc__.split("\n")[0])
+    ap.add_argument("benches", nargs="*", default=["train", "sample", "velocity"],
+                    help="any of train, sample, velocity (default: all)")
+    ap.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda")
+    ap.add_argument("--precision", default="auto", choices=("auto", "32", "bf16-mixed"),
+                    help="auto: bf16-mixed autocast on CUDA, fp32 on CPU (as the trainer)")
+    ap.add_argument("--models", default="", help="comma-separated labels (default: all of "
+                    + ", ".join(m[0] for m in MODELS) + ")")
+    ap.add_argument("--size", default="cpu-small", help="DiT size for train/sample (tiny = paper Sudoku)")
+    ap.add_argument("--vocab", type=int, default=12, help="train/sample vocabulary (Sudoku: 12)")
+    ap.add_argument("--seq-len", type=int, default=180, help="train/sample length (9x9 Sudoku: 180)")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=20, help="timed train steps per model")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--nfe", type=int, default=16, help="sampling NFE")
+    ap.add_argument("--sample-reps", type=int, default=2)
+    ap.add_argument("--vel-vocab", type=int, default=49_152)
+    ap.add_argument("--vel-dim", type=int, default=768)
+    ap.add_argument("--vel-len", type=int, default=512)
+    ap.add_argument("--vel-batch", type=int, default=1)
+    ap.add_argument("--vel-size", default="small", help="DiT size of the velocity benchmark's denoiser")
+    ap.add_argument("--vel-steps", type=int, default=3, help="timed velocity steps")
+    ap.add_argument("--vel-float32", action="store_true", help="sample in float32 (default float64)")
+    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
+    ap.add_argument("--out", help="write results JSON here (atomically)")
+    args = ap.parse_args(argv)
+
+    unknown = [b for b in args.benches if b not in ("train", "sample", "velocity")]
+    if unknown:
+        print(f"error: unknown benchmark {unknown[0]!r} (known: train, sample, velocity)", file=sys.stderr)
+        return 2
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.device not in ("cpu", "cuda") or (args.device == "cuda" and not torch.cuda.is_available()):
+        print(f"error: --device {args.device!r} is not available here", file=sys.stderr)
+        return 2
+    if args.precision == "auto":
+        args.precision = "bf16-mixed" if args.device == "cuda" else "32"
+    labels = [s for s in args.models.split(",") if s] or [m[0] for m in MODELS]
+    bad = [s for s in labels if s not in {m[0] for m in MODELS}]
+    if bad:
+        print(f"error: --models: unknown model {bad[0]!r} (known: {', '.join(m[0] for m in MODELS)})",
+              file=sys.stderr)
+        return 2
+    models = [m for m in MODELS if m[0] in labels]
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    rows: list[dict] = []
+    try:
+        if "train" in args.benches:
+            rows += bench_train(models, args, device)
+        if "sample" in args.benches:
+            rows += bench_sample(models, args, device)
+        if "velocity" in args.benches:
+            rows += bench_velocity(args, device)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    env = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+           "torch": torch.__version__, "threads": torch.get_num_threads(), "precision": args.precision,
+           "argv": sys.argv[1:] if argv is None else argv}
+    for bench in ("train", "sample", "velocity"):
+        sel = [r for r in rows if r["bench"] == bench]
+        if sel:
+            print(f"\n## {bench} ({env['device']}, {args.precision}, {env['threads']} threads)\n")
+            print(_table(sel))
+    if args.out:
+        atomic.write_text(Path(args.out), json.dumps({"env": env, "rows": rows}, indent=2))
+        print(f"\n-> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
