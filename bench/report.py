@@ -7,7 +7,10 @@ Writes to ``<results>/report`` (or ``--out``):
   (difficulty) at the largest NFE of the grid and temperature 1 (the paper's Table
   "Exact match accuracy on Sudoku" protocol: one NFE, T = 1), with the paper's reported
   numbers beside ours where ``results/paper/<task>.csv`` has them, the secondary metrics
-  (cell accuracy, valid grids) and every cell of the grid;
+  (cell accuracy, valid grids), one table per ablation table of the paper (e.g. S-FLM schedule x
+  renorm) with our value beside each of its rows, and every cell of the grid;
+- ``alpha_star.md`` (when the store has S-FLM rows): alpha*(delta) on the paper's grid of |V|, d,
+  delta beside the Monte-Carlo probability that the target is the nearest neighbour there;
 - ``training.md``: train throughput and final loss of every model;
 - ``<task>_<metric>_vs_nfe.png`` / ``.pdf``: the headline metric against NFE per method
   (one panel per subset), and ``..._vs_temperature`` when the grid has several temperatures;
@@ -95,6 +98,46 @@ def _paper_lookup(paper: pd.DataFrame | None, r, subset: str, metric: str):
     return float(p["value"].iloc[0]) if len(p) else None
 
 
+def _ours_for(best: pd.DataFrame, method: str, variant: str, decoding: str) -> pd.DataFrame:
+    """Our headline rows for one paper row: same method and variant; the paper's decoding when it
+    names one, else the method's default decoding (what the paper ran)."""
+    from bench.registry import METHODS
+
+    g = best[(best["method"] == method) & (best["variant"] == variant)]
+    if decoding:
+        return g[g["decoding"] == decoding]
+    default = METHODS[method].decodings[0] if method in METHODS else None
+    d = g[g["decoding"] == default]
+    return d if len(d) else g[g["decoding"] == g["decoding"].min()] if len(g) else g
+
+
+def ablation_markdown(task: str, best: pd.DataFrame, headline: str, subsets: list[str],
+                      paper: pd.DataFrame | None) -> list[str]:
+    """One table per non-main table of ``results/paper/<task>.csv`` (e.g. the S-FLM renorm /
+    schedule ablation): the paper's rows in its order, our value beside each where the sweep ran
+    that (method, variant)."""
+    if paper is None:
+        return []
+    out = []
+    for name in [t for t in dict.fromkeys(paper["table"]) if t != "main"]:
+        p = paper[(paper["table"] == name) & (paper["metric"] == headline)]
+        rows, any_ours = [], False
+        for (method, variant, decoding), g in p.groupby(["method", "variant", "decoding"], sort=False):
+            ours = _ours_for(best[best["metric"] == headline], method, variant, decoding)
+            row = {"paper row": g["label"].iloc[0], "model": f"{method}/{variant}" + (f" ({decoding})" if decoding else "")}
+            for sub in subsets:
+                o = ours[ours["subset"] == sub]
+                any_ours |= bool(len(o))
+                row[sub] = _pct(o["value"].iloc[0]) if len(o) else ""
+                pv = g[g["subset"] == sub]
+                row[f"{sub} (paper)"] = _pct(float(pv["value"].iloc[0])) if len(pv) else ""
+            rows.append(row)
+        if rows:
+            note = "" if any_ours else " (this sweep ran none of these models)"
+            out += ["", f"## Paper table `{name}`: {headline.replace('_', ' ')} (%){note}", "", _md_table(pd.DataFrame(rows))]
+    return out
+
+
 def task_markdown(task: str, df: pd.DataFrame) -> tuple[str, str | None]:
     s = df[(df["task"] == task) & (df["kind"] == "sample")]
     metrics = set(s["metric"])
@@ -129,6 +172,7 @@ def task_markdown(task: str, df: pd.DataFrame) -> tuple[str, str | None]:
                 row[f"{sub} (paper)"] = "" if pv is None else _pct(pv)
         table.append(row)
     out.append(_md_table(pd.DataFrame(table)))
+    out += ablation_markdown(task, best, headline, subsets, paper)
     for metric in SECONDARY:
         m = best[best["metric"] == metric]
         if not len(m):
@@ -143,6 +187,29 @@ def task_markdown(task: str, df: pd.DataFrame) -> tuple[str, str | None]:
     piv = piv[[c for c in subsets if c in piv.columns]].map(_pct).reset_index()
     out += ["", f"## Every cell of the grid: {headline.replace('_', ' ')} (%)", "", _md_table(piv), ""]
     return "\n".join(out), headline
+
+
+def alpha_star_markdown(model_alpha: bool = False, n_trials: int = 100_000) -> str:
+    """alpha*(delta) (paper eq. alpha-crit) on the paper's grid of |V|, d, delta beside the
+    Monte-Carlo probability that the target is the nearest neighbour at that alpha."""
+    from sflm.schedule import alpha_star_table
+
+    rows = alpha_star_table(n_trials=n_trials, model_alpha=model_alpha)
+    t = pd.DataFrame([{
+        "vocab": f"{r['vocab_size']:,}", "d": r["dim"], "delta": r["delta"], "alpha*(delta)": f"{r['alpha']:.4f}",
+        **({"alpha exact (model)": f"{r['alpha_model']:.4f}"} if model_alpha else {}),
+        "P[target nearest]": f"{r['p_nearest']:.4f} +- {r['stderr']:.4f}", "1 - delta": f"{1 - r['delta']:.2f}",
+        ">= 1 - delta": "yes" if r["holds"] else "no"} for r in rows])
+    return "\n".join([
+        "# alpha*(delta) vs Monte Carlo", "",
+        "alpha*(delta) = (2/pi) arcsin(sqrt(2 log(2(|V|-1)/delta) / d)) (paper eq. alpha-crit) is the clean "
+        "weight above which, for a random codebook of |V| unit vectors in d dimensions, the target "
+        "embedding is the nearest neighbour of SLERP(z_0, e_x, alpha) with probability >= 1 - delta. "
+        f"`P[target nearest]` is a Monte-Carlo estimate at alpha*(delta) ({n_trials:,} trials per row, the "
+        "exact Beta-law reduction of the codebook; `sflm.schedule.check_alpha_star`), +- one standard "
+        "error. `no` marks rows where the paper's approximation (pi/2 starting angle, union bound) "
+        "undershoots; `python -m bench.report --alpha-model` adds the alpha that solves the condition "
+        "exactly (`sflm.schedule.alpha_star_model`).", "", _md_table(t), ""])
 
 
 def training_markdown(df: pd.DataFrame) -> str:
@@ -337,6 +404,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.report", description=__doc__.split("\n")[0])
     ap.add_argument("--results-dir", default="results", help="results folder holding store/ (default: results)")
     ap.add_argument("--out", help="output folder (default: <results-dir>/report)")
+    ap.add_argument("--alpha-model", action="store_true",
+                    help="alpha_star.md: also solve the nearest-neighbour condition exactly (~3 s a row)")
     args = ap.parse_args(argv)
     store = Path(args.results_dir) / "store"
     if not store.is_dir():
@@ -349,6 +418,9 @@ def main(argv: list[str] | None = None) -> int:
     written = [out / "results.csv"]
     atomic.write_text(out / "training.md", training_markdown(df))
     written.append(out / "training.md")
+    if (df["method"] == "sflm").any():
+        atomic.write_text(out / "alpha_star.md", alpha_star_markdown(model_alpha=args.alpha_model))
+        written.append(out / "alpha_star.md")
     for task in sorted(df["task"].dropna().unique()):
         text, headline = task_markdown(task, df)
         if task in PROGRAM_TASKS:  # GSM8K section: CI table at every NFE / T
