@@ -120,9 +120,6 @@ class CANDI(Method):
     decodings = ("cached", "nocache")
     #: variants the shared conformance suite runs (tests/test_conformance.py)
     conformance_variants = [{}, {"pure_gaussian": True}]
-    #: sort-8 learnability budget: on the shared cpu-mini DiT the hybrid reached >= 90 % at steps
-    #: 1100-1500 in 3 runs (MDLM: 1300-1500), so it gets headroom; early stopping keeps it short
-    learnability_train = {"steps": 3000}
 
     def __init__(self, options, vocab_size: int, seq_len: int):
         super().__init__(options, vocab_size, seq_len)

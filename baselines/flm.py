@@ -158,9 +158,6 @@ class FLM(Method):
     Options = FLMOptions
     decodings = ("euler",)
     conformance_variants = [{}, {"output_cap": 30.0, "attn_softcap": 50.0}]
-    #: sort-8 learnability run: the recipe's EMA (0.99 here; the paper uses 0.9999 over 20k steps)
-    #: smooths the noisy no-EMA curve (without it the model hovers at 0.85-0.9 at 1500 steps)
-    learnability_train = {"ema": 0.99}
 
     def __init__(self, options, vocab_size: int, seq_len: int):
         super().__init__(options, vocab_size, seq_len)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import platform
 import sys
@@ -75,6 +76,23 @@ def _sudoku_batch(n: int, vocab: int, seq_len: int, device: torch.device, seed: 
     return Batch(x.to(device), clean.to(device), (~clean).to(device))
 
 
+def _train_step(method, backbone, opt, batch: Batch, args, device: torch.device) -> None:
+    t = antithetic_times(args.batch, device=device) if method.uses_time else None
+    with _autocast(device, args.precision):
+        loss = method.loss(backbone, batch, t).loss
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    method.on_after_optimizer_step(backbone)
+
+
+def _sample_once(method, backbone, batch: Batch, args, device: torch.device) -> None:
+    method.nfe_counter = 0
+    with _autocast(device, args.precision):
+        method.sample(backbone, batch.x, batch.clean_mask, nfe=args.nfe,
+                      generator=torch.Generator(device=device).manual_seed(0))
+
+
 def bench_train(models, args, device) -> list[dict]:
     rows = []
     for label, name, opts in models:
@@ -83,15 +101,7 @@ def bench_train(models, args, device) -> list[dict]:
         opt = torch.optim.AdamW(backbone.parameters(), lr=1e-4)
         batch = _sudoku_batch(args.batch, args.vocab, args.seq_len, device)
 
-        def step():
-            t = antithetic_times(args.batch, device=device) if method.uses_time else None
-            with _autocast(device, args.precision):
-                loss = method.loss(backbone, batch, t).loss
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            method.on_after_optimizer_step(backbone)
-
+        step = functools.partial(_train_step, method, backbone, opt, batch, args, device)
         for _ in range(args.warmup):
             step()
         _sync(device)
@@ -114,12 +124,7 @@ def bench_sample(models, args, device) -> list[dict]:
         backbone.eval()
         batch = _sudoku_batch(args.batch, args.vocab, args.seq_len, device)
 
-        def run():
-            method.nfe_counter = 0
-            with _autocast(device, args.precision):
-                method.sample(backbone, batch.x, batch.clean_mask, nfe=args.nfe,
-                              generator=torch.Generator(device=device).manual_seed(0))
-
+        run = functools.partial(_sample_once, method, backbone, batch, args, device)
         run()
         _sync(device)
         t0 = time.perf_counter()

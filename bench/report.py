@@ -34,6 +34,12 @@ PAPER_DIR = Path(__file__).resolve().parent.parent / "results" / "paper"
 #: headline + secondary metrics per task (first one present is the headline)
 HEADLINE = ("exact_match", "accuracy")
 SECONDARY = ("cell_accuracy", "blank_accuracy", "valid_grid")
+#: the protocol behind each task's paper numbers (results/paper/<task>.csv), for the report text
+PAPER_PROTOCOL = {
+    "sudoku": "9x9, one model per difficulty, tiny DiT, 20k steps, 180 sampling steps, T = 1",
+    "gsm8k": "trained on TinyGSM, small DiT / S-arch, 250k steps, GSM8K test, 1024 sampling steps "
+             "(AR: 512), T = 1",
+}
 SUBSET_ORDER = {"easy": 0, "medium": 1, "hard": 2}
 
 
@@ -150,8 +156,8 @@ def task_markdown(task: str, df: pd.DataFrame) -> tuple[str, str | None]:
     out = [f"# {task}: {headline.replace('_', ' ')} (%)", "",
            "One row per model and decoding, at the largest NFE of the grid and the temperature closest "
            "to 1 (values in %, 95 % CI in brackets where the evaluator gives one). `paper` columns are "
-           "the S-FLM paper's reported numbers (9x9, tiny DiT, 20k steps, 180 steps); ours come from "
-           "whatever this sweep ran, so compare them only when the protocol matches.", ""]
+           f"the S-FLM paper's reported numbers ({PAPER_PROTOCOL.get(task, 'see results/paper')}); ours come "
+           "from whatever this sweep ran, so compare them only when the protocol matches.", ""]
     table = []
     h = best[best["metric"] == headline]
     for (method, variant, decoding), g in h.groupby(["method", "variant", "decoding"], dropna=False):

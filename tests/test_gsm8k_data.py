@@ -15,6 +15,7 @@ from bench.data import tinygsm
 from bench.data.arith import TEMPLATES, ArithTask, generate, is_heldout
 from bench.data.gsm8k import GSM8KTask, decode_continuations, load_gsm8k_test
 from bench.data.tokenizers import CharTokenizer
+from bench.evaluate.sandbox import STATUSES
 
 FIXTURE = Path(__file__).parent / "fixtures" / "tinygsm_sample.jsonl"
 ROWS = [json.loads(line) for line in FIXTURE.read_text().splitlines()]
@@ -290,20 +291,7 @@ def test_arith_end_to_end_through_the_sandbox():
     assert m["status_wrong"].value == pytest.approx(12 / 24)
     assert m["status_runtime_error"].value + m["status_no_answer"].value > 0
     assert m["accuracy"].ci_low <= m["accuracy_plain"].value <= m["accuracy"].ci_high
-    assert sum(
-        m[f"status_{s}"].value
-        for s in (
-            "ok",
-            "wrong",
-            "no_answer",
-            "syntax_error",
-            "runtime_error",
-            "timeout",
-            "memory",
-            "crash",
-            "harness_error",
-        )
-    ) == pytest.approx(1.0)
+    assert sum(m[f"status_{s}"].value for s in STATUSES) == pytest.approx(1.0)
     assert golds == ev.meta["answer"]
 
 

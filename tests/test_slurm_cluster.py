@@ -18,6 +18,7 @@ import sys
 import time
 
 import pytest
+from waiting import wait_until
 
 pytestmark = pytest.mark.slurm
 
@@ -74,15 +75,6 @@ def sacct(jid: str, *, duplicates: bool = False) -> list[dict[str, str]]:
         rows.append({"JobID": job_id, "State": state.split()[0], "ExitCode": exit_code})
     return rows
 
-
-def wait_until(pred, timeout: float, what: str, interval: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out after {timeout:.0f} s waiting for {what}"
-        time.sleep(interval)
 
 
 def wait_final(jid: str, timeout: float, n_tasks: int = 1) -> list[dict[str, str]]:

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -92,15 +93,6 @@ def sacct(*ids: str, duplicates: bool = False) -> list[dict[str, str]]:
         rows.append({"JobID": job_id, "JobName": name, "State": state.split()[0], "Start": start, "End": end})
     return rows
 
-
-def wait_until(pred, timeout: float, what: str, interval: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out after {timeout:.0f} s waiting for {what}"
-        time.sleep(interval)
 
 
 def store_rows(results: Path) -> list[dict]:

@@ -1,0 +1,34 @@
+"""bench.perf runs every benchmark end to end on tiny sizes and reports what it measured
+(no timing targets here: those are read off the benchmark's output, not asserted)."""
+
+import json
+
+from bench import perf
+
+TINY = ["--size", "cpu-mini", "--vocab", "12", "--seq-len", "24", "--batch", "4", "--steps", "2",
+        "--warmup", "1", "--nfe", "3", "--sample-reps", "1", "--vel-vocab", "2048", "--vel-dim", "64",
+        "--vel-len", "32", "--vel-size", "cpu-mini", "--vel-steps", "2", "--device", "cpu"]
+
+
+def test_all_benchmarks_write_rows(tmp_path, capsys):
+    out = tmp_path / "perf.json"
+    assert perf.main(["train", "sample", "velocity", "--models", "ar,mdlm,sflm/sarch", *TINY, "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    train = {r["model"]: r for r in rows if r["bench"] == "train"}
+    sample = {r["model"]: r for r in rows if r["bench"] == "sample"}
+    assert set(train) == set(sample) == {"ar", "mdlm", "sflm/sarch"}
+    assert train["ar"]["vs_ar"] == 1.0 and train["mdlm"]["vs_mdlm"] == 1.0
+    assert all(r["steps_per_s"] > 0 for r in train.values())
+    assert sample["mdlm"]["nfe"] == 3  # NFE = backbone calls, counted by Method.call
+    assert sample["ar"]["nfe"] == 12  # AR: one call per generated position (half of 24)
+    (vel,) = [r for r in rows if r["bench"] == "velocity"]
+    assert vel["vocab"] == 2048 and vel["step_s"] > 0 and vel["forward_s"] > 0
+    assert "| model | steps_per_s" in capsys.readouterr().out
+
+
+def test_bad_arguments_exit_2(capsys):
+    assert perf.main(["train", "--models", "nope", *TINY]) == 2
+    assert "--models: unknown model 'nope'" in capsys.readouterr().err
+    assert perf.main(["speed"]) == 2
+    assert perf.main(["velocity", *TINY[:-2], "--vel-dim", "100"]) == 2  # cpu-mini is 64 wide
+    assert "--vel-dim 100" in capsys.readouterr().err
