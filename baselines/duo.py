@@ -195,9 +195,10 @@ def curriculum_gamma_range(vocab_size: int, alpha_min: float, alpha_max: float) 
 @functools.lru_cache(maxsize=8)
 def duality_table(vocab_size: int, gamma_min: float, gamma_max: float, n: int = 1000,
                   n_gh: int = 100) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(gamma, alpha, dalpha/dgamma) on ``n`` points of [gamma_min, gamma_max]
-    (duo `algo.py::Integral` table, T = 1000 points); dalpha/dgamma by central finite
-    differences on the grid (the Duo repo uses a forward difference)."""
+    """(gamma, alpha, dalpha/dgamma) on ``n`` points of [gamma_min, gamma_max], read by linear
+    interpolation; dalpha/dgamma by central finite differences on the grid. (The Duo repo reads
+    a 10^5-point table on [-5, -1] (`integral/gpt2.pkl`) by nearest neighbour, `algo.py::Integral`,
+    and takes a forward difference with step 1/T = 1e-3, `DUO._gamma_to_alpha_dalpha_cached`.)"""
     gamma = np.linspace(gamma_min, gamma_max, n)
     alpha = np.clip(duality_alpha(gamma, vocab_size, n_gh), 1e-12, 1.0)
     dalpha = np.gradient(alpha, gamma)
@@ -225,7 +226,10 @@ class Duo(Method):
         super().__init__(options, vocab_size, seq_len)
         if vocab_size < 2:
             raise ConfigError(f"duo: vocab_size must be >= 2, got {vocab_size}")
-        self.train_step = 0  # curriculum clock (record_losses is called once per train step)
+        # Curriculum clock (= the trainer's global step; record_losses runs once per step). A
+        # persistent buffer so that it travels in checkpoints: a resumed run must not restart
+        # the curriculum (duo `DUO.nll` reads Lightning's restored global_step).
+        self.register_buffer("curriculum_step", torch.zeros((), dtype=torch.long))
 
     def build_backbone(self, cfg: BackboneConfig):
         return build_dit(cfg, self.vocab_size, self.vocab_size)
@@ -260,7 +264,17 @@ class Duo(Method):
         return token_mean(per_token * ~batch.clean_mask, batch.loss_mask)
 
     def record_losses(self, t: Tensor, per_sample: Tensor, step: int) -> None:
-        self.train_step = step + 1
+        self.curriculum_step.fill_(step + 1)
+
+    @property
+    def train_step(self) -> int:
+        return int(self.curriculum_step)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        key = prefix + "curriculum_step"
+        if key not in state_dict:  # weights written before the clock was a buffer: keep 0
+            state_dict = {**state_dict, key: self.curriculum_step.clone()}
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def gamma_range(self) -> tuple[float, float]:
         o = self.opts

@@ -11,7 +11,7 @@ from torch import nn
 
 from baselines.candi import CANDI, CANDIOptions, error_rate
 from bench.config import BackboneConfig, ConfigError, build
-from bench.method import Batch
+from bench.method import Batch, gumbel_argmax
 
 torch.set_num_threads(1)
 
@@ -265,3 +265,134 @@ def test_prior_scale_and_float32_path(chunk, monkeypatch):
     assert st.tokens.shape == prompt.shape
     out = m.sample(net, prompt, pmask, nfe=3, float64=False, generator=torch.Generator().manual_seed(0))
     assert out.dtype == torch.long and int(out.max()) < V and torch.equal(out[pmask], prompt[pmask])
+
+
+# --------------------------------------------------------------------------- reference replay
+# Independent re-statement of the S-FLM port (first commit of FrankCCCCC/s-flm): `algo.py::CANDI.q_xt`,
+# `nll_per_token`, `_continuous_step(_cache)`, `_discrete_step(_optimized)`, `models/candi_dit.py::
+# ContDIT.forward`, `samplers.py::CANDISampler`, written here from those formulas, on a real random DiT.
+
+
+def _ref_sigma(tau, vocab, lo=0.01, hi=0.25):
+    """`sigma_from_time_vectorized` on the `expected_rank` table (with its +1e-8 guard)."""
+    sig = torch.linspace(0.2, 4.0, 1000, dtype=torch.float64)
+    err = error_rate(sig, vocab)
+    r = tau * (hi - lo) + lo
+    i = torch.searchsorted(err, r, right=True).clamp(1, len(err) - 1)
+    return sig[i - 1] + (r - err[i - 1]) / (err[i] - err[i - 1] + 1e-8) * (sig[i] - sig[i - 1])
+
+
+def _random_dit(m):
+    torch.manual_seed(0)
+    net = m.build_backbone(BackboneConfig(size="cpu-mini"))
+    with torch.no_grad():  # the DiT zero-initialises its head and adaLN (time) layers: perturb all
+        for p in net.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+        net.head.weight.normal_(0, 0.5)
+    return net.eval()
+
+
+def _ref_logp(net, cont_emb, tokens, reveal, sigma_next, t, temperature, a, n):
+    """ContDIT input mix + `_process_model_output` (temperature, log-softmax, forced one-hot)."""
+    W = net.embed.weight.detach()
+    e_hat, mask_row = nn.functional.normalize(W[:-1], dim=-1), nn.functional.normalize(W[-1], dim=0)
+    c_in = 1 / (1 + sigma_next**2) ** 0.5
+    r = reveal[..., None].float()
+    h = e_hat[tokens] * r + (1 - r) * (a * mask_row + (1 - a) * cont_emb.float() * float(c_in))
+    alpha = 1e-3 + (1 - 1e-3) * (1 - t)
+    logits = net(h, (-torch.log(alpha)).float().expand(n)).double() / temperature
+    lp = logits - torch.logsumexp(logits, -1, keepdim=True)
+    forced = torch.where(nn.functional.one_hot(tokens, W.shape[0] - 1).bool(), 0.0, -torch.inf)
+    return torch.where(reveal[..., None], forced, lp), e_hat
+
+
+@pytest.mark.parametrize("pure", [False, True])
+def test_loss_equals_reference_replay(pure):
+    """Same RNG stream -> the loss equals the reference's q_xt + ContDIT + MDLM-weighted (hybrid) or
+    plain (pure Gaussian) CE, token-mean over non-prompt positions, to float32 round-off."""
+    V, L, B, a = 12, 16, 8, 0.3
+    m = make(V, seq_len=L, pure_gaussian=pure, mixed_coeff=a)
+    net = _random_dit(m)
+    g = torch.Generator().manual_seed(1)
+    x0 = torch.randint(0, V, (B, L), generator=g)
+    clean = torch.zeros(B, L, dtype=torch.bool)
+    clean[:, :5] = True
+    t = torch.rand(B, generator=g) * 0.999 + 1e-3
+    torch.manual_seed(11)
+    ours = float(m.loss(net, Batch(x0, clean, ~clean), t).loss.detach())
+    torch.manual_seed(11)
+    alpha = 1e-3 + (1 - 1e-3) * (1 - t)
+    if pure:  # the reference also draws the (unused) discrete corruption; here it is skipped
+        reveal = clean
+    else:
+        move = torch.rand(B, L) < (1 - alpha)[:, None]
+        reveal = (torch.where(move, torch.randint(0, V + 1, (B, L)), x0) == x0) | clean
+    sigma = _ref_sigma((1 - alpha).double(), V).float()
+    onehot = nn.functional.one_hot(x0, V).float()
+    xt = torch.where(reveal[..., None], onehot, onehot + sigma[:, None, None] * torch.randn_like(onehot))
+    W = net.embed.weight.detach()
+    e_hat, mask_row = nn.functional.normalize(W[:-1], dim=-1), nn.functional.normalize(W[-1], dim=0)
+    emb = xt @ e_hat
+    c_in = (1 / (1 + sigma**2) ** 0.5)[:, None, None]
+    r = reveal[..., None].float()
+    with torch.no_grad():
+        logits = net(emb * r + (1 - r) * (a * mask_row + (1 - a) * emb * c_in), -torch.log(alpha))
+    lp = torch.log_softmax(logits, -1).gather(-1, x0[..., None]).squeeze(-1).masked_fill(reveal, 0.0)
+    nll = -lp if pure else lp * -(1 - 1e-3) / (1 - alpha)[:, None]
+    ref = float((nll * ~clean).sum() / (~clean).sum())
+    assert ours == pytest.approx(ref, rel=1e-5)
+
+
+@pytest.mark.parametrize("decoding,nfe,temperature", [("cached", 7, 1.0), ("cached", 120, 0.7),
+                                                      ("nocache", 7, 0.7), ("continuous", 7, 1.0)])
+def test_sampler_equals_reference_replay(decoding, nfe, temperature):
+    """Replaying the reference sampler with the same random draws (Gaussian prior, Gumbel-max
+    categorical draws, unmasking uniforms, in this order) reproduces every step's state."""
+    V, L, n = 12, 16, 4
+    m = make(V, seq_len=L, pure_gaussian=decoding == "continuous")
+    net = _random_dit(m)
+    prompt = torch.randint(0, V, (n, L), generator=torch.Generator().manual_seed(3))
+    pm = torch.zeros(n, L, dtype=torch.bool)
+    pm[:, :4] = True
+    prompt = torch.where(pm, prompt, 0)
+    states = list(m.iter_sample(net, prompt, pm, nfe=nfe, decoding=decoding, temperature=temperature,
+                                generator=torch.Generator().manual_seed(5)))
+    g = torch.Generator().manual_seed(5)
+    ts = torch.linspace(0.999, 1e-5, nfe + 1, dtype=torch.float64)
+    sig, dt = _ref_sigma(ts, V), (1 - 1e-5) / nfe
+    z = _ref_sigma(torch.tensor(0.999, dtype=torch.float64), V) * torch.randn(n, L, V, generator=g, dtype=torch.float64)
+    onehot_p = nn.functional.one_hot(prompt, V).double()
+    clean = pm.clone()
+    e_hat = nn.functional.normalize(net.embed.weight.detach()[:-1], dim=-1).double()
+    if decoding == "cached":
+        cache, x = z @ e_hat, torch.where(pm, prompt, z.argmax(-1))
+    else:
+        x = torch.where(pm[..., None], onehot_p, z)
+    with torch.no_grad():
+        for k in range(nfe):
+            t = ts[k]
+            if decoding == "cached":
+                lp, _ = _ref_logp(net, cache, x, clean, sig[k + 1], t, temperature, 0.5, n)
+                x0_hat = gumbel_argmax(lp, g)
+                cache = cache - (sig[k] - sig[k + 1]) * (cache - e_hat[x0_hat]) / sig[k + 1] ** 2
+                unmask = torch.rand(n, L, generator=g, dtype=torch.float64) < dt / t
+                x, clean = torch.where(clean, x, x0_hat), clean | unmask
+                assert torch.equal(x, states[k].tokens) and torch.equal(clean, states[k].clean), k
+                assert torch.allclose(cache, states[k].cont, atol=1e-5), k
+                continue
+            lp, _ = _ref_logp(net, x @ e_hat, x.argmax(-1), clean, sig[k + 1], t, temperature, 0.5, n)
+            p = lp.exp()
+            x = x - (sig[k] - sig[k + 1]) * (x - p) / sig[k + 1] ** 2
+            if decoding == "nocache":
+                s = t - dt
+                draw = gumbel_argmax(torch.log(torch.cat([p * (t - s), s.clamp_min(0).expand(n, L, 1)], -1)), g)
+                old = x.argmax(-1)
+                tok = torch.where(clean | (draw == V), old, draw)
+                clean = clean | (draw != V)
+                x = torch.where(clean[..., None], nn.functional.one_hot(tok, V).double(), x)
+            x = torch.where(pm[..., None], onehot_p, x)
+            assert torch.equal(clean, states[k].clean), k
+            assert torch.allclose(x, states[k].cont, atol=1e-5), k
+    out = m.sample(net, prompt, pm, nfe=nfe, decoding=decoding, temperature=temperature,
+                   generator=torch.Generator().manual_seed(5))
+    assert torch.equal(out, x if decoding == "cached" else x.argmax(-1))

@@ -389,3 +389,28 @@ def test_curriculum_loss_is_used_only_during_the_curriculum():
     method.record_losses(t, torch.zeros(B), step=5)
     method.loss(net, batch, t)
     assert seen[-1] == torch.long  # plain duo_base NELBO on ids afterwards
+
+
+def test_curriculum_clock_survives_a_checkpoint_round_trip():
+    """The curriculum step travels in the method's state_dict (Lightning checkpoint / weights.pt),
+    so a run resumed after the curriculum does not fall back to the curriculum loss for a step;
+    a state_dict from before the clock existed still loads (strict)."""
+    from bench.config import BackboneConfig
+
+    V, L, B = 10, 8, 16
+    opts = build(DuoOptions, {"curriculum_end": 5})
+    method = Duo(opts, V, L)
+    method.record_losses(torch.rand(B), torch.zeros(B), step=9)
+    state = method.state_dict()
+    resumed = Duo(opts, V, L)
+    resumed.load_state_dict(state)
+    assert resumed.train_step == 10
+    net = resumed.build_backbone(BackboneConfig(size="cpu-mini"))
+    seen = []
+    net.register_forward_pre_hook(lambda m, args: seen.append(args[0].dtype))
+    batch = Batch(torch.randint(0, V, (B, L)), torch.zeros(B, L, dtype=torch.bool), torch.ones(B, L, dtype=torch.bool))
+    resumed.loss(net, batch, torch.rand(B))
+    assert seen[-1] == torch.long  # past the curriculum: plain duo_base NELBO on ids
+    legacy = Duo(opts, V, L)
+    legacy.load_state_dict({})
+    assert legacy.train_step == 0
