@@ -8,6 +8,8 @@ Velocities (all take the posterior after temperature, paper eq. temperature-scal
 - top-k: the exact sum restricted to the k largest logits, renormalised by a softmax over them
   (paper par. "Top-k velocity"); k = 1 is top-1 decoding and is temperature-free.
 Step: z <- exp_z(s_n v) with s_n = (alpha_{n+1} - alpha_n) / (1 - alpha_n) (paper eq. step-size).
+With ``float64`` the latent stays in float64 between steps. The reference casts its state back to
+float32 after each step, a difference of about 2e-7 in the network input (docs/methods/sflm.md).
 """
 
 from __future__ import annotations

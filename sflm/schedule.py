@@ -308,6 +308,10 @@ class AdaptiveSchedule(nn.Module):
     of F^{-1} below F(t_0) could step a fraction of a grid cell outside the truncated range), and
     the fitted PCHIP is evaluated with torch from scipy's coefficients (same values, on device,
     no host round trip). Under DDP the (t, loss) pairs are all-gathered, as in the reference.
+    The refit trigger follows the paper: "filled" is remembered (``buf_filled``). The reference's
+    first commit tested ``end >= buffer_size`` on the current write only. With W = 1000, R = 50
+    and buffer R x batch that never coincides with ``step % R == 0``, so it never refits (fixed
+    upstream in 308d78e; docs/methods/sflm.md).
     """
 
     def __init__(self, base: Schedule | None = None, *, buffer_size: int = 0, refit_every: int = 50,
