@@ -78,11 +78,12 @@ def token_mean(per_token: Tensor, loss_mask: Tensor) -> LossOutput:
 
 def antithetic_times(n: int, *, eps: float = 1e-3, antithetic: bool = True,
                      generator: torch.Generator | None = None, device: Any = "cpu") -> Tensor:
-    """(n,) times in [eps, 1]: stratified u_i = (U + i) / n mod 1 with one shared U
-    (reference `trainer_base.py::Diffusion._sample_t`), then t = (1 - eps) u + eps."""
+    """(n,) times in [eps, 1]: one uniform draw inside each of the n strata, u_i = (U_i + i) / n
+    with independent U_i (reference ``_sample_t``, s-sahoo/duo ``trainer_base.py`` / MDLM
+    ``diffusion.py``), then t = (1 - eps) u + eps. Departure: under DDP each rank stratifies its
+    own batch over [0, 1]; the reference stratifies the global batch and gives each rank a chunk."""
     if antithetic:
-        u0 = torch.rand((), generator=generator, device=device)
-        u = (u0 + torch.arange(n, device=device) / n) % 1.0
+        u = (torch.rand(n, generator=generator, device=device) + torch.arange(n, device=device)) / n
     else:
         u = torch.rand(n, generator=generator, device=device)
     return (1 - eps) * u + eps

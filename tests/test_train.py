@@ -75,3 +75,18 @@ def test_batches_are_a_function_of_seed_and_step():
     # every example is seen once per epoch
     seen = torch.cat([torch.as_tensor(a.indices(s)) for s in range(6)])  # 48 of 50 examples
     assert len(set(seen.tolist())) == len(seen)
+
+
+def test_antithetic_times_one_independent_draw_per_stratum():
+    """Reference _sample_t: u_i = (U_i + i) / n, one draw in each stratum [i/n, (i+1)/n) with
+    independent U_i (not one shared shift), mapped to [eps, 1]."""
+    from bench.method import antithetic_times
+
+    n, eps = 64, 1e-3
+    t = antithetic_times(n, eps=eps, generator=torch.Generator().manual_seed(0))
+    u = (t - eps) / (1 - eps)
+    strata = torch.floor(u * n).long()
+    assert torch.equal(strata, torch.arange(n))
+    within = u * n - strata
+    assert within.std() > 0.1  # a shared shift would make every within-stratum offset equal
+    assert float(t.min()) >= eps and float(t.max()) <= 1.0
