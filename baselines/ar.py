@@ -9,6 +9,13 @@ positions, including clean positions inside the generated region (Sudoku givens)
 teacher-forced. ``sample`` draws from softmax(logits / T) with float64 Gumbel-max;
 ``greedy`` takes the argmax (temperature-free). No KV cache: each call re-reads the prefix
 (correct, slower; Sudoku and CPU sizes are short).
+
+Departures: the output has V classes, not V + 1 with a -inf [MASK] logit as in the
+reference (`algo.py::AR._process_model_output`): identical distribution, one row fewer. No
+EOS early stopping (reference TinyGSM sampling uses it): positions after EOS are still
+generated and counted in NFE, and the GSM8K evaluator cuts at the first EOS, so answers are
+unchanged. Rows with different prompt lengths are handled by teacher forcing (the reference
+sampler refuses variable-length prefixes).
 """
 
 from __future__ import annotations

@@ -146,7 +146,9 @@ class SoftcapBlock(Block):
         s = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
         c = self.attn_softcap
         s = c * torch.tanh(s / c)
-        p = F.dropout(torch.softmax(s.float(), dim=-1).to(v.dtype), self.dropout, self.training)
+        # no dropout on the attention weights, as the shared Block (reference softcap path:
+        # flash_attn_qkvpacked_func(qkv, 0.0, ..., softcap=c), s-flm models/dit.py)
+        p = torch.softmax(s.float(), dim=-1).to(v.dtype)
         return self.attn_out((p @ v).transpose(1, 2).reshape(B, L, d))
 
 

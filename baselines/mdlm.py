@@ -17,6 +17,10 @@ and drawn from p_theta (float64 Gumbel-max); revealed tokens are frozen. The las
 alpha_s = 1: ``ancestral`` samples every remaining mask, ``greedy`` takes the argmax.
 Equal-NFE accounting: no extra noise-removal pass and no caching of unchanged steps (the
 original MDLM repo does both; with caching its NFE is <= nfe + 1).
+Departures: the time grid and alpha_t, alpha_s are float64 (reference: model dtype), so the
+reveal probabilities are exact; ``loss_type="low_var"`` applies whenever ``loss`` runs (the
+reference switches back to the NELBO outside training; here ``loss`` is only the training
+objective).
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ class MDLM(Method):
                   count: bool = False) -> Tensor:
         """SUBS log p_theta(x_0 | x_t): (B, L, V+1); mask column -inf, carry-over on unmasked."""
         fn = self.call if count else (lambda b, *a: b(*a))
+        # temperature on the raw logits, before SUBS masking (reference `TrainerBase.forward`)
         logits = fn(backbone, x_t, self.sigma(alpha_t)).float() / temperature
         logits[..., self.mask_id] = NEG_INF  # zero masking
         logp = torch.log_softmax(logits, dim=-1)
@@ -107,6 +112,7 @@ class MDLM(Method):
                 draw = logp.argmax(-1)
             else:
                 draw = gumbel_argmax(logp, generator, float64)
+            # absorbing posterior q(z_s | z_t = m, x): reveal w.p. (alpha_s - alpha_t) / (1 - alpha_t)
             p_reveal = ((alpha_s - alpha_t) / (1 - alpha_t))[:, None]
             u = torch.rand(x.shape, generator=generator, device=dev, dtype=torch.float64)
             reveal = is_mask & (u < p_reveal)

@@ -243,3 +243,16 @@ def test_attention_softcap_path():
     net = m.build_backbone(BackboneConfig(size="cpu-mini"))
     assert all(isinstance(b, SoftcapBlock) and b.attn_softcap == 50.0 for b in net.blocks)
     assert all(type(b) is Block for b in FLM(FLMOptions(), 10, 8).build_backbone(BackboneConfig(size="cpu-mini")).blocks)
+
+
+def test_softcap_block_has_no_attention_weight_dropout():
+    """In training with dropout on, an inactive cap (c -> inf) must give the shared Block's output
+    exactly: dropout belongs to the residual branches only (reference: flash-attn dropout 0)."""
+    torch.manual_seed(0)
+    blk = Block(16, 2, None, 0.5, False).train()
+    h = torch.randn(2, 9, 16)
+    cos, sin = rotary_cos_sin(9, 8, "cpu")
+    ref = blk.attention(h, cos, sin)
+    blk.__class__ = SoftcapBlock
+    blk.attn_softcap = 1e9
+    torch.testing.assert_close(blk.attention(h, cos, sin), ref, rtol=1e-4, atol=1e-5)

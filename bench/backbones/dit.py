@@ -9,10 +9,18 @@ Layout follows the reference `models/dit.py::DIT` of SEDD / MDLM / Duo / S-FLM
 - pre-LN blocks with adaLN-Zero modulation (shift / scale / gate for attention and MLP,
   the modulation Linear zero-initialised so every block starts as the identity);
 - rotary position embeddings on q and k, bidirectional ``scaled_dot_product_attention``;
+- dropout only on the attention-output and MLP residual branches, never on the attention
+  weights (reference kernels run with dropout 0: s-flm `DDiTBlock._attn`, mdlm/duo flash_attn
+  ``dropout_p=0.``);
 - final LayerNorm + adaLN + Linear(d, V_out) with zero-initialised weight and bias
   (logits start at 0 = uniform).
 
 The causal variant (``causal=True``) has no adaLN and no time input (AR, `algo.adaLN=False`).
+
+Departures (numerics only): the reference wraps blocks and final layer in a bf16 autocast
+inside the module and rotates q/k in the activation dtype; here precision is the trainer's
+(bf16-mixed on GPU) and rotary / LayerNorm compute in fp32 and cast back (same maths, less
+rounding).
 """
 
 from __future__ import annotations
@@ -131,8 +139,9 @@ class Block(nn.Module):
         B, L, d = h.shape
         q, k, v = self.qkv(h).view(B, L, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal,
-                                           dropout_p=self.dropout if self.training else 0.0)
+        # no dropout on the attention weights: the reference kernels run with dropout 0
+        # (s-flm/duo `models/dit.py` flash_attn(..., 0.0) / SDPA default); dropout is residual only
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
         return self.attn_out(o.transpose(1, 2).reshape(B, L, d))
 
     def forward(self, x: Tensor, c: Tensor | None, cos: Tensor, sin: Tensor) -> Tensor:
