@@ -154,6 +154,8 @@ class SweepConfig:
     sample: SampleConfig = _f(factory=SampleConfig)
     executor: ExecutorConfig = _f(factory=ExecutorConfig)
     methods: list[MethodEntry] = _f(factory=list, nonempty=True)
+    seeds: list[int] = _f(factory=list, each_ge=0, help="training seeds: every model is trained (and sampled) once per "
+                          "seed, overriding train.seed; the report gives mean +- sd over seeds. [] = train.seed only")
 
 
 # --------------------------------------------------------------------------- building

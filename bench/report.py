@@ -84,7 +84,17 @@ def headline_cells(s: pd.DataFrame) -> pd.DataFrame:
     s["_tdist"] = (s["temperature"].astype(float) - 1.0).abs()
     keys = ["method", "variant", "decoding", "subset", "metric"]
     best = s.sort_values(["nfe", "_tdist"], ascending=[False, True]).groupby(keys, dropna=False).head(1)
-    return best.drop(columns="_tdist")
+    # every training seed's row at that (NFE, T)
+    return s.merge(best[keys + ["nfe", "temperature"]], on=keys + ["nfe", "temperature"]).drop(columns="_tdist")
+
+
+def _cell_text(g: pd.DataFrame) -> str:
+    """One table entry: the value with its CI for one seed; mean +- sd over seeds otherwise."""
+    if len(g) == 1:
+        v = g.iloc[0]
+        return _pct(v["value"]) + (f" [{_pct(v['ci_low'])}, {_pct(v['ci_high'])}]" if pd.notna(v["ci_low"]) else "")
+    vals = 100 * g["value"].astype(float)
+    return f"{vals.mean():.1f} +- {vals.std(ddof=1):.1f} ({len(g)} seeds)"
 
 
 def paper_numbers(task: str) -> pd.DataFrame | None:
@@ -134,7 +144,7 @@ def ablation_markdown(task: str, best: pd.DataFrame, headline: str, subsets: lis
             for sub in subsets:
                 o = ours[ours["subset"] == sub]
                 any_ours |= bool(len(o))
-                row[sub] = _pct(o["value"].iloc[0]) if len(o) else ""
+                row[sub] = _cell_text(o) if len(o) else ""
                 pv = g[g["subset"] == sub]
                 row[f"{sub} (paper)"] = _pct(float(pv["value"].iloc[0])) if len(pv) else ""
             rows.append(row)
@@ -167,12 +177,7 @@ def task_markdown(task: str, df: pd.DataFrame) -> tuple[str, str | None]:
                "train steps": int(g["train_steps"].max())}
         for sub in subsets:
             gs = g[g["subset"] == sub]
-            if len(gs):
-                v = gs.iloc[0]
-                ci = f" [{_pct(v['ci_low'])}, {_pct(v['ci_high'])}]" if pd.notna(v["ci_low"]) else ""
-                row[sub] = _pct(v["value"]) + ci
-            else:
-                row[sub] = ""
+            row[sub] = _cell_text(gs) if len(gs) else ""
             pv = _paper_lookup(paper, r, sub, headline)
             if paper is not None:
                 row[f"{sub} (paper)"] = "" if pv is None else _pct(pv)
@@ -184,14 +189,15 @@ def task_markdown(task: str, df: pd.DataFrame) -> tuple[str, str | None]:
         if not len(m):
             continue
         m = m.assign(model=[_model_label(r) for _, r in m.iterrows()])
-        piv = m.pivot_table(index="model", columns="subset", values="value", aggfunc="first")
+        piv = m.pivot_table(index="model", columns="subset", values="value", aggfunc="mean")
         piv = piv[[c for c in subsets if c in piv.columns]].map(_pct).reset_index()
         out += ["", f"## {metric.replace('_', ' ')} (%)", "", _md_table(piv)]
     full = s[s["metric"] == headline].assign(model=lambda d: [_model_label(r) for _, r in d.iterrows()],
                                               nfe=lambda d: d["nfe"].astype(int))
-    piv = full.pivot_table(index=["model", "nfe", "temperature"], columns="subset", values="value", aggfunc="first")
+    piv = full.pivot_table(index=["model", "nfe", "temperature"], columns="subset", values="value", aggfunc="mean")
     piv = piv[[c for c in subsets if c in piv.columns]].map(_pct).reset_index()
-    out += ["", f"## Every cell of the grid: {headline.replace('_', ' ')} (%)", "", _md_table(piv), ""]
+    seeds = " (mean over training seeds)" if s["seed"].nunique() > 1 else ""
+    out += ["", f"## Every cell of the grid: {headline.replace('_', ' ')} (%){seeds}", "", _md_table(piv), ""]
     return "\n".join(out), headline
 
 
@@ -222,10 +228,11 @@ def training_markdown(df: pd.DataFrame) -> str:
     t = df[df["kind"] == "train"]
     if not len(t):
         return "# Training\n\nNo training rows.\n"
-    piv = t.pivot_table(index=["task", "method", "variant", "backbone", "subset"], columns="metric", values="value",
-                        aggfunc="first").reset_index()
-    steps = t.groupby(["task", "method", "variant", "backbone", "subset"])["train_steps"].max().reset_index()
-    piv = piv.merge(steps, on=["task", "method", "variant", "backbone", "subset"])
+    idx = ["task", "method", "variant", "backbone", "subset", "seed"]
+    t = t.assign(seed=t["seed"].fillna(0).astype(int))
+    piv = t.pivot_table(index=idx, columns="metric", values="value", aggfunc="first").reset_index()
+    steps = t.groupby(idx)["train_steps"].max().reset_index()
+    piv = piv.merge(steps, on=idx)
     for c in ("train_steps_per_s", "train_final_loss"):
         if c in piv:
             piv[c] = piv[c].map(lambda v: f"{v:.3g}")

@@ -61,7 +61,8 @@ class TrainCell:
         return self.run_dir / "weights.pt"
 
     def label(self) -> str:
-        return f"{self.method}/{self.variant} [{'+'.join(self.groups)}]"
+        seed = f" seed {self.train['seed']}" if self.train.get("seed") else ""
+        return f"{self.method}/{self.variant} [{'+'.join(self.groups)}]{seed}"
 
 
 @dataclass
@@ -78,7 +79,8 @@ class SampleCell:
     seed: int
 
     def label(self) -> str:
-        return (f"{self.train.method}/{self.train.variant} {self.subset} nfe={self.nfe} "
+        seed = f" seed {self.train.train['seed']}" if self.train.train.get("seed") else ""
+        return (f"{self.train.method}/{self.train.variant}{seed} {self.subset} nfe={self.nfe} "
                 f"T={self.temperature:g} {self.decoding}")
 
 
@@ -117,8 +119,7 @@ def plan(cfg: SweepConfig, source: str = "sweep") -> Plan:
         opts = canonical(opts_obj)
         # an instance knows its variant's decodings and NFE rules (e.g. CANDI pure Gaussian)
         cls = cls(opts_obj, task.vocab_size, task.seq_len)
-        train = build(TrainConfig, {**dataclasses.asdict(cfg.train), **entry.train}, where=f"{source}: methods[{i}].train")
-        train_sem = {k: v for k, v in canonical(train).items() if k not in _NON_SEMANTIC_TRAIN}
+        train0 = build(TrainConfig, {**dataclasses.asdict(cfg.train), **entry.train}, where=f"{source}: methods[{i}].train")
         decodings = entry.decoding if entry.decoding is not None else cfg.sample.decoding
         resolved = []
         for d in decodings:
@@ -131,7 +132,10 @@ def plan(cfg: SweepConfig, source: str = "sweep") -> Plan:
         if not resolved:
             resolved = [cls.decodings[0]]
         resolved = list(dict.fromkeys(resolved))
-        for groups in groups_list:
+        seeds = list(dict.fromkeys(cfg.seeds)) or [train0.seed]
+        for seed, groups in ((sd, g) for sd in seeds for g in groups_list):
+            train = dataclasses.replace(train0, seed=seed)  # train.seed 0 and seeds [0] give the same cell
+            train_sem = {k: v for k, v in canonical(train).items() if k not in _NON_SEMANTIC_TRAIN}
             ident = {"task": task_sem, "groups": groups, "backbone": canonical(cfg.backbone), "train": train_sem,
                      "method": entry.method, "options": opts}
             tc = TrainCell(config_hash(ident), cfg.name, cfg.results_dir, canonical(cfg.task), canonical(cfg.backbone),

@@ -42,6 +42,7 @@ BAD = [
     ("methods: [{method: mdlm}]\nsample: {temperature: [0]}\n", "sample.temperature[0]: must be > 0"),
     ("methods: []\n", "methods: must not be empty"),
     ("methods: [{method: mdlm}]\ntask: {difficulties: [extreme]}\n", "task.difficulties[0]"),
+    ("methods: [{method: mdlm}]\nseeds: [0, -1]\n", "seeds[1]: must be >= 0"),
 ]
 
 
@@ -88,3 +89,26 @@ def test_status_and_dry_run_submit_nothing(tmp_path, capsys):
     assert sweep.main([str(path), "--dry-run"]) == 0
     assert not (rd / "store").exists()
     assert "2 train cells" in capsys.readouterr().out
+
+
+def test_seeds_replicate_models_and_the_report_averages_them(tmp_path):
+    """seeds: [0, 3] trains every model twice; the seed-0 cells are the cells of a sweep without
+    seeds (its results stay valid), and the report shows mean +- sd over the seeds."""
+    from bench.config import load_sweep
+
+    rd, dd = tmp_path / "results", tmp_path / "data"
+    one = sweep.plan(load_sweep(_write(tmp_path, GOOD.format(rd=rd, dd=dd))))
+    two = sweep.plan(load_sweep(_write(tmp_path, GOOD.format(rd=rd, dd=dd) + "seeds: [0, 3]\n")))
+    assert len(two.train_cells) == 2 * len(one.train_cells) and len(two.sample_cells) == 2 * len(one.sample_cells)
+    assert {c.id for c in one.train_cells} <= {c.id for c in two.train_cells}
+    assert sorted(c.train["seed"] for c in two.train_cells) == [0, 0, 3, 3]
+    path = _write(tmp_path, GOOD.format(rd=rd, dd=dd) + "seeds: [0, 3]\n")
+    assert sweep.main([str(path), "--no-progress"]) == 0
+    res = report.read(rd)
+    em = res[(res.metric == "exact_match") & (res.method == "mdlm") & (res.subset == "easy")]
+    assert sorted(em["seed"]) == [0, 3]
+    out = tmp_path / "rep"
+    assert report.main(["--results-dir", str(rd), "--out", str(out)]) == 0
+    line = next(ln for ln in (out / "sudoku.md").read_text().splitlines() if ln.startswith("| mdlm (ancestral)"))
+    mean, sd = 100 * em["value"].mean(), 100 * em["value"].std(ddof=1)
+    assert f"{mean:.1f} +- {sd:.1f} (2 seeds)" in line
