@@ -309,6 +309,8 @@ def _program_rows(task: str, df: pd.DataFrame) -> pd.DataFrame:
     if not len(s):
         return s
     s["model"] = [_model_label(r) for _, r in s.iterrows()]
+    if s["seed"].nunique() > 1:  # one row per training seed: each has its own bootstrap CI
+        s["model"] = s["model"] + " seed " + s["seed"].fillna(0).astype(int).astype(str)
     flags = {(m, d): _length_bound_and_tfree(m, d) for m, d in set(zip(s["method"], s["decoding"]))}
     s["length_bound"] = [flags[(m, d)][0] for m, d in zip(s["method"], s["decoding"])]
     s["t_free"] = [flags[(m, d)][1] for m, d in zip(s["method"], s["decoding"])]

@@ -59,3 +59,16 @@ def test_no_alpha_star_table_without_sflm_rows(tmp_path):
     assert report.main(["--results-dir", str(tmp_path)]) == 0
     assert not (tmp_path / "report" / "alpha_star.md").exists()
     assert "this sweep ran none of these models" in (tmp_path / "report" / "sudoku.md").read_text()
+
+
+def test_program_task_table_keeps_every_training_seed(tmp_path):
+    """GSM8K-style tables show one bootstrap CI per model and seed, never only the first seed."""
+    s = Store(tmp_path)
+    for seed, v in ((0, 0.25), (1, 0.75)):
+        s.write_cell(f"g{seed}", [{"task": "gsm8k", "method": "mdlm", "variant": "base", "decoding": "ancestral",
+                                   "kind": "sample", "subset": "test", "metric": "accuracy", "value": v,
+                                   "ci_low": v - 0.1, "ci_high": v + 0.1, "n": 100, "nfe": 8,
+                                   "temperature": 1.0, "seed": seed, "train_steps": 10}])
+    text = report.program_task_markdown("gsm8k", report.read(tmp_path))
+    rows = [ln for ln in text.splitlines() if ln.startswith("| mdlm")]
+    assert len(rows) == 2 and "seed 0" in rows[0] and "25.0" in rows[0] and "seed 1" in rows[1] and "75.0" in rows[1]
