@@ -93,6 +93,18 @@ def _sample_once(method, backbone, batch: Batch, args, device: torch.device) -> 
                       generator=torch.Generator(device=device).manual_seed(0))
 
 
+def _seconds_per_call(fn, warmup: int, reps: int, device: torch.device) -> float:
+    """Wall seconds per call of ``fn`` over ``reps`` timed calls after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    _sync(device)
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    _sync(device)
+    return (time.perf_counter() - t0) / reps
+
+
 def bench_train(models, args, device) -> list[dict]:
     rows = []
     for label, name, opts in models:
@@ -102,17 +114,10 @@ def bench_train(models, args, device) -> list[dict]:
         batch = _sudoku_batch(args.batch, args.vocab, args.seq_len, device)
 
         step = functools.partial(_train_step, method, backbone, opt, batch, args, device)
-        for _ in range(args.warmup):
-            step()
-        _sync(device)
-        t0 = time.perf_counter()
-        for _ in range(args.steps):
-            step()
-        _sync(device)
-        dt = time.perf_counter() - t0
-        rows.append({"bench": "train", "model": label, "steps_per_s": args.steps / dt,
+        steps_per_s = 1.0 / _seconds_per_call(step, args.warmup, args.steps, device)
+        rows.append({"bench": "train", "model": label, "steps_per_s": steps_per_s,
                      "n_params": sum(p.numel() for p in backbone.parameters())})
-        _progress(f"train {label}: {args.steps / dt:.2f} steps/s")
+        _progress(f"train {label}: {steps_per_s:.2f} steps/s")
     _relative(rows, "steps_per_s")
     return rows
 
@@ -125,14 +130,7 @@ def bench_sample(models, args, device) -> list[dict]:
         batch = _sudoku_batch(args.batch, args.vocab, args.seq_len, device)
 
         run = functools.partial(_sample_once, method, backbone, batch, args, device)
-        run()
-        _sync(device)
-        t0 = time.perf_counter()
-        reps = max(1, args.sample_reps)
-        for _ in range(reps):
-            run()
-        _sync(device)
-        dt = (time.perf_counter() - t0) / reps
+        dt = _seconds_per_call(run, 1, max(1, args.sample_reps), device)
         rows.append({"bench": "sample", "model": label, "nfe": method.nfe_counter,
                      "seqs_per_s": args.batch / dt, "s_per_call": dt / max(1, method.nfe_counter)})
         _progress(f"sample {label}: {args.batch / dt:.1f} seqs/s at {method.nfe_counter} calls")

@@ -124,7 +124,9 @@ def _ours_for(best: pd.DataFrame, method: str, variant: str, decoding: str) -> p
         return g[g["decoding"] == decoding]
     default = METHODS[method].decodings[0] if method in METHODS else None
     d = g[g["decoding"] == default]
-    return d if len(d) else g[g["decoding"] == g["decoding"].min()] if len(g) else g
+    if len(d) or not len(g):
+        return d
+    return g[g["decoding"] == g["decoding"].min()]  # no default-decoding rows: one decoding, stably
 
 
 def ablation_markdown(task: str, best: pd.DataFrame, headline: str, subsets: list[str],
@@ -135,11 +137,12 @@ def ablation_markdown(task: str, best: pd.DataFrame, headline: str, subsets: lis
     if paper is None:
         return []
     out = []
+    best = best[best["metric"] == headline]
     for name in [t for t in dict.fromkeys(paper["table"]) if t != "main"]:
         p = paper[(paper["table"] == name) & (paper["metric"] == headline)]
         rows, any_ours = [], False
         for (method, variant, decoding), g in p.groupby(["method", "variant", "decoding"], sort=False):
-            ours = _ours_for(best[best["metric"] == headline], method, variant, decoding)
+            ours = _ours_for(best, method, variant, decoding)
             row = {"paper row": g["label"].iloc[0], "model": f"{method}/{variant}" + (f" ({decoding})" if decoding else "")}
             for sub in subsets:
                 o = ours[ours["subset"] == sub]

@@ -225,6 +225,17 @@ def test_output_cap_bounds_logits():
     assert float(logits.abs().max()) > 100.0  # off by default
 
 
+def _inactive_cap_equals_block(blk: Block, h: torch.Tensor):
+    """Turn ``blk`` into a SoftcapBlock with an inactive cap (c = 1e9) and assert its attention
+    equals the plain Block's on ``h``; returns (cos, sin, the Block's output)."""
+    cos, sin = rotary_cos_sin(h.shape[1], h.shape[-1] // blk.n_heads, "cpu")
+    ref = blk.attention(h, cos, sin)
+    blk.__class__ = SoftcapBlock
+    blk.attn_softcap = 1e9
+    torch.testing.assert_close(blk.attention(h, cos, sin), ref, rtol=1e-4, atol=1e-5)
+    return cos, sin, ref
+
+
 def test_attention_softcap_path():
     """The manual attention equals SDPA when the cap is inactive and changes it when active."""
     torch.manual_seed(0)
@@ -232,11 +243,7 @@ def test_attention_softcap_path():
     with torch.no_grad():
         blk.qkv.weight.mul_(8.0)  # large attention logits
     h = torch.randn(2, 9, 32)
-    cos, sin = rotary_cos_sin(9, 8, "cpu")
-    ref = blk.attention(h, cos, sin)
-    blk.__class__ = SoftcapBlock
-    blk.attn_softcap = 1e9
-    torch.testing.assert_close(blk.attention(h, cos, sin), ref, rtol=1e-4, atol=1e-5)
+    cos, sin, ref = _inactive_cap_equals_block(blk, h)
     blk.attn_softcap = 1.0
     assert not torch.allclose(blk.attention(h, cos, sin), ref, atol=1e-3)
     m = FLM(build(FLMOptions, {"attn_softcap": 50.0}), 10, 8)
@@ -250,9 +257,4 @@ def test_softcap_block_has_no_attention_weight_dropout():
     exactly: dropout belongs to the residual branches only (reference: flash-attn dropout 0)."""
     torch.manual_seed(0)
     blk = Block(16, 2, None, 0.5, False).train()
-    h = torch.randn(2, 9, 16)
-    cos, sin = rotary_cos_sin(9, 8, "cpu")
-    ref = blk.attention(h, cos, sin)
-    blk.__class__ = SoftcapBlock
-    blk.attn_softcap = 1e9
-    torch.testing.assert_close(blk.attention(h, cos, sin), ref, rtol=1e-4, atol=1e-5)
+    _inactive_cap_equals_block(blk, torch.randn(2, 9, 16))
