@@ -26,7 +26,8 @@ import torch
 
 from bench.backbones.dit import build_dit
 from bench.config import BackboneConfig
-from bench.method import Batch, LossOutput, Method, Options, gumbel_argmax, token_mean
+from bench.method import Batch, LossOutput, Method, gumbel_argmax, token_mean
+from bench.options import Options
 
 
 @dataclass

@@ -52,8 +52,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from bench.backbones.dit import build_dit
-from bench.config import BackboneConfig, ConfigError, _f
-from bench.method import Batch, LossOutput, Method, Options, gumbel_argmax, token_mean
+from bench.config import BackboneConfig, ConfigError
+from bench.method import Batch, LossOutput, Method, gumbel_argmax, token_mean
+from bench.options import Options
+from bench.options import option as _f
 
 #: sigma grid of the error-rate table (`algo.py::CANDI.__init__`: torch.linspace(0.2, 4.0, 1000))
 SIGMA_GRID = (0.2, 4.0, 1000)
@@ -112,6 +114,30 @@ class CANDIState:
     clean: Tensor
     #: continuous state: the (n, L, d) embedding cache (cached) or x in R^V (nocache, continuous)
     cont: Tensor
+
+
+@dataclass
+class _SamplerRun:
+    """What every step of one sampler run reads: the backbone, the prompt, the embeddings, the
+    (t_k, sigma_k) grid and the draw settings."""
+
+    backbone: object
+    prompt: Tensor
+    prompt_mask: Tensor
+    e_hat: Tensor
+    m_hat: Tensor
+    #: Ehat in the sampler's dtype
+    e_hat_s: Tensor
+    ts: Tensor
+    sigmas: Tensor
+    dt: float
+    sigma_prior: Tensor
+    temperature: float
+    float64: bool
+    dtype: torch.dtype
+    generator: torch.Generator | None
+    #: one-hot rows of the prompt in the sampler's dtype (the dense samplers' clean state)
+    onehot_prompt: Tensor
 
 
 class CANDI(Method):
@@ -239,62 +265,103 @@ class CANDI(Method):
     def iter_sample(self, backbone, prompt: Tensor, prompt_mask: Tensor, *, nfe: int, temperature: float = 1.0,
                     decoding: str = "default", float64: bool = True,
                     generator: torch.Generator | None = None) -> Iterator[CANDIState]:
-        """Run the sampler, yielding the state after each of the ``nfe`` steps."""
+        """Run the sampler, yielding the state after each of the ``nfe`` steps.
+
+        One step function per sampler (:meth:`_cached_step`, :meth:`_nocache_step`,
+        :meth:`_continuous_step`); this loop only draws the prior and restores the prompt."""
         decoding = self.resolve_decoding(decoding)
         if nfe < 1:
             raise ValueError(f"candi: nfe must be >= 1, got {nfe}")
         if temperature <= 0:
             raise ValueError(f"candi: temperature must be > 0, got {temperature}")
-        n, L = prompt.shape
-        dev = prompt.device
-        dtype = torch.float64 if float64 else torch.float32
-        e_hat, m_hat = self.embeddings(backbone)
-        e_hat_s = e_hat.to(dtype)
-        ts, sigmas, dt = self.sampler_grid(nfe, dev)
-        # prior z ~ N(0, sigma(0.999)^2 I_V) (`prior_sample`; also when percentile scheduling is off)
-        sigma_prior = self.sigma_of_noise(torch.tensor(T_START, dtype=torch.float64, device=dev)).to(dtype)
+        run = self._sampler_run(backbone, prompt, prompt_mask, nfe, temperature, float64, generator)
         clean = prompt_mask.clone()
-        onehot_prompt = F.one_hot(prompt, self.vocab_size).to(dtype)
         x = torch.where(clean, prompt, torch.zeros_like(prompt))
         if decoding == "cached":
-            # e_0 = z @ Ehat, drawn a few rows at a time so only the (n, L, d) cache stays; prompt
-            # positions use Ehat[prompt] directly
-            rows = max(1, PRIOR_CHUNK // (L * self.vocab_size))
-            cache = torch.cat([
-                (sigma_prior * torch.randn(min(rows, n - i), L, self.vocab_size, generator=generator, device=dev,
-                                           dtype=dtype)) @ e_hat_s
-                for i in range(0, n, rows)])
+            cont = self._cached_prior(run)
+            step = self._cached_step
         else:
-            z = sigma_prior * torch.randn(n, L, self.vocab_size, generator=generator, device=dev, dtype=dtype)
-            z = torch.where(clean[..., None], onehot_prompt, z)
+            cont = self._dense_prior(run, clean)
+            step = self._nocache_step if decoding == "nocache" else self._continuous_step
         for k in range(nfe):
-            t, s_hi, s_lo = ts[k], sigmas[k], sigmas[k + 1]
-            sigma_c = s_lo.expand(n)  # the network sees the *next* level (`_continuous_step*`)
-            if decoding == "cached":
-                h = self.net_input(e_hat, m_hat, x, cache, clean, sigma_c)
-                logp = self._log_probs(backbone, h, t, n, temperature, float64)
-                x_hat = torch.where(clean, x, gumbel_argmax(logp, generator, float64))  # one-sample estimate
-                # `_continuous_step_cache`: e <- e - dt_sigma * (e - Ehat[x_hat]) / sigma_{k+1}^2 * step_size
-                cache = cache - self.opts.step_size * (s_hi - s_lo) * (cache - e_hat_s[x_hat]) / s_lo**2
-                x = x_hat
-                # `_discrete_step_optimized`: unmask with prob (t - s)/t, s = t - dt (log-linear)
-                u = torch.rand(n, L, generator=generator, device=dev, dtype=torch.float64)
-                clean = clean | (u < dt / t)
-                tokens = x
-            else:
-                h = self.net_input(e_hat, m_hat, x, z @ e_hat_s, clean, sigma_c)
-                p = self._log_probs(backbone, h, t, n, temperature, float64).exp()
-                p = torch.where(clean[..., None], F.one_hot(x, self.vocab_size).to(p.dtype), p)  # forced one-hot
-                # `_continuous_step`: x <- x - (sigma_k - sigma_{k+1}) (x - E[x_0]) / sigma_{k+1}^2
-                z = z - (s_hi - s_lo) * (z - p.to(dtype)) / s_lo**2
-                if decoding == "nocache":
-                    z, clean, x = self._discrete_step(z, p, t, dt, clean, generator, float64)
-                z = torch.where(prompt_mask[..., None], onehot_prompt, z)
-                tokens = z.argmax(-1)
-                x = torch.where(clean, x, tokens)
+            x, clean, cont, tokens = step(run, k, x, clean, cont)
             tokens = torch.where(prompt_mask, prompt, tokens)
             x = torch.where(prompt_mask, prompt, x)
-            yield CANDIState(k, tokens, clean, cache if decoding == "cached" else z)
+            yield CANDIState(k, tokens, clean, cont)
+
+    def _sampler_run(self, backbone, prompt, prompt_mask, nfe, temperature, float64, generator) -> _SamplerRun:
+        dtype = torch.float64 if float64 else torch.float32
+        e_hat, m_hat = self.embeddings(backbone)
+        ts, sigmas, dt = self.sampler_grid(nfe, prompt.device)
+        # prior z ~ N(0, sigma(0.999)^2 I_V) (`prior_sample`; also when percentile scheduling is off)
+        sigma_prior = self.sigma_of_noise(
+            torch.tensor(T_START, dtype=torch.float64, device=prompt.device)).to(dtype)
+        onehot_prompt = F.one_hot(prompt, self.vocab_size).to(dtype)
+        return _SamplerRun(backbone, prompt, prompt_mask, e_hat, m_hat, e_hat.to(dtype), ts, sigmas, dt,
+                           sigma_prior, temperature, float64, dtype, generator, onehot_prompt)
+
+    def _cached_prior(self, r: _SamplerRun) -> Tensor:
+        """e_0 = z @ Ehat, drawn a few rows at a time so only the (n, L, d) cache stays (prompt
+        positions use Ehat[prompt] directly)."""
+        n, L = r.prompt.shape
+        rows = max(1, PRIOR_CHUNK // (L * self.vocab_size))
+        return torch.cat([
+            (r.sigma_prior * torch.randn(min(rows, n - i), L, self.vocab_size, generator=r.generator,
+                                         device=r.prompt.device, dtype=r.dtype)) @ r.e_hat_s
+            for i in range(0, n, rows)])
+
+    def _dense_prior(self, r: _SamplerRun, clean: Tensor) -> Tensor:
+        """z in R^V: N(0, sigma_prior^2 I_V), one-hot at the prompt."""
+        n, L = r.prompt.shape
+        z = r.sigma_prior * torch.randn(n, L, self.vocab_size, generator=r.generator,
+                                        device=r.prompt.device, dtype=r.dtype)
+        return torch.where(clean[..., None], r.onehot_prompt, z)
+
+    def _cached_step(self, r: _SamplerRun, k: int, x: Tensor, clean: Tensor, cache: Tensor):
+        """``cached`` (`generate_samples_cache`): one sample x_hat, a continuous step of the
+        embedding cache towards Ehat[x_hat], log-linear unmasking. Returns (x, clean, cache, tokens)."""
+        t, s_hi, s_lo = r.ts[k], r.sigmas[k], r.sigmas[k + 1]
+        n, L = x.shape
+        sigma_c = s_lo.expand(n)  # the network sees the *next* level (`_continuous_step*`)
+        h = self.net_input(r.e_hat, r.m_hat, x, cache, clean, sigma_c)
+        logp = self._log_probs(r.backbone, h, t, n, r.temperature, r.float64)
+        x_hat = torch.where(clean, x, gumbel_argmax(logp, r.generator, r.float64))  # one-sample estimate
+        # `_continuous_step_cache`: e <- e - dt_sigma * (e - Ehat[x_hat]) / sigma_{k+1}^2 * step_size
+        cache = cache - self.opts.step_size * (s_hi - s_lo) * (cache - r.e_hat_s[x_hat]) / s_lo**2
+        # `_discrete_step_optimized`: unmask with prob (t - s)/t, s = t - dt (log-linear)
+        u = torch.rand(n, L, generator=r.generator, device=x.device, dtype=torch.float64)
+        clean = clean | (u < r.dt / t)
+        return x_hat, clean, cache, x_hat
+
+    def _expected_step(self, r: _SamplerRun, k: int, x: Tensor, clean: Tensor, z: Tensor):
+        """The continuous step with the expectation p_theta on x in R^V (`_continuous_step`):
+        x <- x - (sigma_k - sigma_{k+1}) (x - E[x_0]) / sigma_{k+1}^2. Returns (p, z)."""
+        s_hi, s_lo = r.sigmas[k], r.sigmas[k + 1]
+        n = x.shape[0]
+        h = self.net_input(r.e_hat, r.m_hat, x, z @ r.e_hat_s, clean, s_lo.expand(n))
+        p = self._log_probs(r.backbone, h, r.ts[k], n, r.temperature, r.float64).exp()
+        p = torch.where(clean[..., None], F.one_hot(x, self.vocab_size).to(p.dtype), p)  # forced one-hot
+        return p, z - (s_hi - s_lo) * (z - p.to(r.dtype)) / s_lo**2
+
+    def _nocache_step(self, r: _SamplerRun, k: int, x: Tensor, clean: Tensor, z: Tensor):
+        """``nocache`` (`generate_samples_nocache`): the expectation step, then the categorical
+        unmasking step over [p (t - s), s]. Returns (x, clean, z, tokens)."""
+        p, z = self._expected_step(r, k, x, clean, z)
+        z, clean, x = self._discrete_step(z, p, r.ts[k], r.dt, clean, r.generator, r.float64)
+        return self._read_dense(r, x, clean, z)
+
+    def _continuous_step(self, r: _SamplerRun, k: int, x: Tensor, clean: Tensor, z: Tensor):
+        """pure Gaussian (`generate_samples_pure_cont`): the expectation step only; nothing is
+        revealed. Returns (x, clean, z, tokens)."""
+        _, z = self._expected_step(r, k, x, clean, z)
+        return self._read_dense(r, x, clean, z)
+
+    @staticmethod
+    def _read_dense(r: _SamplerRun, x: Tensor, clean: Tensor, z: Tensor):
+        """Restore the prompt's one-hot rows; tokens = argmax z; clean positions keep their id."""
+        z = torch.where(r.prompt_mask[..., None], r.onehot_prompt, z)
+        tokens = z.argmax(-1)
+        return torch.where(clean, x, tokens), clean, z, tokens
 
     def _discrete_step(self, z: Tensor, p: Tensor, t: Tensor, dt: float, clean: Tensor,
                        generator: torch.Generator | None, float64: bool) -> tuple[Tensor, Tensor, Tensor]:

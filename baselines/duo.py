@@ -43,8 +43,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from bench.backbones.dit import build_dit
-from bench.config import BackboneConfig, ConfigError, _f
-from bench.method import Batch, LossOutput, Method, Options, gumbel_argmax, token_mean
+from bench.config import BackboneConfig, ConfigError
+from bench.method import Batch, LossOutput, Method, gumbel_argmax, token_mean
+from bench.options import Options
+from bench.options import option as _f
 
 
 @dataclass

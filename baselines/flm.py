@@ -40,8 +40,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from bench.backbones.dit import Block, apply_rotary, build_dit
-from bench.config import BackboneConfig, ConfigError, _f
-from bench.method import Batch, LossOutput, Method, Options, token_mean
+from bench.config import BackboneConfig, ConfigError
+from bench.method import Batch, LossOutput, Method, token_mean
+from bench.options import Options
+from bench.options import option as _f
 
 
 @dataclass

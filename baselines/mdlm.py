@@ -31,17 +31,18 @@ import torch
 from torch import Tensor
 
 from bench.backbones.dit import build_dit
-from bench.config import BackboneConfig, _f
-from bench.method import Batch, LossOutput, Method, Options, gumbel_argmax, token_mean
+from bench.config import BackboneConfig
+from bench.method import Batch, LossOutput, Method, gumbel_argmax, token_mean
+from bench.options import Options, option
 
 NEG_INF = -1e6
 
 
 @dataclass
 class MDLMOptions(Options):
-    eps: float = _f(1e-3, gt=0.0, lt=1.0, help="log-linear schedule floor: alpha_1 = eps")
-    loss_type: str = _f("elbo", choices=("elbo", "low_var"), help="elbo = 1/t-weighted NELBO; low_var = masked CE")
-    time_conditioning: bool = _f(False, help="feed sigma = -log alpha_t to the network")
+    eps: float = option(1e-3, gt=0.0, lt=1.0, help="log-linear schedule floor: alpha_1 = eps")
+    loss_type: str = option("elbo", choices=("elbo", "low_var"), help="elbo = 1/t-weighted NELBO; low_var = masked CE")
+    time_conditioning: bool = option(False, help="feed sigma = -log alpha_t to the network")
 
 
 class MDLM(Method):

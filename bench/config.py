@@ -4,8 +4,11 @@ Every config error is a :class:`ConfigError` whose message names the file and th
 key (``sweeps/x.yaml: sample.nfe[1]: must be > 0, got 0``). CLIs turn it into one line on
 stderr and exit status 2.
 
-Range checks live in field metadata (``gt``, ``ge``, ``le``, ``choices``, ``nonempty``) so
-the rule sits beside the default it constrains.
+Range checks live in field metadata (``gt``, ``ge``, ``le``, ``choices``, ``nonempty``;
+:func:`bench.options.option`) so the rule sits beside the default it constrains.
+
+This module knows no method and no task: the names and options of a sweep's ``methods`` and
+``task.options`` are checked where they become objects, by the planner (:mod:`bench.plan`).
 """
 
 from __future__ import annotations
@@ -15,23 +18,17 @@ import hashlib
 import json
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
 
+from bench.options import option
+
 
 class ConfigError(ValueError):
     """A bad configuration value; the message already names the file and key."""
-
-
-def _f(default: Any = dataclasses.MISSING, *, factory: Any = None, help: str = "", **rules: Any):
-    """A dataclass field with a help string and validation rules in its metadata."""
-    meta = {"help": help, **rules}
-    if factory is not None:
-        return field(default_factory=factory, metadata=meta)
-    return field(default=default, metadata=meta)
 
 
 # --------------------------------------------------------------------------- sections
@@ -41,120 +38,120 @@ def _f(default: Any = dataclasses.MISSING, *, factory: Any = None, help: str = "
 class TaskConfig:
     """Which data a sweep trains and evaluates on."""
 
-    name: str = _f("sudoku", help="task name in bench.registry.TASKS")
-    grid: int = _f(9, choices=(4, 6, 9), help="Sudoku side length: 9 (paper), 6 (2x3 boxes), 4 (2x2)")
-    difficulties: list[str] = _f(
+    name: str = option("sudoku", help="task name in bench.registry.TASKS")
+    grid: int = option(9, choices=(4, 6, 9), help="Sudoku side length: 9 (paper), 6 (2x3 boxes), 4 (2x2)")
+    difficulties: list[str] = option(
         factory=lambda: ["easy", "medium", "hard"],
         nonempty=True,
         help="evaluation subsets; Sudoku: difficulty levels easy/medium/hard (givens 40/35/30 "
         "of 81, scaled for smaller grids); tasks with fixed subsets ignore it",
     )
-    train_mix: bool = _f(
+    train_mix: bool = option(
         False,
         help="False (paper): one model per difficulty. True: one model trained on the "
         "union of the difficulties, evaluated on each (CPU quickstart)",
     )
-    n_train: int = _f(48_000, gt=0, help="training puzzles per difficulty")
-    n_valid: int = _f(2_000, gt=0, help="validation puzzles per difficulty")
-    seed: int = _f(42, help="generation seed (train and validation derive from it)")
-    data_dir: str = _f("", help="cache directory; '' = $SFLM_BENCH_DATA or ~/.cache/sflm-bench")
-    options: dict[str, Any] = _f(factory=dict, help="task-specific options (see the task module)")
+    n_train: int = option(48_000, gt=0, help="training puzzles per difficulty")
+    n_valid: int = option(2_000, gt=0, help="validation puzzles per difficulty")
+    seed: int = option(42, help="generation seed (train and validation derive from it)")
+    data_dir: str = option("", help="cache directory; '' = $SFLM_BENCH_DATA or ~/.cache/sflm-bench")
+    options: dict[str, Any] = option(factory=dict, help="the task's own options (its Options dataclass)")
 
 
 @dataclass
 class BackboneConfig:
     """The shared network. ``size`` picks a named preset; explicit fields override it."""
 
-    size: str = _f("tiny", help="named size in bench.backbones.dit.SIZES")
-    n_blocks: int | None = _f(None, gt=0)
-    d_model: int | None = _f(None, gt=0)
-    n_heads: int | None = _f(None, gt=0)
-    cond_dim: int | None = _f(None, gt=0)
-    dropout: float | None = _f(None, ge=0.0, le=1.0)
+    size: str = option("tiny", help="named size in bench.backbones.dit.SIZES")
+    n_blocks: int | None = option(None, gt=0)
+    d_model: int | None = option(None, gt=0)
+    n_heads: int | None = option(None, gt=0)
+    cond_dim: int | None = option(None, gt=0)
+    dropout: float | None = option(None, ge=0.0, le=1.0)
 
 
 @dataclass
 class TrainConfig:
     """One trainer for every method (paper / reference-harness defaults)."""
 
-    steps: int = _f(20_000, gt=0, help="optimizer steps")
-    batch_size: int = _f(256, gt=0, help="global batch size")
-    lr: float = _f(3e-4, gt=0.0)
-    betas: list[float] = _f(factory=lambda: [0.9, 0.999])
-    weight_decay: float = _f(0.0, ge=0.0)
-    warmup_steps: int = _f(2500, ge=0, help="linear warm-up, then constant")
-    grad_clip: float = _f(1.0, gt=0.0)
-    ema: float = _f(0.9999, ge=0.0, lt=1.0, help="EMA decay (0 = no averaging)")
-    precision: str = _f("auto", choices=("auto", "32", "bf16-mixed"), help="auto: bf16 on GPU, fp32 on CPU")
-    antithetic: bool = _f(True, help="stratified time sampling over the batch (diffusion methods)")
-    checkpoint_every: int = _f(1000, gt=0, help="steps between resumable checkpoints")
-    seed: int = _f(0)
-    devices: int = _f(1, gt=0, help="GPUs (or CPU processes) per node for DDP")
-    num_nodes: int = _f(1, gt=0)
-    threads: int = _f(0, ge=0, help="torch CPU threads (0 = leave torch's default)")
+    steps: int = option(20_000, gt=0, help="optimizer steps")
+    batch_size: int = option(256, gt=0, help="global batch size")
+    lr: float = option(3e-4, gt=0.0)
+    betas: list[float] = option(factory=lambda: [0.9, 0.999])
+    weight_decay: float = option(0.0, ge=0.0)
+    warmup_steps: int = option(2500, ge=0, help="linear warm-up, then constant")
+    grad_clip: float = option(1.0, gt=0.0)
+    ema: float = option(0.9999, ge=0.0, lt=1.0, help="EMA decay (0 = no averaging)")
+    precision: str = option("auto", choices=("auto", "32", "bf16-mixed"), help="auto: bf16 on GPU, fp32 on CPU")
+    antithetic: bool = option(True, help="stratified time sampling over the batch (diffusion methods)")
+    checkpoint_every: int = option(1000, gt=0, help="steps between resumable checkpoints")
+    seed: int = option(0)
+    devices: int = option(1, gt=0, help="GPUs (or CPU processes) per node for DDP")
+    num_nodes: int = option(1, gt=0)
+    threads: int = option(0, ge=0, help="torch CPU threads (0 = leave torch's default)")
 
 
 @dataclass
 class SampleConfig:
     """The sampling grid every trained model is evaluated on."""
 
-    nfe: list[int] = _f(factory=lambda: [180], nonempty=True, each_gt=0, help="backbone calls")
-    temperature: list[float] = _f(factory=lambda: [1.0], nonempty=True, each_gt=0.0)
-    decoding: list[str] = _f(
+    nfe: list[int] = option(factory=lambda: [180], nonempty=True, each_gt=0, help="backbone calls")
+    temperature: list[float] = option(factory=lambda: [1.0], nonempty=True, each_gt=0.0)
+    decoding: list[str] = option(
         factory=lambda: ["default"],
         nonempty=True,
         help="decoding variants; 'default' = the method's own default; names a method does "
         "not support are skipped for it",
     )
-    n_samples: int = _f(2_000, gt=0, help="validation problems per cell")
-    batch_size: int = _f(256, gt=0)
-    float64: bool = _f(True, help="categorical sampling / geometry in float64")
-    seed: int = _f(0)
+    n_samples: int = option(2_000, gt=0, help="validation problems per cell")
+    batch_size: int = option(256, gt=0)
+    float64: bool = option(True, help="categorical sampling / geometry in float64")
+    seed: int = option(0)
 
 
 @dataclass
 class ExecutorConfig:
     """Where jobs run. Cluster facts come from here or the environment, never from code."""
 
-    kind: str = _f("local", choices=("local", "slurm", "debug"))
-    partition: str = _f("")
-    account: str = _f("")
-    qos: str = _f("")
-    time_min: int = _f(60, gt=0, help="job time limit (minutes)")
-    gpus_per_node: int = _f(0, ge=0)
-    cpus_per_task: int = _f(2, gt=0)
-    mem_gb: int = _f(8, gt=0)
-    array_parallelism: int = _f(16, gt=0, help="max concurrently running array tasks")
-    cells_per_task: int = _f(0, ge=0, help="sample cells per array task (0 = spread a model's cells "
+    kind: str = option("local", choices=("local", "slurm", "debug"))
+    partition: str = option("")
+    account: str = option("")
+    qos: str = option("")
+    time_min: int = option(60, gt=0, help="job time limit (minutes)")
+    gpus_per_node: int = option(0, ge=0)
+    cpus_per_task: int = option(2, gt=0)
+    mem_gb: int = option(8, gt=0)
+    array_parallelism: int = option(16, gt=0, help="max concurrently running array tasks")
+    cells_per_task: int = option(0, ge=0, help="sample cells per array task (0 = spread a model's cells "
                              "over at most array_parallelism tasks)")
-    max_parallel: int = _f(2, gt=0, help="local executor: jobs running at once")
-    log_dir: str = _f("", help="'' = <results>/logs")
+    max_parallel: int = option(2, gt=0, help="local executor: jobs running at once")
+    log_dir: str = option("", help="'' = <results>/logs")
 
 
 @dataclass
 class MethodEntry:
     """One method (x variant) in a sweep."""
 
-    method: str = _f(help="method name in bench.registry.METHODS")
-    variant: str = _f("", help="label for this option set ('' = 'base')")
-    options: dict[str, Any] = _f(factory=dict, help="method options (the method's Options dataclass)")
-    decoding: list[str] | None = _f(None, help="overrides sample.decoding for this method")
-    train: dict[str, Any] = _f(factory=dict, help="per-method train overrides (e.g. lr)")
+    method: str = option(help="method name in bench.registry.METHODS")
+    variant: str = option("", help="label for this option set ('' = 'base')")
+    options: dict[str, Any] = option(factory=dict, help="method options (the method's Options dataclass)")
+    decoding: list[str] | None = option(None, help="overrides sample.decoding for this method")
+    train: dict[str, Any] = option(factory=dict, help="per-method train overrides (e.g. lr)")
 
 
 @dataclass
 class SweepConfig:
     """A whole sweep file."""
 
-    name: str = _f("sweep", help="sweep name (a results column)")
-    results_dir: str = _f("results", help="store and run folders")
-    task: TaskConfig = _f(factory=TaskConfig)
-    backbone: BackboneConfig = _f(factory=BackboneConfig)
-    train: TrainConfig = _f(factory=TrainConfig)
-    sample: SampleConfig = _f(factory=SampleConfig)
-    executor: ExecutorConfig = _f(factory=ExecutorConfig)
-    methods: list[MethodEntry] = _f(factory=list, nonempty=True)
-    seeds: list[int] = _f(factory=list, each_ge=0, help="training seeds: every model is trained (and sampled) once per "
+    name: str = option("sweep", help="sweep name (a results column)")
+    results_dir: str = option("results", help="store and run folders")
+    task: TaskConfig = option(factory=TaskConfig)
+    backbone: BackboneConfig = option(factory=BackboneConfig)
+    train: TrainConfig = option(factory=TrainConfig)
+    sample: SampleConfig = option(factory=SampleConfig)
+    executor: ExecutorConfig = option(factory=ExecutorConfig)
+    methods: list[MethodEntry] = option(factory=list, nonempty=True)
+    seeds: list[int] = option(factory=list, each_ge=0, help="training seeds: every model is trained (and sampled) once per "
                           "seed, overriding train.seed; the report gives mean +- sd over seeds. [] = train.seed only")
 
 
@@ -305,24 +302,10 @@ def load_yaml(path: str | Path) -> dict:
 
 
 def load_sweep(path: str | Path) -> SweepConfig:
-    """Load and fully validate a sweep file (method names and options included)."""
-    data = load_yaml(path)
-    cfg = build(SweepConfig, data, where=f"{path}: ")
-    from bench import registry  # late import: registry imports methods which import config
-
-    if cfg.task.name not in registry.TASKS:
-        raise ConfigError(f"{path}: task.name: unknown task {cfg.task.name!r} (known: {', '.join(sorted(registry.TASKS))})")
-    for i, entry in enumerate(cfg.methods):
-        where = f"{path}: methods[{i}]"
-        if entry.method not in registry.METHODS:
-            known = ", ".join(sorted(registry.METHODS))
-            raise ConfigError(f"{where}.method: unknown method {entry.method!r} (known: {known})")
-        method_cls = registry.METHODS[entry.method]
-        build(method_cls.Options, entry.options, where=f"{where}.options")
-        # per-method train overrides use TrainConfig's own fields and rules
-        merged = {**dataclasses.asdict(cfg.train), **entry.train}
-        build(TrainConfig, merged, where=f"{where}.train")
-    return cfg
+    """Load a sweep file and validate its sections. The task's name and ``options`` and each
+    method entry's name, ``options``, ``train`` overrides and ``decoding`` names are checked by
+    :func:`bench.plan.plan`, which turns them into objects."""
+    return build(SweepConfig, load_yaml(path), where=f"{path}: ")
 
 
 # --------------------------------------------------------------------------- hashing

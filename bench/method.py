@@ -4,7 +4,7 @@ A method is one module with one class, registered by name in :mod:`bench.registr
 the noising process, the objective and the sampler; it never owns the optimiser, EMA,
 checkpoints or data (those belong to :mod:`bench.train`, shared by all methods).
 
-Conventions (DESIGN.md):
+Conventions (README "Equal-NFE accounting"; docs/adding-a-method.md):
 - ``nfe`` is the number of backbone calls a sampler makes, counted the same way for every
   method. Samplers call the network only through :meth:`Method.call` so the count is
   observable (tests assert it).
@@ -24,6 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from bench.config import BackboneConfig
+from bench.options import Options
 
 
 @dataclass
@@ -59,11 +60,6 @@ class LossOutput:
 
     loss: Tensor
     per_sample: Tensor
-
-
-@dataclass
-class Options:
-    """Base for per-method options; each method subclasses it with its own fields."""
 
 
 def token_mean(per_token: Tensor, loss_mask: Tensor) -> LossOutput:
@@ -150,6 +146,9 @@ class Method(nn.Module):
         return nfe
 
     def resolve_decoding(self, decoding: str) -> str:
+        """The decoding a sweep's name stands for ("default": the method's first). Raises
+        ValueError for a name this method does not sample with; the planner (bench.plan) and
+        :meth:`sample` both ask here, so a sweep accepts exactly what the sampler does."""
         if decoding == "default":
             return self.decodings[0]
         if decoding not in self.decodings:

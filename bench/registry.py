@@ -44,9 +44,11 @@ def make_task(cfg):
     return TASKS[cfg.name](cfg)
 
 
-def make_method(name: str, options: dict, task, where: str = "options"):
-    """Instantiate method ``name`` with validated ``options`` for ``task``'s vocabulary and length."""
-    from bench.config import build
-
+def make_method(name: str, options, task):
+    """Instantiate method ``name`` for ``task``'s vocabulary and length. ``options``: its
+    ``Options`` object, or the canonical dict of one a planned cell carries (validated when the
+    sweep was planned, :mod:`bench.plan`; not validated again here)."""
     cls = METHODS[name]
-    return cls(build(cls.Options, options, where=where), task.vocab_size, task.seq_len)
+    if isinstance(options, dict):
+        options = cls.Options(**options)
+    return cls(options, task.vocab_size, task.seq_len)

@@ -4,14 +4,31 @@ Layout: ``<results_dir>/store/<cell_id>.json`` holds every row of one cell. A ce
 written once, atomically (temp file + ``os.replace``), so a killed run leaves either the whole
 cell or nothing, concurrent writers on a shared filesystem never interleave, and re-running
 a cell replaces its rows instead of duplicating them (deduplicated by cell hash).
-:func:`read` concatenates everything into one pandas DataFrame with the DESIGN.md columns.
+:func:`read` concatenates everything into one pandas DataFrame with the :data:`COLUMNS`.
+
+Rows also carry what the report needs to know about their task and method
+(:data:`REPORT_COLUMNS`, written by :func:`task_columns` / :func:`sample_columns`), so the report
+reads only this table. Stores written before those columns existed are completed by
+:func:`with_report_columns`, the one place that knows the old defaults.
+
+Integrity: a file is ``{"format": "sflm-bench-results", "version": 2, "cell_id": ..., "sha256":
+..., "rows": [...]}``, ``sha256`` being the digest of the rows' canonical JSON
+(:func:`rows_checksum`). Every read validates the file (JSON, schema, checksum); a bad one is
+reported on stderr by name and moved aside to ``store/corrupt/`` (never deleted), and its cell
+then counts as not done (:meth:`Store.has` is False), so the next sweep computes it again and
+the report goes on without it. Files written before checksums existed (version 1: a bare JSON
+list of rows) are still read, and trusted when they parse and pass the schema check.
+``python -m bench.results verify [--results-dir DIR] [--move]`` checks a whole store.
 """
 
 from __future__ import annotations
 
+import argparse
+import hashlib
 import json
 import os
 import subprocess
+import sys
 from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
@@ -20,14 +37,30 @@ import pandas as pd
 
 from bench import atomic
 
-#: DESIGN.md columns, then extensions (flat, never nested).
+#: the results-table columns (README "Results"), then extensions (flat, never nested).
 COLUMNS = [
     "cell_id", "sweep", "task", "method", "variant", "backbone", "train_steps",
     "nfe", "temperature", "decoding", "seed", "metric", "value", "ci_low", "ci_high", "n",
     "git_sha", "config_hash", "created_at",
     # extensions
     "subset", "kind", "train_cell", "wall_s",
+    # what the report reads about the row's task and method (REPORT_COLUMNS)
+    "task_kind", "task_title", "stand_in_for", "subset_rank", "metric_rank",
+    "nfe_is_length", "temperature_free", "default_decoding",
 ]
+#: Columns added after the first stores were written: :meth:`Store.read` lists one only when a
+#: row has it, so an older store reads (and exports to results.csv) exactly as before.
+#:
+#: - ``task_kind``: the task's report kind (``generic``; ``program`` adds the bootstrap-CI table
+#:   and figure), ``task_title``: its display name, ``stand_in_for``: the benchmark a CPU
+#:   stand-in replaces ("" otherwise); every row;
+#: - ``subset_rank``: the subset's position in the task's ``subset_order`` (empty: unranked, after
+#:   the ranked ones by name), ``metric_rank``: 0 for the task's headline metric, k for its k-th
+#:   secondary metric, empty otherwise; sample rows;
+#: - ``nfe_is_length`` (NFE is the generated length, AR), ``temperature_free`` (the decoding
+#:   ignores the temperature; the planner samples it at T = 1 only), ``default_decoding`` (the
+#:   decoding is the method's default, what the paper ran when it names none); sample rows.
+REPORT_COLUMNS = COLUMNS[COLUMNS.index("task_kind"):]
 
 
 @lru_cache(maxsize=1)
@@ -53,17 +86,155 @@ def provenance_sha() -> str:
     return sha + ("+dirty" if dirty else "")
 
 
+# --------------------------------------------------------------------------- file format
+
+FORMAT, VERSION = "sflm-bench-results", 2
+_SCALARS = (str, int, float, bool, type(None))
+
+
+class BadStoreFile(ValueError):
+    """A store file that fails validation; the message is the reason (one line)."""
+
+
+def canonical_rows(rows) -> str:
+    """The text the checksum covers: the rows as JSON with sorted keys and no whitespace."""
+    return json.dumps(rows, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def rows_checksum(rows) -> str:
+    return hashlib.sha256(canonical_rows(rows).encode()).hexdigest()
+
+
+def check_rows(rows, cell_id: str) -> None:
+    """The row schema: a list of flat dicts with known columns, this cell's id, a metric name,
+    a numeric (or empty) value, each metric once. Raises :class:`BadStoreFile`."""
+    if not isinstance(rows, list):
+        raise BadStoreFile(f"wrong schema: rows is a {type(rows).__name__}, not a list")
+    metrics = []
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict):
+            raise BadStoreFile(f"wrong schema: row {i} is a {type(r).__name__}, not an object")
+        unknown = set(r) - set(COLUMNS)
+        if unknown:
+            raise BadStoreFile(f"wrong schema: row {i} has unknown columns {sorted(unknown)}")
+        nested = sorted(k for k, v in r.items() if not isinstance(v, _SCALARS))
+        if nested:
+            raise BadStoreFile(f"wrong schema: row {i} has non-scalar values in {nested}")
+        if r.get("cell_id") != cell_id:
+            raise BadStoreFile(f"wrong schema: row {i} has cell_id {r.get('cell_id')!r}, not {cell_id!r}")
+        if not isinstance(r.get("metric"), str) or not r["metric"]:
+            raise BadStoreFile(f"wrong schema: row {i} has no metric name")
+        v = r.get("value")
+        if isinstance(v, bool) or not isinstance(v, (int, float, type(None))):
+            raise BadStoreFile(f"wrong schema: row {i} ({r['metric']}) has a non-numeric value {v!r}")
+        metrics.append(r["metric"])
+    if len(set(metrics)) != len(metrics):
+        raise BadStoreFile(f"wrong schema: duplicate metrics {metrics}")
+
+
+def parse_store_file(raw: bytes, cell_id: str) -> tuple[list[dict], bool]:
+    """Validate the bytes of ``<cell_id>.json``: (rows, has_checksum). Raises :class:`BadStoreFile`
+    (truncated or invalid JSON, wrong schema, checksum mismatch)."""
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise BadStoreFile("not UTF-8 text") from None
+    except json.JSONDecodeError as e:
+        raise BadStoreFile(f"invalid or truncated JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    if isinstance(data, list):  # version 1: written before checksums, trusted if the schema holds
+        check_rows(data, cell_id)
+        return data, False
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise BadStoreFile(f"wrong schema: not a {FORMAT} file")
+    if data.get("version") != VERSION:
+        raise BadStoreFile(f"wrong schema: unknown format version {data.get('version')!r}")
+    missing = sorted({"cell_id", "sha256", "rows"} - set(data))
+    if missing:
+        raise BadStoreFile(f"wrong schema: missing {missing}")
+    if data["cell_id"] != cell_id:
+        raise BadStoreFile(f"wrong schema: file of cell {data['cell_id']!r} under the name of {cell_id!r}")
+    if rows_checksum(data["rows"]) != data["sha256"]:
+        raise BadStoreFile("checksum mismatch (the rows changed after they were written)")
+    check_rows(data["rows"], cell_id)
+    return data["rows"], True
+
+
 class Store:
-    """Append-only, atomic, deduplicated by cell id."""
+    """Append-only, atomic, deduplicated by cell id; validated on read (module docstring)."""
 
     def __init__(self, results_dir: str | Path):
         self.dir = Path(results_dir) / "store"
+        self.corrupt_dir = self.dir / "corrupt"
+        self._valid: dict[str, tuple[tuple, list[dict]]] = {}  # name -> ((ino, size, mtime), rows)
 
     def path(self, cell_id: str) -> Path:
         return self.dir / f"{cell_id}.json"
 
     def has(self, cell_id: str) -> bool:
-        return self.path(cell_id).is_file()
+        """True when the cell's file exists and is valid (a bad one is moved aside: False)."""
+        return self.load(cell_id) is not None
+
+    def load(self, cell_id: str) -> list[dict] | None:
+        """The cell's validated rows, or None when it has no valid file."""
+        return self._load(self.path(cell_id))
+
+    def _load(self, p: Path, retry: bool = True) -> list[dict] | None:
+        try:
+            with open(p, "rb") as f:
+                st = os.fstat(f.fileno())
+                key = (st.st_ino, st.st_size, st.st_mtime_ns)
+                hit = self._valid.get(p.name)
+                if hit is not None and hit[0] == key:
+                    return hit[1]
+                raw = f.read()
+        except FileNotFoundError:
+            return None
+        try:
+            rows, _ = parse_store_file(raw, p.stem)
+        except BadStoreFile as e:
+            if not self._quarantine(p, str(e), st.st_ino) and retry:
+                return self._load(p, retry=False)  # replaced by a writer meanwhile: read the new one
+            return None
+        self._valid[p.name] = (key, rows)
+        return rows
+
+    def _quarantine(self, p: Path, reason: str, ino: int, say: bool = True) -> bool:
+        """Move the bad file ``p`` (the inode that was read) to ``corrupt/`` and say so on
+        stderr. False when ``p`` now is another file (a writer replaced it since)."""
+        self._valid.pop(p.name, None)
+        self.corrupt_dir.mkdir(parents=True, exist_ok=True)
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+        dest = self.corrupt_dir / f"{p.stem}.{stamp}.{os.getpid()}.json"
+        try:
+            if os.stat(p).st_ino != ino:
+                return False
+            os.replace(p, dest)  # same filesystem: atomic, nothing is deleted
+            where = f"moved to {dest}"
+        except FileNotFoundError:  # another reader moved it first
+            where = "already moved aside by another process"
+        if say:
+            print(f"warning: {p}: bad results file, {reason}; {where}; its cell counts as not done "
+                  "and will be computed again", file=sys.stderr, flush=True)
+        return True
+
+    def verify(self, move: bool = False) -> tuple[list[tuple[Path, str]], int, int]:
+        """Check every file: (bad files with reasons, files checked, files without checksum).
+        Read-only unless ``move`` (then bad files go to ``corrupt/`` as on any read)."""
+        bad, n, legacy = [], 0, 0
+        for p in sorted(self.dir.glob("*.json")):
+            n += 1
+            try:
+                with open(p, "rb") as f:
+                    ino, raw = os.fstat(f.fileno()).st_ino, f.read()
+                _, checked = parse_store_file(raw, p.stem)
+                legacy += not checked
+            except FileNotFoundError:
+                n -= 1
+            except BadStoreFile as e:
+                bad.append((p, str(e)))
+                if move:
+                    self._quarantine(p, str(e), ino, say=False)
+        return bad, n, legacy
 
     def write_cell(self, cell_id: str, rows: list[dict]) -> Path:
         """Write all rows of one cell at once (replacing an earlier write of the same cell)."""
@@ -84,22 +255,140 @@ class Store:
             if unknown:
                 raise ValueError(f"cell {cell_id}: unknown result columns {sorted(unknown)}")
             full.append(row)
-        return atomic.write_text(self.path(cell_id), json.dumps(full, indent=1, default=float))
+        full = json.loads(json.dumps(full, default=float))  # what a reader will see (numpy -> float)
+        try:
+            check_rows(full, cell_id)  # never write what a read would reject
+        except BadStoreFile as e:
+            raise ValueError(f"cell {cell_id}: {e}") from None
+        payload = {"format": FORMAT, "version": VERSION, "cell_id": cell_id, "sha256": rows_checksum(full),
+                   "rows": full}
+        return atomic.write_text(self.path(cell_id), json.dumps(payload, indent=1))
 
     def rows(self, cell_id: str) -> list[dict]:
-        return json.loads(self.path(cell_id).read_text())
+        rows = self.load(cell_id)
+        if rows is None:
+            raise FileNotFoundError(f"{self.path(cell_id)}: no valid results for cell {cell_id}")
+        return rows
 
     def read(self) -> pd.DataFrame:
         """Every row of every cell (one DataFrame with :data:`COLUMNS`)."""
         rows = []
         if self.dir.is_dir():
             for p in sorted(self.dir.glob("*.json")):
-                try:
-                    rows.extend(json.loads(p.read_text()))
-                except (json.JSONDecodeError, OSError) as e:  # cannot happen with atomic writes
-                    raise RuntimeError(f"{p}: unreadable results file ({e})") from None
-        return pd.DataFrame(rows, columns=COLUMNS)
+                rows.extend(self._load(p) or [])  # a bad file: warned about, moved aside, skipped
+        present = {c for r in rows for c in REPORT_COLUMNS if c in r}
+        return pd.DataFrame(rows, columns=[c for c in COLUMNS if c not in REPORT_COLUMNS or c in present])
 
 
 def read(results_dir: str | Path) -> pd.DataFrame:
     return Store(results_dir).read()
+
+
+# --------------------------------------------------------------------------- report columns
+
+
+def task_columns(task) -> dict:
+    """The :data:`REPORT_COLUMNS` every row of ``task`` carries (a :class:`bench.data.base.Task`)."""
+    return {"task_kind": task.report_kind, "task_title": task.title or task.name,
+            "stand_in_for": task.stand_in_for}
+
+
+def sample_columns(task, method, decoding: str, subset: str, metric: str) -> dict:
+    """The :data:`REPORT_COLUMNS` of one sample row: ``method`` is the instance that sampled (its
+    decodings and temperature-free set can depend on its options, e.g. CANDI pure Gaussian)."""
+    metrics = (task.headline_metric, *task.secondary_metrics)
+    return {
+        **task_columns(task),
+        "subset_rank": task.subset_order.index(subset) if subset in task.subset_order else None,
+        "metric_rank": metrics.index(metric) if metric in metrics else None,
+        "nfe_is_length": bool(method.nfe_is_length),
+        "temperature_free": decoding in tuple(method.temperature_free),
+        "default_decoding": decoding == method.decodings[0],
+    }
+
+
+# What the code before REPORT_COLUMNS existed decided from task and method names (bench/report.py
+# and bench/registry.py at that time). Only rows without ``task_kind`` are completed from it.
+_LEGACY_HEADLINE = ("exact_match", "accuracy")  # the first one a task's sample rows have
+_LEGACY_SECONDARY = ("cell_accuracy", "blank_accuracy", "valid_grid")
+_LEGACY_SUBSET_ORDER = ("easy", "medium", "hard")
+_LEGACY_PROGRAM_TASKS = ("gsm8k", "arith_standin")
+_LEGACY_TITLE = {"gsm8k": "GSM8K"}
+_LEGACY_STAND_IN = {"arith_standin": "GSM8K"}
+_LEGACY_NFE_IS_LENGTH = ("ar",)
+_LEGACY_TEMPERATURE_FREE = {("ar", "greedy"), ("sflm", "top1")}
+_LEGACY_DEFAULT_DECODING = {"ar": "sample", "mdlm": "ancestral", "candi": "cached", "duo": "ancestral",
+                            "flm": "euler", "sflm": "exact"}
+
+
+def with_report_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with every :data:`REPORT_COLUMNS` column filled: rows written before those columns
+    existed (no ``task_kind``) get what the report then derived from task and method names
+    (the ``_LEGACY_*`` tables above; the methods and tasks of that time are the only ones such a
+    store can hold). Rows that have ``task_kind`` are left as written. Idempotent."""
+    df = df.copy()
+    for c in REPORT_COLUMNS:
+        if c not in df:
+            df[c] = None
+        df[c] = df[c].astype(object)
+    old = df["task_kind"].isna()
+    if not old.any():
+        return df
+    o = df[old]
+    sample = o["kind"] == "sample"
+    df.loc[old, "task_kind"] = ["program" if t in _LEGACY_PROGRAM_TASKS else "generic" for t in o["task"]]
+    df.loc[old, "task_title"] = [_LEGACY_TITLE.get(t, t) for t in o["task"]]
+    df.loc[old, "stand_in_for"] = [_LEGACY_STAND_IN.get(t, "") for t in o["task"]]
+    ranks = []
+    headline = {}
+    for task, g in o[sample].groupby("task"):
+        headline[task] = next((m for m in _LEGACY_HEADLINE if m in set(g["metric"])), None)
+    for task, metric, is_sample in zip(o["task"], o["metric"], sample):
+        if not is_sample:
+            ranks.append(None)
+        elif metric == headline.get(task):
+            ranks.append(0)
+        else:
+            ranks.append(_LEGACY_SECONDARY.index(metric) + 1 if metric in _LEGACY_SECONDARY else None)
+    df.loc[old, "metric_rank"] = pd.Series(ranks, index=o.index, dtype=object)
+    df.loc[old, "subset_rank"] = pd.Series(
+        [_LEGACY_SUBSET_ORDER.index(s) if s in _LEGACY_SUBSET_ORDER and k else None
+         for s, k in zip(o["subset"], sample)], index=o.index, dtype=object)
+    for col, values in (
+        ("nfe_is_length", [m in _LEGACY_NFE_IS_LENGTH for m in o["method"]]),
+        ("temperature_free", [(m, d) in _LEGACY_TEMPERATURE_FREE for m, d in zip(o["method"], o["decoding"])]),
+        ("default_decoding", [_LEGACY_DEFAULT_DECODING.get(m) == d for m, d in zip(o["method"], o["decoding"])]),
+    ):
+        df.loc[old, col] = pd.Series([v if k else None for v, k in zip(values, sample)], index=o.index,
+                                     dtype=object)
+    return df
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.results verify [--results-dir DIR] [--move]``: exit 1 if any store file
+    is bad, 0 if none, 2 on usage errors or a missing store."""
+    ap = argparse.ArgumentParser(prog="python -m bench.results", description="Check the results store.")
+    sub = ap.add_subparsers(dest="command", required=True)
+    v = sub.add_parser("verify", help="validate every store file (JSON, schema, checksum); list the bad ones")
+    v.add_argument("--results-dir", default="results", help="results folder holding store/ (default: results)")
+    v.add_argument("--move", action="store_true",
+                   help="also move bad files to store/corrupt/ (what any sweep or report does when it reads them)")
+    args = ap.parse_args(argv)
+    store = Store(args.results_dir)
+    if not store.dir.is_dir():
+        print(f"error: {store.dir}: no results store", file=sys.stderr)
+        return 2
+    bad, n, legacy = store.verify(move=args.move)
+    for p, reason in bad:
+        print(f"bad: {p}: {reason}" + (f" (moved to {store.corrupt_dir}/)" if args.move else ""))
+    aside = len(list(store.corrupt_dir.glob("*.json"))) if store.corrupt_dir.is_dir() else 0
+    print(f"{store.dir}: {n} files checked, {len(bad)} bad, {legacy} without checksum (written before "
+          f"checksums; valid), {aside} in {store.corrupt_dir.name}/")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,6 +1,7 @@
 """One trainer for every method, on Lightning.
 
-What it does for every method alike (paper / reference-harness recipe, methods.md sec. 1):
+What it does for every method alike (the recipe of the reference harness, FrankCCCCC/s-flm @
+18d586f: `configs/config.yaml`, `configs/lr_scheduler/constant_warmup.yaml`, `models/ema.py`):
 AdamW (weight decay 0, betas 0.9/0.999), linear warm-up then constant LR, gradient clip
 1.0, EMA of the backbone with warm-up decay min(ema, (1 + n) / (10 + n)) (reference
 `models/ema.py`; the EMA weights are what sampling and evaluation use), bf16 mixed precision
@@ -11,6 +12,14 @@ Resumable exactly: checkpoints carry the step, optimiser, EMA, the method's own 
 (adaptive schedule) and the torch / numpy / python RNG states, and the batch sequence is a
 pure function of (seed, step), so a run stopped at step k and resumed reaches the same
 weights as an uninterrupted run.
+
+Divergence: a non-finite loss stops the run with :class:`TrainingDiverged` (one line naming the
+run folder and step) and ``<run_dir>/failed.json`` (:func:`write_failure`). The check costs no
+host sync per step: each step folds ``isfinite(loss)`` into a flag on the device, which is read
+every :data:`NONFINITE_CHECK_EVERY` steps and before every checkpoint save (which also checks
+that the trained and EMA weights are finite). A save that finds a non-finite state is refused,
+so ``ckpt/last.ckpt`` stays the last good checkpoint (from a step at or before the bad one);
+the run may compute up to NONFINITE_CHECK_EVERY - 1 steps past the bad one before it stops.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 import lightning as L
@@ -92,6 +102,36 @@ class TrainModule(L.LightningModule):
         if self.ema is not None:  # not trained: DDP would otherwise report them as unused parameters
             self.ema.requires_grad_(False)
         self.stream: StepBatches | None = None
+        self._first_bad: torch.Tensor | None = None  # step of the first non-finite loss (-1: none), on device
+        self._bad_loss: torch.Tensor | None = None  # that loss value
+
+    def _note_nonfinite(self, loss: torch.Tensor) -> None:
+        """Remember the first step whose loss is not finite, without a host sync."""
+        loss = loss.detach().float()
+        if self._first_bad is None or self._first_bad.device != loss.device:
+            self._first_bad = torch.full((), -1, dtype=torch.long, device=loss.device)
+            self._bad_loss = torch.zeros((), device=loss.device)
+        first = ~torch.isfinite(loss) & (self._first_bad < 0)
+        self._first_bad.masked_fill_(first, self.global_step)
+        self._bad_loss = torch.where(first, loss, self._bad_loss)
+
+    def check_finite(self, weights: bool = False) -> None:
+        """Raise :class:`TrainingDiverged` if a loss of this fit was non-finite, or (``weights``)
+        a trained or EMA parameter is. One host sync; collective under DDP (all ranks call it
+        at the same point and raise together)."""
+        step = -1 if self._first_bad is None else int(self._first_bad)
+        reason = f"non-finite loss ({float(self._bad_loss)})" if step >= 0 else ""
+        if weights and not reason:
+            params = [*self.backbone.parameters(), *(self.ema.parameters() if self.ema is not None else ())]
+            if params and not bool(torch.stack([torch.isfinite(p).all() for p in params]).all()):
+                step, reason = self.global_step, "non-finite weights"
+        bad = bool(reason)
+        if self.trainer.world_size > 1:
+            bad = self.trainer.strategy.reduce_boolean_decision(bad, all=False)
+            if bad and not reason:
+                step, reason = self.global_step, "diverged on another rank"
+        if bad:
+            raise TrainingDiverged(step, reason, self.global_step)
 
     def forward_backbone(self) -> torch.nn.Module:
         """The weights sampling uses: EMA when enabled."""
@@ -104,6 +144,7 @@ class TrainModule(L.LightningModule):
         if self.method.uses_time:
             t = antithetic_times(len(b), antithetic=self.cfg.antithetic, device=x.device)
         out = self.method.loss(self.backbone, b, t)
+        self._note_nonfinite(out.loss)
         if t is not None:
             self.method.record_losses(t.detach(), out.per_sample, self.global_step)
         self.log("loss", out.loss, prog_bar=True, on_step=True, batch_size=len(b))
@@ -134,6 +175,9 @@ class TrainModule(L.LightningModule):
 
     # RNG states travel with the checkpoint so that a resumed run draws the same noise.
     def on_save_checkpoint(self, checkpoint):
+        # Every save (periodic, last, on stop / SIGTERM, final) passes here before anything is
+        # written: a non-finite state is refused, so the last good checkpoint stays.
+        self.check_finite(weights=True)
         checkpoint["rng"] = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
                              "python": random.getstate()}
         if torch.cuda.is_available():
@@ -155,6 +199,8 @@ class TrainModule(L.LightningModule):
 
     def on_train_batch_start(self, batch, batch_idx):
         self.apply_pending_rng()
+        if self.global_step % NONFINITE_CHECK_EVERY == 0 and self._first_bad is not None:
+            self.check_finite()
         # A step boundary: the previous step (EMA, method state, LR schedule) is complete.
         # Stop here if asked to (pre-timeout / preemption signal, see request_stop); under
         # DDP every rank must agree, since saving is collective.
@@ -186,6 +232,30 @@ class TrainingInterrupted(RuntimeError):
     def __init__(self, step: int, ckpt: Path):
         super().__init__(f"training stopped at step {step} on request; resumable from {ckpt}")
         self.step, self.ckpt = step, ckpt
+
+
+#: steps between reads of the on-device non-finite-loss flag (besides every checkpoint save)
+NONFINITE_CHECK_EVERY = 10
+#: the file a failed training run leaves in its run folder (:func:`write_failure`)
+FAILED_FILE = "failed.json"
+
+
+class TrainingDiverged(RuntimeError):
+    """fit() stopped because the loss (or the weights) stopped being finite."""
+
+    def __init__(self, step: int, reason: str, at_step: int, message: str | None = None):
+        super().__init__(message or f"{reason} at step {step} (stopped at step {at_step})")
+        self.step, self.reason, self.at_step = step, reason, at_step
+
+
+def write_failure(run_dir: str | Path, reason: str, step: int, **extra) -> Path:
+    """Record why a run failed: ``<run_dir>/failed.json`` = {"reason": one line, "step": int,
+    "time": ISO-8601 UTC, ...extra}, written atomically. :func:`fit` removes it when it starts."""
+    info = {"reason": reason, "step": step, "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            **extra}
+    path = Path(run_dir) / FAILED_FILE
+    atomic.write_text(path, json.dumps(info, indent=2, sort_keys=True))
+    return path
 
 
 class _SaveOnSigterm(Callback):
@@ -226,7 +296,7 @@ class _Timer(Callback):
     def __init__(self):
         self.t0 = None
         self.steps0 = 0
-        self.last_loss = float("nan")
+        self.last_loss: torch.Tensor | float = float("nan")  # a tensor: read once, at the end
 
     def on_train_start(self, trainer, pl_module):
         self.t0, self.steps0 = time.perf_counter(), trainer.global_step
@@ -234,7 +304,7 @@ class _Timer(Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if outputs is not None:
             loss = outputs["loss"] if isinstance(outputs, dict) else outputs
-            self.last_loss = float(loss)
+            self.last_loss = loss.detach()  # float() here would sync the host every step
 
 
 def precision_for(cfg: TrainConfig) -> str:
@@ -253,10 +323,12 @@ def fit(method: Method, backbone: torch.nn.Module, data: TaskData, cfg: TrainCon
 
     Resumes from ``run_dir/ckpt/last.ckpt`` when present. Writes ``run_dir/weights.pt``
     (EMA backbone weights + method state + ``extra`` metadata) atomically at the end and
-    returns a :class:`TrainResult`.
+    returns a :class:`TrainResult`. A non-finite loss raises :class:`TrainingDiverged` after
+    writing ``run_dir/failed.json`` (module docstring); a stale one is removed at the start.
     """
     run_dir = Path(run_dir)
     (run_dir / "ckpt").mkdir(parents=True, exist_ok=True)
+    (run_dir / FAILED_FILE).unlink(missing_ok=True)  # this attempt decides anew
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
@@ -282,8 +354,19 @@ def fit(method: Method, backbone: torch.nn.Module, data: TaskData, cfg: TrainCon
     stream.rank, stream.world = trainer.global_rank, trainer.world_size
     if last.exists():
         stream.start_step = int(torch.load(last, map_location="cpu", weights_only=False, mmap=True)["global_step"])
-    trainer.fit(module, train_dataloaders=loader, ckpt_path=str(last) if last.exists() else None,
-                weights_only=False)  # our own checkpoint (RNG states are numpy objects)
+    try:
+        trainer.fit(module, train_dataloaders=loader, ckpt_path=str(last) if last.exists() else None,
+                    weights_only=False)  # our own checkpoint (RNG states are numpy objects)
+        module.check_finite(weights=True)  # before weights.pt (the periodic check may not have run)
+    except TrainingDiverged as e:
+        good = int(torch.load(last, map_location="cpu", weights_only=False, mmap=True)["global_step"]) \
+            if last.exists() else None
+        kept = f"kept {last} (step {good})" if good is not None else "no checkpoint was written"
+        msg = f"{run_dir.name}: training diverged: {e.reason} at step {e.step}; stopped at step {e.at_step}, {kept}"
+        if trainer.is_global_zero:
+            write_failure(run_dir, f"{e.reason} at step {e.step}", e.step, kind="diverged", stopped_at=e.at_step,
+                          checkpoint=str(last) if good is not None else None, checkpoint_step=good)
+        raise TrainingDiverged(e.step, e.reason, e.at_step, msg) from None
     seconds = time.perf_counter() - (timer.t0 or time.perf_counter())
     done = trainer.global_step - timer.steps0
     weights = run_dir / "weights.pt"
@@ -297,7 +380,7 @@ def fit(method: Method, backbone: torch.nn.Module, data: TaskData, cfg: TrainCon
         atomic_torch_save(payload, weights)
     trainer.save_checkpoint(last)  # the final step is resumable too (collective under DDP: every rank calls it)
     return TrainResult(trainer.global_step, seconds, done / seconds if seconds > 0 else float("nan"),
-                       timer.last_loss, weights, trainer.is_global_zero)
+                       float(timer.last_loss), weights, trainer.is_global_zero)
 
 
 def load_weights(method: Method, backbone: torch.nn.Module, path: str | Path) -> dict:

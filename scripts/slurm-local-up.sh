@@ -281,7 +281,7 @@ if ! ours munged >/dev/null; then
   pidfile_alive "$MUNGE_DIR/munged.pid" && die "a munged not started by this script uses $MUNGE_DIR; stop it first"
   log "starting munged"
   rm -f "$MUNGE_SOCKET" "$MUNGE_DIR/munged.pid"
-  # munged refuses to run as root with root-owned files (gotcha 1): run it as
+  # munged refuses to run as root with root-owned files (docs/slurm.md note 1): run it as
   # the munge user; it daemonizes itself.
   runuser -u munge -- munged --socket="$MUNGE_SOCKET" --key-file="$MUNGE_DIR/munge.key" \
     --pid-file="$MUNGE_DIR/munged.pid" --log-file="$MUNGE_DIR/munged.log" \
@@ -343,7 +343,7 @@ if ! ours slurmctld >/dev/null; then
 fi
 wait_for 60 timeout 10 scontrol ping || die "slurmctld not answering (see $STATE/log/slurmctld.log)"
 if ! ours slurmd >/dev/null; then
-  # a second slurmd on the same spool kills the first (gotcha 5): check first
+  # a second slurmd on the same spool kills the first (docs/slurm.md note 3): check first
   pidfile_alive "$STATE/run/slurmd.pid" && die "a slurmd not started by this script uses $STATE; stop it first"
   log "starting slurmd"
   rm -f "$STATE/run/slurmd.pid"
@@ -369,7 +369,7 @@ if [ "$SMOKE" = 1 ]; then
     || die "sbatch failed"
   jid=${jid%%;*}
   smoke_state() { timeout 10 sacct -n -X -P -j "$jid" -o State 2>/dev/null | head -n1; }
-  # sbatch --wait polls at growing intervals (gotcha 14); poll sacct instead
+  # sbatch --wait polls at growing intervals (docs/slurm.md note 5); poll sacct instead
   smoke_done() { [ "$(smoke_state)" = COMPLETED ]; }
   wait_for 60 smoke_done \
     || die "smoke job $jid did not reach COMPLETED in sacct (state '$(smoke_state)')"

@@ -7,7 +7,8 @@ Paper section 2.2 ("Geometry of the Hypersphere"):
 - SLERP(p, q, t) = sin((1-t) w)/sin(w) p + sin(t w)/sin(w) q = exp_p(t log_p(q))  (eq. slerp);
 - uniform sampling: eps ~ N(0, I_d), eps / |eps| (Muller 1959).
 
-Numerics (shared/research/methods.md section 12). Angles are computed with atan2 from the
+Numerics (the reference, FrankCCCCC/s-flm @ 18d586f `samplers.py::sfm_compute_velocity`, clamps
+the cosine to [-1 + eps, 1 - eps] and takes arccos). Here angles are computed with atan2 from the
 tangent component u = q - (p.q) p (|u| = sin w for unit vectors) instead of arccos of a
 clamped cosine: this is accurate to machine precision at p = q (where arccos loses half the
 digits) and near-antipodal points, and |log_p(q)| = w holds exactly by construction.

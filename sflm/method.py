@@ -1,4 +1,5 @@
-"""S-FLM: the hyperspherical flow language model (Deschenaux & Gulcehre 2026; shared/paper).
+"""S-FLM: the hyperspherical flow language model (Deschenaux & Gulcehre 2026, "Language Modeling
+with Hyperspherical Flows", arXiv:2605.11125; reference code FrankCCCCC/s-flm @ 18d586f).
 
 Training (paper sec. 3, Alg. Training; reference ``algo.py::SFM``):
 - token v -> e_hat_v = E[v] / |E[v]| from a learned table E (the backbone's ``embed``, "ngpt"
@@ -30,8 +31,8 @@ a draw with ``final_decode="sample"``). Decodings: ``exact`` (posterior-weighted
 and for a sampled final decode.
 
 Backbones: the shared DiT fed the unit-norm latents (reference ``models/sphere_dit.py::SphereDiT``
-feeds z_t unscaled; ``input_scale="sqrt_d"`` feeds z_t sqrt(d), unit variance per coordinate, as
-in shared/research/cpu-calibration.md), or the S-arch (:mod:`sflm.sarch`).
+feeds z_t unscaled; ``input_scale="sqrt_d"`` feeds z_t sqrt(d), unit variance per coordinate like
+a token embedding, a departure kept as an option), or the S-arch (:mod:`sflm.sarch`).
 """
 
 from __future__ import annotations
@@ -43,45 +44,47 @@ import torch
 from torch import Tensor
 
 from bench.backbones.dit import DiT, resolve_size
-from bench.config import BackboneConfig, ConfigError, _f
-from bench.method import Batch, LossOutput, Method, Options, token_mean
+from bench.config import BackboneConfig, ConfigError
+from bench.method import Batch, LossOutput, Method, token_mean
+from bench.options import Options, option
+from sflm.alpha_star import alpha_star
 from sflm.geometry import normalize, slerp, uniform_sphere
 from sflm.sampler import parse_decoding, sample_sphere_flow
 from sflm.sarch import SArch
-from sflm.schedule import AdaptiveSchedule, Schedule, alpha_star, make_base_schedule
+from sflm.schedule import AdaptiveSchedule, Schedule, make_base_schedule
 
 
 @dataclass
 class SFLMOptions(Options):
-    schedule: str = _f("linear", choices=("linear", "cos2"),
+    schedule: str = option("linear", choices=("linear", "cos2"),
                        help="base schedule: linear alpha = 1 - t, or cos2 alpha = sin^2(pi/2 (1 - t)) (paper tab:noise-schedules)")
-    alpha_max: float | str = _f("star", help="clean-weight cap of the truncated schedule: a number in (0, 1] "
+    alpha_max: float | str = option("star", help="clean-weight cap of the truncated schedule: a number in (0, 1] "
                                 "(1 = untruncated) or 'star' = alpha*(delta) for this vocabulary and width (eq. alpha-crit)")
-    delta: float = _f(0.1, gt=0.0, lt=1.0, help="delta of alpha*(delta) when alpha_max = 'star'")
-    alpha_trunc_inverted: float | None = _f(None, ge=0.0, lt=1.0,
+    delta: float = option(0.1, gt=0.0, lt=1.0, help="delta of alpha*(delta) when alpha_max = 'star'")
+    alpha_trunc_inverted: float | None = option(None, ge=0.0, lt=1.0,
                                             help="the paper's inverted alpha_trunc (TinyGSM ablation; = 1 - clean-weight cap, "
                                             "e.g. 0.879 = 1 - alpha*(0.1)); sets alpha_max = 1 - value (leave alpha_max at 'star')")
-    eps: float = _f(1e-3, gt=0.0, lt=1.0, help="schedule floor: alpha at t = 1 (reference noise.eps)")
-    adaptive: bool = _f(False, help="adaptive noise schedule (paper Alg. 'Adaptive noise schedule refit')")
-    adaptive_refit_every: int = _f(50, gt=0, help="R: refit every R optimiser steps (paper / scripts: 50)")
-    adaptive_buffer: int = _f(0, ge=0, help="(t, loss) pairs kept; 0 = R x global batch (paper)")
-    adaptive_warmup: int = _f(1000, ge=0, help="W: steps before pairs are recorded (paper: 1000)")
-    adaptive_ema: float = _f(0.9, ge=0.0, lt=1.0, help="beta: EMA of successive schedules (paper / scripts: 0.9)")
-    adaptive_uniform_mix: float = _f(1e-3, gt=0.0, le=1.0, help="mu: uniform mix of the importance (paper: 1e-3)")
-    adaptive_n_grid: int = _f(1000, gt=2, help="grid points of the refit (reference: 1000)")
-    adaptive_n_knots: int = _f(20, gt=1, help="SplineTransformer knots (reference: 20)")
-    adaptive_degree: int = _f(3, gt=0, help="spline degree (reference: 3)")
-    adaptive_ridge: float = _f(1e-3, ge=0.0, help="Ridge alpha (reference: 1e-3)")
-    renorm: bool = _f(False, help="re-project the embedding table onto the sphere after each optimiser step "
+    eps: float = option(1e-3, gt=0.0, lt=1.0, help="schedule floor: alpha at t = 1 (reference noise.eps)")
+    adaptive: bool = option(False, help="adaptive noise schedule (paper Alg. 'Adaptive noise schedule refit')")
+    adaptive_refit_every: int = option(50, gt=0, help="R: refit every R optimiser steps (paper / scripts: 50)")
+    adaptive_buffer: int = option(0, ge=0, help="(t, loss) pairs kept; 0 = R x global batch (paper)")
+    adaptive_warmup: int = option(1000, ge=0, help="W: steps before pairs are recorded (paper: 1000)")
+    adaptive_ema: float = option(0.9, ge=0.0, lt=1.0, help="beta: EMA of successive schedules (paper / scripts: 0.9)")
+    adaptive_uniform_mix: float = option(1e-3, gt=0.0, le=1.0, help="mu: uniform mix of the importance (paper: 1e-3)")
+    adaptive_n_grid: int = option(1000, gt=2, help="grid points of the refit (reference: 1000)")
+    adaptive_n_knots: int = option(20, gt=1, help="SplineTransformer knots (reference: 20)")
+    adaptive_degree: int = option(3, gt=0, help="spline degree (reference: 3)")
+    adaptive_ridge: float = option(1e-3, ge=0.0, help="Ridge alpha (reference: 1e-3)")
+    renorm: bool = option(False, help="re-project the embedding table onto the sphere after each optimiser step "
                       "(paper: worse; off)")
-    backbone: str = _f("dit", choices=("dit", "sarch"), help="denoiser: the shared DiT or the S-arch (paper sec. 3.3)")
-    input_scale: str = _f("unit", choices=("unit", "sqrt_d"),
+    backbone: str = option("dit", choices=("dit", "sarch"), help="denoiser: the shared DiT or the S-arch (paper sec. 3.3)")
+    input_scale: str = option("unit", choices=("unit", "sqrt_d"),
                           help="DiT input: unit-norm z_t (reference SphereDiT) or z_t sqrt(d) (unit variance per coordinate)")
-    time_conditioning: bool = _f(True, help="feed sigma = -log alpha_t to the network (reference: true)")
-    top_k: int = _f(10, gt=0, help="k of the 'topk' decoding (paper appendix sweeps k; k >= 10 ~ exact)")
-    final_decode: str = _f("argmax", choices=("argmax", "sample"),
+    time_conditioning: bool = option(True, help="feed sigma = -log alpha_t to the network (reference: true)")
+    top_k: int = option(10, gt=0, help="k of the 'topk' decoding (paper appendix sweeps k; k >= 10 ~ exact)")
+    final_decode: str = option("argmax", choices=("argmax", "sample"),
                            help="last step: argmax (reference noise_removal=greedy) or a draw from softmax(logits / T)")
-    slerp_float64: bool = _f(True, help="training SLERP in float64 (reference algo.slerp_precision)")
+    slerp_float64: bool = option(True, help="training SLERP in float64 (reference algo.slerp_precision)")
 
     def validate(self) -> None:
         if isinstance(self.alpha_max, str):
@@ -109,7 +112,7 @@ class SFLM(Method):
     #: extra option sets the shared conformance suite runs (tests/test_conformance.py)
     conformance_variants = [{}, {"backbone": "sarch"},
                             {"adaptive": True, "adaptive_warmup": 200, "adaptive_refit_every": 25}]
-    #: sort-8 at d = 64: alpha*(0.1) = 0.264; a cap of ~0.15-0.26 learns fastest (cpu-calibration.md)
+    #: sort-8 at d = 64: alpha*(0.1) = 0.264; caps of ~0.15-0.26 learned fastest in CPU trial runs
     learnability_options = {"alpha_max": 0.2}
 
     def __init__(self, options, vocab_size: int, seq_len: int):

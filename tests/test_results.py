@@ -49,4 +49,6 @@ def test_bad_rows_rejected_without_writing(tmp_path):
 def test_store_file_is_plain_json(tmp_path):
     s = Store(tmp_path)
     p = s.write_cell("abc", _rows(0.5))
-    assert [r["metric"] for r in json.loads(p.read_text())] == ["exact_match", "cell_accuracy"]
+    data = json.loads(p.read_text())
+    assert (data["format"], data["version"], data["cell_id"]) == ("sflm-bench-results", 2, "abc")
+    assert [r["metric"] for r in data["rows"]] == ["exact_match", "cell_accuracy"]

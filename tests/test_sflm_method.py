@@ -2,29 +2,28 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 
 import pytest
 import torch
+from helpers import make_model
 
 import sflm.method as sm
 from bench import registry
 from bench.backbones.dit import resolve_size
 from bench.config import BackboneConfig, ConfigError, build
 from bench.method import Batch
+from sflm.alpha_star import alpha_star
 from sflm.geometry import normalize, slerp
 from sflm.sarch import SArch
-from sflm.schedule import alpha_star
 
 BB = BackboneConfig(size="cpu-mini")  # d = 64, 2 blocks, 4 heads
 
 
-def make(opts=None, V=10, L=12, bb=BB):
-    opts = build(sm.SFLMOptions, opts or {}, where="sflm.options")
-    m = sm.SFLM(opts, V, L)
-    torch.manual_seed(0)
-    return m, m.build_backbone(bb)
+#: make(options, vocab=10, seq_len=12, backbone=BB) -> (S-FLM, backbone seeded with 0)
+make = functools.partial(make_model, sm.SFLM, seq_len=12, backbone=BB)
 
 
 def batch(n=8, L=12, V=10, n_clean=4, seed=0):
@@ -56,7 +55,8 @@ def test_truncation_cap_and_the_inverted_convention():
     assert m.alpha_cap == pytest.approx(0.121)
     m, _ = make({"alpha_max": 1.0})
     assert float(m.alpha(torch.zeros(1, dtype=torch.float64))) == pytest.approx(1.0)
-    m, _ = make({"alpha_max": "star", "delta": 0.01}, V=12, bb=BackboneConfig(size="cpu-mini", d_model=512, n_heads=8))
+    m, _ = make({"alpha_max": "star", "delta": 0.01}, vocab=12,
+               backbone=BackboneConfig(size="cpu-mini", d_model=512, n_heads=8))
     assert m.alpha_cap == pytest.approx(0.1109, abs=1e-4)
     assert m.describe()["alpha_cap"] == pytest.approx(m.alpha_cap)
 
@@ -271,7 +271,7 @@ def test_learns_sort8_with_every_velocity_and_a_flipped_sampler_fails(tmp_path, 
     from bench.data.toy import SortTask, sort_data
     from bench.train import fit
 
-    m, net = make({"alpha_max": 0.2}, V=10, L=16)
+    m, net = make({"alpha_max": 0.2}, seq_len=16)
     valid = sort_data(256, seed=12345)
 
     def acc(model, decoding, **kw):

@@ -13,12 +13,11 @@ submitit round trips.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 
 import pytest
-from waiting import wait_until
+from helpers import run, wait_until
 
 pytestmark = pytest.mark.slurm
 
@@ -35,10 +34,6 @@ TERMINAL = {
 }
 
 
-def _run(*cmd: str, timeout: float = 30) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-
-
 @pytest.fixture(scope="module", autouse=True)
 def cluster(slurm_cluster):
     """The local cluster (tests/conftest.py::slurm_cluster skips when it is down)."""
@@ -51,11 +46,11 @@ def jobs():
     ids: list[str] = []
     yield ids
     if ids:
-        _run("scancel", *ids)
+        run("scancel", *ids)
 
 
 def sbatch(jobs: list[str], *args: str) -> str:
-    r = _run("sbatch", "--parsable", *args)
+    r = run("sbatch", "--parsable", *args)
     assert r.returncode == 0, f"sbatch {args} failed: {r.stderr}"
     jid = r.stdout.strip().split(";")[0]
     jobs.append(jid)
@@ -67,7 +62,7 @@ def sacct(jid: str, *, duplicates: bool = False) -> list[dict[str, str]]:
     cmd = ["sacct", "-n", "-X", "-P", "-j", jid, "-o", "JobID,State,ExitCode"]
     if duplicates:
         cmd.insert(1, "-D")
-    r = _run(*cmd)
+    r = run(*cmd)
     assert r.returncode == 0, f"sacct failed: {r.stderr}"
     rows = []
     for line in r.stdout.splitlines():
@@ -104,7 +99,7 @@ def wait_state(jid: str, want: str, timeout: float) -> None:
 
 
 def squeue_field(jid: str, fmt: str) -> str:
-    return _run("squeue", "-h", "-j", jid, "-o", fmt).stdout.strip()
+    return run("squeue", "-h", "-j", jid, "-o", fmt).stdout.strip()
 
 
 def job_state(jid: str) -> str:
@@ -125,7 +120,7 @@ def test_sbatch_job_completes_and_failure_is_recorded(tmp_path, jobs):
     bad = sbatch(jobs, "-t", "1", "-o", str(tmp_path / "bad-%j.out"), "--wrap", "exit 3")
     [row] = wait_final(ok, 60)
     assert (row["State"], row["ExitCode"]) == ("COMPLETED", "0:0")
-    node = _run("sinfo", "-h", "-N", "-o", "%N").stdout.split()[0]
+    node = run("sinfo", "-h", "-N", "-o", "%N").stdout.split()[0]
     assert (tmp_path / f"ok-{ok}.out").read_text().strip() == f"hello from {ok} on {node}"
     [row] = wait_final(bad, 60)
     assert (row["State"], row["ExitCode"]) == ("FAILED", "3:0")
@@ -197,7 +192,7 @@ def test_afterok_dependency_waits_for_success(tmp_path, jobs):
         "DependencyNeverSatisfied",
     )
     assert not (d / "must_not_run").exists()
-    _run("scancel", after_failing)
+    run("scancel", after_failing)
     [row] = wait_final(after_failing, 30)
     assert row["State"] == "CANCELLED"
 
@@ -219,7 +214,7 @@ def test_scontrol_requeue_of_running_job_restarts_it(tmp_path, jobs):
         jobs, "-t", "2", "-o", str(tmp_path / "out-%j.txt"), "--open-mode=append", str(script)
     )
     wait_until(lambda: log.exists() and "restart=0" in log.read_text(), 60, "first start")
-    r = _run("scontrol", "requeue", jid)
+    r = run("scontrol", "requeue", jid)
     assert r.returncode == 0, r.stderr
     t_requeue = time.time()
     wait_state(jid, "COMPLETED", 120)
@@ -303,7 +298,7 @@ exit 5
 
 @pytest.mark.slow  # GraceTime (10 s) + requeue hold (~12 s)
 def test_urgent_partition_preempts_and_requeues_debug_job(tmp_path, jobs):
-    cpus = int(_run("sinfo", "-h", "-N", "-o", "%c").stdout.split()[0])
+    cpus = int(run("sinfo", "-h", "-N", "-o", "%c").stdout.split()[0])
     log = tmp_path / "low.log"
     (tmp_path / "low.sh").write_text(PREEMPTEE_SCRIPT.format(log=log))
     # The low job takes every CPU, so the urgent job can only run by preempting it.
@@ -341,14 +336,14 @@ def test_urgent_partition_preempts_and_requeues_debug_job(tmp_path, jobs):
 
 
 def test_fake_gpus_are_scheduled(tmp_path, jobs):
-    gres = _run("sinfo", "-h", "-N", "-o", "%G").stdout.split()[0]
+    gres = run("sinfo", "-h", "-N", "-o", "%G").stdout.split()[0]
     if not gres.startswith("gpu:"):
         pytest.skip("no fake GPUs configured: run `bash scripts/slurm-local-up.sh --gpus 2`")
     n_gpus = int(gres.split(":")[-1].split("(")[0])
-    r = _run("srun", "-t", "1", "--gpus-per-node=1", "printenv", "CUDA_VISIBLE_DEVICES", timeout=60)
+    r = run("srun", "-t", "1", "--gpus-per-node=1", "printenv", "CUDA_VISIBLE_DEVICES", timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() in {str(i) for i in range(n_gpus)}
-    r = _run("sbatch", "--parsable", "-t", "1", f"--gpus-per-node={n_gpus + 1}", "--wrap", "true")
+    r = run("sbatch", "--parsable", "-t", "1", f"--gpus-per-node={n_gpus + 1}", "--wrap", "true")
     assert r.returncode != 0 and "Requested node configuration is not available" in r.stderr
 
 

@@ -21,13 +21,9 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from waiting import wait_until
+from helpers import run, train_sort_mdlm, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _run(*cmd: str, timeout: float = 30) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +41,7 @@ def results(cluster, tmp_path):
     for f in res.glob("sweeps/*/state.json"):
         ids |= set(json.loads(f.read_text())["jobs"])
     if ids:
-        _run("scancel", *sorted(ids))
+        run("scancel", *sorted(ids))
 
 
 def write_sweep(tmp_path: Path, results: Path, name: str, train: dict | None = None,
@@ -85,7 +81,7 @@ def sacct(*ids: str, duplicates: bool = False) -> list[dict[str, str]]:
     cmd = ["sacct", "-n", "-X", "-P", "-j", ",".join(ids), "-o", "JobID,JobName,State,Start,End"]
     if duplicates:
         cmd.insert(1, "-D")
-    r = _run(*cmd)
+    r = run(*cmd)
     assert r.returncode == 0, r.stderr
     rows = []
     for line in r.stdout.splitlines():
@@ -96,9 +92,11 @@ def sacct(*ids: str, duplicates: bool = False) -> list[dict[str, str]]:
 
 
 def store_rows(results: Path) -> list[dict]:
+    from bench.results import parse_store_file
+
     rows = []
     for f in sorted((results / "store").glob("*.json")):
-        rows += json.loads(f.read_text())
+        rows += parse_store_file(f.read_bytes(), f.stem)[0]  # raises on a bad file
     return rows
 
 
@@ -127,10 +125,8 @@ def test_stop_request_and_crash_both_resume_to_identical_weights(tmp_path):
     RNG incl. dropout, data position, optimiser)."""
     from lightning.pytorch.callbacks import Callback
 
-    from baselines.mdlm import MDLM
-    from bench.config import BackboneConfig, TrainConfig, build
-    from bench.data.toy import sort_data
-    from bench.train import TrainingInterrupted, fit, request_stop
+    from bench.config import TrainConfig, build
+    from bench.train import TrainingInterrupted, request_stop
 
     cfg = build(TrainConfig, {"steps": 12, "batch_size": 16, "lr": 1e-3, "warmup_steps": 8, "ema": 0.9,
                               "checkpoint_every": 5, "threads": 1, "seed": 3})
@@ -146,22 +142,19 @@ def test_stop_request_and_crash_both_resume_to_identical_weights(tmp_path):
     def crash():
         raise KeyError("crash")
 
-    def run(run_dir, *callbacks):
-        method = MDLM(None, 10, 16)
-        torch.manual_seed(0)
-        backbone = method.build_backbone(BackboneConfig(size="cpu-mini", dropout=0.1))
-        fit(method, backbone, sort_data(200, seed=1), cfg, run_dir, progress=False, callbacks=list(callbacks))
+    def train(run_dir, *callbacks):
+        train_sort_mdlm(run_dir, cfg, callbacks=callbacks)
         return torch.load(run_dir / "weights.pt", weights_only=False)
 
-    want = run(tmp_path / "a")
+    want = train(tmp_path / "a")
     with pytest.raises(TrainingInterrupted) as info:
-        run(tmp_path / "b", At(7, request_stop))
+        train(tmp_path / "b", At(7, request_stop))
     assert info.value.step == 7
     assert torch.load(info.value.ckpt, weights_only=False)["global_step"] == 7
     with pytest.raises(KeyError):
-        run(tmp_path / "c", At(8, crash))  # last periodic checkpoint: step 5
+        train(tmp_path / "c", At(8, crash))  # last periodic checkpoint: step 5
     for d in ("b", "c"):
-        got = run(tmp_path / d)
+        got = train(tmp_path / d)
         assert got["steps"] == want["steps"] == 12
         for k, v in want["backbone"].items():
             assert torch.equal(got["backbone"][k], v), f"run {d}: {k} differs from the uninterrupted run"
@@ -187,7 +180,7 @@ def test_sweep_end_to_end_ddp_survives_driver_sigkill(tmp_path, results):
     rc = main([str(sweep), "--dry-run"])
     assert rc == 0
     assert not (results / "sweeps" / "e2e" / "state.json").exists()
-    assert "e2e" not in _run("squeue", "-h", "-o", "%j").stdout
+    assert "e2e" not in run("squeue", "-h", "-o", "%j").stdout
 
     proc = subprocess.Popen([sys.executable, "-m", "bench.sweep", str(sweep), "--no-progress"], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -228,11 +221,11 @@ def test_sweep_end_to_end_ddp_survives_driver_sigkill(tmp_path, results):
     submission = (results / "logs" / samples / f"{samples}_submission.sh").read_text()
     assert f"--dependency=afterok:{jid}" in submission
     assert "--array=0-1%2" in submission
-    names = _run("sacct", "-n", "-X", "-P", "-S", since, "-o", "JobName").stdout.split()
+    names = run("sacct", "-n", "-X", "-P", "-S", since, "-o", "JobName").stdout.split()
     assert names.count(after["jobs"][jid]["name"]) == 1, "train job submitted twice"
 
     # DDP: one step with two tasks, one log per rank; rank 0 alone wrote rows and weights
-    steps = _run("sacct", "-n", "-P", "-j", jid, "-o", "JobID,NTasks,State").stdout.split()
+    steps = run("sacct", "-n", "-P", "-j", jid, "-o", "JobID,NTasks,State").stdout.split()
     assert f"{jid}.0|2|COMPLETED" in steps, steps
     for rank in (0, 1):
         text = (results / "logs" / jid / f"{jid}_{rank}_log.err").read_text()
@@ -270,7 +263,7 @@ def test_training_requeued_on_signal_resumes_to_identical_weights(tmp_path, resu
     jid = train_job(state_of(results, "requeue"))
     [tc] = sweep_cells(sweep).train_cells
     wait_until(lambda: (tc.run_dir / "ckpt" / "last.ckpt").exists(), 120, "the first checkpoint")
-    assert _run("scancel", "--signal=USR2", jid).returncode == 0
+    assert run("scancel", "--signal=USR2", jid).returncode == 0
 
     # meanwhile: the same cell, uninterrupted, in this process
     ref = dataclasses.replace(tc, results_dir=str(tmp_path / "ref"))
@@ -311,7 +304,7 @@ def test_cancelled_training_is_failed_and_rerun_resumes_it(tmp_path, results):
     log = results / "logs" / jid / f"{jid}_0_log.err"
     wait_until(lambda: log.exists() and "SLURM auto-requeueing enabled" in log.read_text(), 120, "training start")
     time.sleep(2)
-    assert _run("scancel", jid).returncode == 0
+    assert run("scancel", jid).returncode == 0
     wait_until(lambda: [x["State"] for x in sacct(jid)] == ["CANCELLED"], 60, "CANCELLED in sacct")
     # sacct says CANCELLED at once; the job saves during SLURM's KillWait (SIGTERM -> SIGKILL)
     last = tc.run_dir / "ckpt" / "last.ckpt"

@@ -1,4 +1,4 @@
-"""Sudoku generator, token layout, cache and evaluator (bench/data/sudoku.py, bench/evaluate/sudoku.py)."""
+"""Sudoku generator, token layout, cache and evaluator (bench/data/sudoku*.py, bench/evaluate/sudoku.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import torch
 
 from bench.config import ConfigError, TaskConfig
 from bench.data import sudoku as S
+from bench.data import sudoku_splits
 from bench.evaluate.sudoku import evaluate_sudoku, valid_grids
 
 # --------------------------------------------------------------------------- independent solvers
@@ -143,7 +144,7 @@ def _task(tmp_path, **kw):
 def test_select_skips_excluded_and_duplicate_solutions():
     pz, sl = S.generate_stream(6, "easy", "train", 2, 0, 8, workers=1)
     exclude = {sl[0].tobytes(), sl[3].tobytes()}
-    p2, s2 = S._select(6, "easy", "train", 2, 5, exclude, 1, False, dedup=True)
+    p2, s2 = sudoku_splits._select(6, "easy", "train", 2, 5, exclude, 1, False, dedup=True)
     assert np.array_equal(p2, pz[[1, 2, 4, 5, 6]])
     assert np.array_equal(s2, sl[[1, 2, 4, 5, 6]])
 
@@ -155,7 +156,7 @@ def test_train_excludes_validation_grids_of_every_difficulty(tmp_path):
            "v": S.GENERATOR_VERSION}
     fake_p = np.repeat(pz[:1], 10, axis=0)
     fake_s = np.repeat(sl[:1], 10, axis=0)
-    S._save(S._cache_path(S.data_root(str(tmp_path)), key), key, fake_p, fake_s)
+    sudoku_splits._save(sudoku_splits._cache_path(S.data_root(str(tmp_path)), key), key, fake_p, fake_s)
     task = _task(tmp_path, difficulties=["easy"])
     train = task.train_data(["easy"])
     sols = {s.tobytes() for s in train.meta["solution"]}
@@ -237,7 +238,7 @@ def test_cache_hit_returns_identical_data(tmp_path, monkeypatch):
     def boom(*a, **k):
         raise AssertionError("regenerated despite a cache hit")
 
-    monkeypatch.setattr(S, "_generate_split", boom)
+    monkeypatch.setattr(sudoku_splits, "_generate_split", boom)
     again = _task(tmp_path)
     tr2, ev2 = again.train_data(["medium"]), again.eval_data("medium", 10)
     for a, b in ((tr, tr2), (ev, ev2)):

@@ -1,4 +1,4 @@
-"""bench.sweep / bench.report as a user runs them."""
+"""bench.sweep (bench.plan, bench.status) / bench.report as a user runs them."""
 
 import subprocess
 import sys
@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from bench import report, sweep
+from bench.plan import plan
 
 GOOD = """
 name: t
@@ -97,8 +98,8 @@ def test_seeds_replicate_models_and_the_report_averages_them(tmp_path):
     from bench.config import load_sweep
 
     rd, dd = tmp_path / "results", tmp_path / "data"
-    one = sweep.plan(load_sweep(_write(tmp_path, GOOD.format(rd=rd, dd=dd))))
-    two = sweep.plan(load_sweep(_write(tmp_path, GOOD.format(rd=rd, dd=dd) + "seeds: [0, 3]\n")))
+    one = plan(load_sweep(_write(tmp_path, GOOD.format(rd=rd, dd=dd))))
+    two = plan(load_sweep(_write(tmp_path, GOOD.format(rd=rd, dd=dd) + "seeds: [0, 3]\n")))
     assert len(two.train_cells) == 2 * len(one.train_cells) and len(two.sample_cells) == 2 * len(one.sample_cells)
     assert {c.id for c in one.train_cells} <= {c.id for c in two.train_cells}
     assert sorted(c.train["seed"] for c in two.train_cells) == [0, 0, 3, 3]

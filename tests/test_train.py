@@ -1,13 +1,14 @@
 """The shared trainer: exact resume, EMA with warm-up, what it writes."""
 
 import torch
+from helpers import train_sort_mdlm
 
 from baselines.mdlm import MDLM
 from bench.config import BackboneConfig, TrainConfig, build
 from bench.data.toy import sort_data
-from bench.train import StepBatches, TrainModule, ema_avg_fn, fit, load_weights
+from bench.train import StepBatches, TrainModule, ema_avg_fn, load_weights
 
-BB = BackboneConfig(size="cpu-mini", dropout=0.1)  # dropout on: its RNG must resume too
+BB = BackboneConfig(size="cpu-mini", dropout=0.1)  # as train_sort_mdlm's: dropout RNG must resume too
 
 
 def _cfg(steps):
@@ -16,11 +17,9 @@ def _cfg(steps):
 
 
 def _run(run_dir, steps):
-    method = MDLM(None, 10, 16)
-    torch.manual_seed(123)
-    backbone = method.build_backbone(BB)
-    res = fit(method, backbone, sort_data(200, seed=1), _cfg(steps), run_dir, progress=False)
-    fresh = method.build_backbone(BB)
+    """Train (or resume) in ``run_dir`` up to ``steps``; the weights file loaded into a fresh DiT."""
+    res = train_sort_mdlm(run_dir, _cfg(steps), init_seed=123)
+    fresh = MDLM(None, 10, 16).build_backbone(BB)
     load_weights(MDLM(None, 10, 16), fresh, res.weights)
     return res, fresh.state_dict()
 
@@ -37,12 +36,9 @@ def test_resume_is_exact(tmp_path):
 def test_resume_differs_from_restart_with_other_seed(tmp_path):
     """Guard for the test above: a different seed gives different weights (the comparison is sensitive)."""
     _, a = _run(tmp_path / "a", 3)
-    method = MDLM(None, 10, 16)
-    torch.manual_seed(123)
-    backbone = method.build_backbone(BB)
     cfg = _cfg(3)
     cfg.seed = 6
-    res = fit(method, backbone, sort_data(200, seed=1), cfg, tmp_path / "c", progress=False)
+    res = train_sort_mdlm(tmp_path / "c", cfg, init_seed=123)
     b = torch.load(res.weights, weights_only=False)["backbone"]
     assert any(not torch.equal(a[k], b[k]) for k in a)
 

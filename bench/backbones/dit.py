@@ -1,7 +1,8 @@
 """The shared SEDD/MDLM diffusion transformer ("DiT") and its causal variant for AR.
 
-Layout follows the reference `models/dit.py::DIT` of SEDD / MDLM / Duo / S-FLM
-(shared/research/methods.md section 2):
+Layout follows the reference `models/dit.py::DIT` (`DDiTBlock`, `TimestepEmbedder`,
+`DDiTFinalLayer`) of SEDD / MDLM / Duo / S-FLM (kuleshov-group/mdlm, s-sahoo/duo,
+FrankCCCCC/s-flm @ 18d586f):
 
 - token embedding table ``embed`` (V_in, d); methods may bypass the lookup and pass a
   (B, L, d) float input instead (S-FLM latents, FLM / CANDI ``z @ E``);

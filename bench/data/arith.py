@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from bench.data.base import TaskData
-from bench.data.gsm8k import ProgramTask
+from bench.data.program_task import ProgramTask
 from bench.data.tokenizers import CharTokenizer
 
 
@@ -256,6 +256,7 @@ class ArithTask(ProgramTask):
     """
 
     name = "arith_standin"
+    stand_in_for = "GSM8K"
     task_options = {
         "seq_len": 64,
         "train_on_pad": True,

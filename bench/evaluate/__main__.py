@@ -13,6 +13,7 @@ import sys
 
 EVALUATORS = {
     "gsm8k": "bench.evaluate.gsm8k",
+    "genppl": "bench.evaluate.genppl",
 }
 
 PROG = "python -m bench.evaluate"

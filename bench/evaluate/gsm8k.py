@@ -1,7 +1,8 @@
 """GSM8K-style scoring: program extraction, sandboxed execution, answer comparison, CIs.
 
-The protocol follows the reference harness (`main.py::_gsm8k_eval`, `sandbox_gsm8k.py`;
-../shared/research/methods.md §9.3):
+The protocol follows the reference harness (FrankCCCCC/s-flm @ 18d586f `main.py::_gsm8k_eval`,
+`sandbox_gsm8k.py::_extract_code`, `_safe_exec_no_timer`, `_numbers_equal`, after
+JaeyeonKim01/PUMA):
 
 - extraction (:func:`extract_program`): the fenced ```python block if there is one, else the
   text from the first ``def``; if that does not compile, the lines before the first
@@ -19,7 +20,12 @@ The protocol follows the reference harness (`main.py::_gsm8k_eval`, `sandbox_gsm
 - gold (:func:`parse_gold`): the number after ``####``, commas and ``$`` stripped.
 - accuracy: percentile bootstrap (:mod:`bench.evaluate.stats`).
 
-CLI: ``python -m bench.evaluate gsm8k --programs IN.jsonl --out OUT.jsonl``.
+That is ``grader: standard``. ``grader: reference`` (:mod:`bench.evaluate.gsm8k_reference`)
+reproduces the harness's verdict instead: the whole canvas as input, its extraction, its
+namespace (``math`` pre-imported, 13 builtins, imports of ``math`` only), its number parsing
+and comparison. docs/gsm8k-grader.md lists where the two differ and why.
+
+CLI: ``python -m bench.evaluate gsm8k --programs IN.jsonl --out OUT.jsonl [--grader reference]``.
 """
 
 from __future__ import annotations
@@ -34,10 +40,13 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 
+from bench.evaluate import gsm8k_reference
 from bench.evaluate.sandbox import STATUSES, ExecResult, Sandbox, SandboxConfig, SandboxError
 from bench.evaluate.stats import PAPER_RESAMPLES, bootstrap_accuracy
 
 DEFAULT_EOS = ("<|endoftext|>",)
+GRADERS = ("standard", "reference")  # this module's grader; the paper harness's
+REFERENCE_RUNNER = "bench.evaluate.gsm8k_reference"  # SandboxConfig.runner for "reference"
 FLOAT_TOL = 1e-3  # reference: floats equal when |a - b| <= 1e-3
 INT_SNAP = 1e-6  # reference: a float within 1e-6 of an integer is that integer
 
@@ -183,14 +192,28 @@ def evaluate_programs(
     sandbox: Sandbox,
     stdout_fallback: bool = True,
     on_row: Callable[[int, dict], None] | None = None,
+    grader: str = "standard",
 ) -> list[dict]:
-    """Run and grade programs (any order of completion; rows returned in input order)."""
+    """Run and grade programs (any order of completion; rows returned in input order).
+
+    ``grader="reference"`` needs a sandbox built with ``runner=REFERENCE_RUNNER``; its golds may
+    be numbers or GSM8K answer texts (read the reference's way)."""
     if len(programs) != len(golds):
         raise ValueError(f"{len(programs)} programs but {len(golds)} gold answers")
+    if grader not in GRADERS:
+        raise ValueError(f"grader: must be one of {', '.join(GRADERS)}, got {grader!r}")
+    if (grader == "reference") != (sandbox.cfg.runner == REFERENCE_RUNNER):
+        raise ValueError(
+            f"grader {grader!r} needs a sandbox with runner="
+            f"{REFERENCE_RUNNER if grader == 'reference' else ''!r}, got {sandbox.cfg.runner!r}"
+        )
     rows: list[dict | None] = [None] * len(programs)
 
     def done(i: int, res: ExecResult) -> None:
-        row = grade(res, golds[i], stdout_fallback=stdout_fallback)
+        if grader == "reference":
+            row = gsm8k_reference.grade(res, gsm8k_reference.reference_gold(golds[i]))
+        else:
+            row = grade(res, golds[i], stdout_fallback=stdout_fallback)
         row["elapsed_s"] = round(res.elapsed_s, 4)
         row["isolation"] = res.isolation
         rows[i] = row
@@ -277,10 +300,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"EOS marker cut before extracting a completion (default {DEFAULT_EOS})",
     )
     p.add_argument("--summary", default="", metavar="PATH", help="also write the summary JSON")
+    p.add_argument(
+        "--grader",
+        choices=GRADERS,
+        default="standard",
+        help="standard: this benchmark's grader; reference: the paper harness's verdict "
+        "(completions are read whole, EOS markers dropped; docs/gsm8k-grader.md)",
+    )
 
 
-def read_inputs(path: str, eos: Sequence[str]) -> list[dict]:
-    """Parse IN.jsonl; any problem raises UsageError naming the line."""
+def read_inputs(path: str, eos: Sequence[str], grader: str = "standard") -> list[dict]:
+    """Parse IN.jsonl; any problem raises UsageError naming the line. With the reference
+    grader a completion is the harness's input (the canvas decoded without special tokens:
+    EOS markers are dropped, the text after them kept) and golds are read its way."""
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.readlines()
@@ -299,6 +331,11 @@ def read_inputs(path: str, eos: Sequence[str]) -> list[dict]:
             raise UsageError(f"{where}: expected a JSON object, got {type(obj).__name__}")
         if isinstance(obj.get("program"), str):
             program = obj["program"]
+        elif isinstance(obj.get("completion"), str) and grader == "reference":
+            text = obj["completion"]
+            for marker in eos:
+                text = text.replace(marker, "") if marker else text
+            program = gsm8k_reference.extract_code(text)
         elif isinstance(obj.get("completion"), str):
             program = extract_program(obj["completion"], eos)
         else:
@@ -309,6 +346,10 @@ def read_inputs(path: str, eos: Sequence[str]) -> list[dict]:
             gold = parse_gold(obj["answer"])
         except ValueError as e:
             raise UsageError(f"{where}: answer: {e}") from None
+        if grader == "reference":
+            gold = gsm8k_reference.reference_gold(obj["answer"])
+            if gold is None:
+                raise UsageError(f"{where}: answer: no number the reference can read")
         items.append({"id": obj.get("id", lineno), "program": program, "gold": gold})
     return items
 

@@ -35,7 +35,10 @@ syntax_error, runtime_error (``detail`` = exception type), timeout (wall clock o
 memory (``MemoryError``), crash (killed by a signal / nonzero exit without a result; ``detail`` =
 signal name), harness_error (the interpreter never started: never blamed on the program).
 
-Design notes and the hostile programs this survives: ../shared/research/harness-anchors.md §1.
+The hostile programs it is tested against are tests/fixtures/gsm8k_hostile/ (cases reported
+against public code-execution harnesses: bigcode-evaluation-harness `safe_subprocess/evil_programs`,
+openai/human-eval `execution.py`, evalplus).
+The child's side is :mod:`bench.evaluate.sandbox_child`.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ import weakref
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 STATUSES = (
     "ok",
@@ -70,97 +74,9 @@ STATUSES = (
     "harness_error",
 )
 
-# The child's bootstrap. It runs under `python -I -S -B` (no site-packages, no PYTHON* env vars),
-# sets its own kernel limits (hard = soft, so the program cannot raise them), says "S" on the
-# result pipe (so a silent interpreter is a harness error, not a wrong answer), then compiles and
-# runs the program and reports one line "R<TAB>status<TAB>kind<TAB>value<TAB>detail".
-_BOOTSTRAP = r"""
-import os, sys, resource, signal
-def _b():
-    fd = int(sys.argv[1])
-    lim = [int(v) for v in sys.argv[2].split(",")]
-    def setl(res, soft, hard):
-        cur_soft, cur_hard = resource.getrlimit(res)
-        if cur_hard != resource.RLIM_INFINITY:
-            hard = min(hard, cur_hard)
-            soft = min(soft, hard)
-        try:
-            resource.setrlimit(res, (soft, hard))
-        except (ValueError, OSError):  # e.g. RLIMIT_AS on macOS: the others still apply
-            pass
-    setl(resource.RLIMIT_AS, lim[0], lim[0])
-    setl(resource.RLIMIT_CPU, lim[1], lim[1] + 1)
-    setl(resource.RLIMIT_NPROC, lim[2], lim[2])
-    setl(resource.RLIMIT_FSIZE, lim[3], lim[3])
-    setl(resource.RLIMIT_NOFILE, lim[4], lim[4])
-    setl(resource.RLIMIT_CORE, 0, 0)
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    w, t, ex = os.write, type, os._exit
-    w(fd, b"S\n")
-    def clean(s):
-        try:
-            s = str(s)
-        except BaseException:
-            s = "?"
-        return s[:200].encode("utf-8", "backslashreplace").replace(b"\t", b" ").replace(b"\n", b" ")
-    def name(e):
-        try:
-            return clean(t(e).__name__)
-        except BaseException:
-            return b"?"
-    def report(status, kind=b"", value=b"", detail=b""):
-        try:
-            w(fd, b"R\t" + status + b"\t" + kind + b"\t" + value + b"\t" + detail + b"\n")
-        finally:
-            ex(0)
-    def encode(r):
-        k = t(r)
-        if r is None:
-            return b"none", b""
-        if k is bool:
-            return b"other", b"bool"
-        if k is int:
-            if r.bit_length() > 3000:
-                return b"huge_int", str(r.bit_length()).encode()
-            return b"int", int.__repr__(r).encode()
-        if k is float:
-            return b"float", float.__repr__(r).encode()
-        fr, de = sys.modules.get("fractions"), sys.modules.get("decimal")
-        if (fr is not None and k is fr.Fraction) or (de is not None and k is de.Decimal):
-            if k is fr.Fraction and r.denominator == 1:
-                return encode(int(r.numerator))
-            if k is not fr.Fraction and r.is_finite() and r == r.to_integral_value():
-                return encode(int(r))
-            return encode(float(r))
-        if k is str:
-            return b"str", clean(r[:100])
-        return b"other", name(r)
-    try:
-        with open("program.py", encoding="utf-8") as f:
-            src = f.read()
-    except BaseException as e:
-        report(b"harness_error", detail=b"cannot read program: " + name(e))
-    try:
-        code = compile(src, "program.py", "exec")
-    except MemoryError:
-        report(b"memory", detail=b"MemoryError")
-    except BaseException as e:
-        report(b"syntax_error", detail=name(e))
-    g = {"__name__": "__main__", "__builtins__": __builtins__}
-    try:
-        exec(code, g)
-        f = g.get("simple_math_problem")
-        if f is None:
-            report(b"no_answer", detail=b"missing simple_math_problem")
-        r = f()
-        kind, value = encode(r)
-    except MemoryError:
-        report(b"memory", detail=b"MemoryError")
-    except BaseException as e:
-        report(b"runtime_error", detail=name(e))
-    report(b"done", kind, value)
-_b()
-"""
+# The child's bootstrap (bench/evaluate/sandbox_child.py): its text runs under `python -I -S -B
+# -c`, so the child imports nothing of this package and needs no read access to the checkout.
+_BOOTSTRAP = Path(__file__).with_name("sandbox_child.py").read_text(encoding="utf-8")
 
 
 @dataclass
@@ -185,6 +101,10 @@ class SandboxConfig:
         workers: programs run at once by :meth:`Sandbox.run_many` (0 = min(4 x cores, 32)):
             a run is mostly interpreter start-up and namespace set-up latency, so several per
             core keep the CPUs busy (1,319 programs on 2 busy cores: 32 s with 4, 22 s with 8).
+        runner: dotted name of a standard-library-only module whose ``run_program(src)`` the
+            child calls on each program instead of its plain ``exec`` ('' = none), e.g.
+            ``bench.evaluate.gsm8k_reference`` (the paper harness's namespace). Canaries and
+            probes always run plainly.
     """
 
     timeout_s: float = 5.0
@@ -198,6 +118,7 @@ class SandboxConfig:
     python: str = ""
     base_dir: str = ""
     workers: int = 0
+    runner: str = ""
 
     def __post_init__(self):
         for key in ("timeout_s", "memory_mb", "nproc", "fsize_mb", "nofile", "max_output_bytes"):
@@ -322,6 +243,7 @@ class Sandbox:
         for i in range(max(self.workers, 1)):
             self._slots.put(i)
         self._nproc_rlimits = self._nproc_for_shared_uid()
+        self._runner_src = _runner_source(self.cfg.runner)
         self.level = self._probe()
         self.child_python = self._child_python()
 
@@ -340,15 +262,17 @@ class Sandbox:
     def run(self, program: str) -> ExecResult:
         """Run one program (source defining ``simple_math_problem()``); never raises for
         anything the program does. A harness error is retried once."""
-        return self._run_in_slot(program, None)
+        return self._run_in_slot(program, None, runner=True)
 
-    def _run_in_slot(self, program: str, timeout_s: float | None) -> ExecResult:
+    def _run_in_slot(
+        self, program: str, timeout_s: float | None, runner: bool = False
+    ) -> ExecResult:
         slot = self._slots.get()
         try:
-            res = self._run_once(program, slot, self.level, timeout_s)
+            res = self._run_once(program, slot, self.level, timeout_s, runner)
             if res.status == "harness_error":
                 time.sleep(0.2)
-                res = self._run_once(program, slot, self.level, timeout_s)
+                res = self._run_once(program, slot, self.level, timeout_s, runner)
             return res
         finally:
             self._slots.put(slot)
@@ -391,6 +315,13 @@ class Sandbox:
             raise SandboxError(
                 f"sandbox fork canary failed under {self.isolation}: {evil.status} {evil.detail}"
             )
+        if self._runner_src:
+            ran = self._run_in_slot(_CANARY_OK, CANARY_TIMEOUT_S, runner=True)
+            if ran.status != "done" or ran.value != 20:
+                raise SandboxError(
+                    f"sandbox canary failed under runner {self.cfg.runner}: {ran.status} "
+                    f"{ran.detail} {ran.stderr[-300:]!r}"
+                )
 
     def close(self) -> None:
         self._finalizer()
@@ -517,7 +448,12 @@ class Sandbox:
         )
 
     def _run_once(
-        self, program: str, slot: int, level: _Level, timeout_s: float | None = None
+        self,
+        program: str,
+        slot: int,
+        level: _Level,
+        timeout_s: float | None = None,
+        runner: bool = False,
     ) -> ExecResult:
         t0 = time.monotonic()
         uid = self._uid_base + slot if level.uid else None
@@ -527,7 +463,7 @@ class Sandbox:
             return ExecResult("harness_error", detail=f"tempdir: {e}", isolation=level.name)
         try:
             return self._spawn_and_wait(
-                program, run_dir, uid, level, t0, timeout_s or self.cfg.timeout_s
+                program, run_dir, uid, level, t0, timeout_s or self.cfg.timeout_s, runner
             )
         finally:
             if uid is not None:
@@ -536,12 +472,19 @@ class Sandbox:
                 self._sweep_uid_files(uid)
             _rmtree(run_dir)
 
-    def _spawn_and_wait(self, program, run_dir, uid, level, t0, timeout_s) -> ExecResult:
+    def _spawn_and_wait(
+        self, program, run_dir, uid, level, t0, timeout_s, runner=False
+    ) -> ExecResult:
         cfg = self.cfg
         with open(
             os.path.join(run_dir, "program.py"), "w", encoding="utf-8", errors="replace"
         ) as f:
             f.write(program)
+        runner_arg = []
+        if runner and self._runner_src:
+            with open(os.path.join(run_dir, "runner.py"), "w", encoding="utf-8") as f:
+                f.write(self._runner_src)
+            runner_arg = ["runner.py"]
         if uid is not None:
             os.chown(run_dir, uid, uid)
         env = {
@@ -563,6 +506,7 @@ class Sandbox:
             _BOOTSTRAP,
             str(w_fd),
             self._limits_arg(level),
+            *runner_arg,
         ]
         try:
             proc = subprocess.Popen(
@@ -735,6 +679,22 @@ def _rmtree(path: str) -> None:
     shutil.rmtree(path, onerror=onerror)
 
 
+def _runner_source(name: str) -> str:
+    """The text of runner module ``name`` ('' for none); ValueError when it cannot be found."""
+    if not name:
+        return ""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.origin or not os.path.isfile(spec.origin):
+        raise ValueError(f"sandbox: runner module not found: {name!r}")
+    with open(spec.origin, encoding="utf-8") as f:
+        return f.read()
+
+
 def _interpret(channel: bytes, total: int, returncode: int | None, timed_out: bool) -> ExecResult:
     """Turn the result channel + exit status into an :class:`ExecResult` (status "done" when
     the function returned; the caller grades it)."""
@@ -757,7 +717,10 @@ def _interpret(channel: bytes, total: int, returncode: int | None, timed_out: bo
             return ExecResult("no_answer", detail="result channel tampered")
         _, status, kind, value, detail = (p.decode("utf-8", "replace") for p in parts)
         if status == "done":
-            return _decode_value(kind, value)
+            res = _decode_value(kind, value)
+            if res.status == "done":
+                res.detail = detail  # e.g. where a runner's value came from
+            return res
         if status not in STATUSES:
             return ExecResult("no_answer", detail="result channel tampered")
         return ExecResult(status, detail=detail)

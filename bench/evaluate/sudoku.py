@@ -22,8 +22,9 @@ import numpy as np
 import torch
 from scipy import stats
 
-from bench.data.base import MetricValue
-from bench.data.sudoku import BOXES, decode
+from bench.data.sudoku_format import decode
+from bench.data.sudoku_solver import BOXES
+from bench.evaluate.metrics import MetricValue
 
 CONFIDENCE = 0.95
 N_BOOTSTRAP = 2000

@@ -1,0 +1,152 @@
+"""The work one job does for planned cells (:mod:`bench.plan`): train a model, sample and score.
+
+Every executor (:mod:`bench.executors`) runs these functions, in-process or pickled into a
+job. A cell already in the results store is skipped, so a job can be re-run (or requeued)
+at any time: training resumes from its last checkpoint, sampling at batch granularity.
+Each finished cell becomes one store file with one row per metric.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import torch
+
+from bench import registry
+from bench.plan import SampleCell, TrainCell
+from bench.results import Store, sample_columns, task_columns
+from bench.train import atomic_torch_save, fit, load_weights, write_json_atomic
+
+
+def _device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _task(tc: TrainCell):
+    return registry.make_task(tc.task_config())
+
+
+def _method_backbone(tc: TrainCell, task):
+    method = registry.make_method(tc.method, tc.options, task)
+    backbone = method.build_backbone(tc.backbone_config())
+    return method, backbone
+
+
+# --------------------------------------------------------------------------- store rows
+
+
+def _base_row(tc: TrainCell) -> dict:
+    """The columns every row of a train cell's model carries."""
+    return {"sweep": tc.sweep, "task": tc.task["name"], "method": tc.method, "variant": tc.variant,
+            "backbone": tc.backbone["size"], "seed": tc.train["seed"], "config_hash": tc.id,
+            "train_cell": tc.id}
+
+
+def train_rows(tc: TrainCell, res, n_params: int, *, task) -> list[dict]:
+    """The store rows of a finished train cell (``res``: :class:`bench.train.TrainResult`;
+    ``task``: the instance, for the report columns it declares)."""
+    base = {**_base_row(tc), **task_columns(task), "kind": "train", "train_steps": res.steps,
+            "subset": "+".join(tc.groups), "wall_s": res.seconds}
+    return [
+        {**base, "metric": "train_steps_per_s", "value": res.steps_per_s, "n": res.steps},
+        {**base, "metric": "train_final_loss", "value": res.final_loss, "n": res.steps},
+        {**base, "metric": "n_params", "value": float(n_params), "n": 1},
+    ]
+
+
+def sample_rows(c: SampleCell, metrics: list, *, method, task, train_steps: int, nfe: int | None,
+                wall_s: float) -> list[dict]:
+    """The store rows of a scored sample cell: one per metric (``metrics``: MetricValues).
+    ``method`` / ``task`` are the instances that produced them (for columns they declare)."""
+    base = {**_base_row(c.train), "kind": "sample", "train_steps": train_steps, "nfe": nfe,
+            "temperature": c.temperature, "decoding": c.decoding, "subset": c.subset, "wall_s": wall_s}
+    return [{**base, "metric": m.metric, "value": m.value, "n": m.n, "ci_low": m.ci_low, "ci_high": m.ci_high,
+             **sample_columns(task, method, c.decoding, c.subset, m.metric)}
+            for m in metrics]
+
+
+# --------------------------------------------------------------------------- cell work
+
+
+def run_train(tc: TrainCell, threads: int = 0, progress: bool = True) -> str:
+    """Train one cell unless its weights exist; record train rows. Returns the weights path."""
+    if threads:
+        torch.set_num_threads(threads)
+    store = Store(tc.results_dir)
+    if tc.weights.is_file() and store.has(tc.id):
+        return str(tc.weights)
+    tc.run_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(dataclasses.asdict(tc), tc.run_dir / "cell.json")
+    task = _task(tc)
+    torch.manual_seed(int(tc.train["seed"]))  # the initial weights are a function of the cell, not of the process
+    method, backbone = _method_backbone(tc, task)
+    train_cfg = tc.train_config()
+    if threads:
+        train_cfg.threads = threads
+    data = task.train_data(tc.groups)
+    n_params = sum(p.numel() for p in backbone.parameters())
+    res = fit(method, backbone, data, train_cfg, tc.run_dir, progress=progress, extra={"cell": tc.id})
+    if res.is_global_zero:  # DDP: every rank trains, rank 0 records
+        store.write_cell(tc.id, train_rows(tc, res, n_params, task=task))
+    return str(res.weights)
+
+
+def run_samples(cells: list[SampleCell], threads: int = 0, progress: bool = True) -> int:
+    """Sample + evaluate cells of ONE train cell (skipping those in the store). Returns #done."""
+    from tqdm import tqdm
+
+    if not cells:
+        return 0
+    if threads:
+        torch.set_num_threads(threads)
+    tc = cells[0].train
+    store = Store(tc.results_dir)
+    todo = [c for c in cells if not store.has(c.id)]
+    if not todo:
+        return 0
+    if not tc.weights.is_file():
+        raise FileNotFoundError(f"{tc.weights}: train cell {tc.label()} has no weights (did training fail?)")
+    dev = _device()
+    task = _task(tc)
+    method, backbone = _method_backbone(tc, task)
+    meta = load_weights(method, backbone, tc.weights)
+    backbone.to(dev).eval()
+    method.to(dev)
+    for c in todo:
+        t0 = time.perf_counter()
+        data = task.eval_data(c.subset, c.n_samples)
+        part_dir = tc.run_dir / "samples" / c.id
+        part_dir.mkdir(parents=True, exist_ok=True)
+        outs, nfe_used = [], None
+        starts = list(range(0, len(data), c.batch_size))
+        for bi in tqdm(starts, desc=c.label(), disable=not progress, leave=False):
+            path = part_dir / f"batch_{bi // c.batch_size:05d}.pt"
+            if path.is_file():  # resume at batch granularity
+                saved = torch.load(path, weights_only=False)
+                outs.append(saved["ids"])
+                nfe_used = saved["nfe"]
+                continue
+            sl = slice(bi, bi + c.batch_size)
+            prompt, pmask = data.x[sl].to(dev), data.clean_mask[sl].to(dev)
+            gen = torch.Generator(device=dev).manual_seed(c.seed * 1_000_003 + bi)
+            method.nfe_counter = 0
+            ids = method.sample(backbone, prompt, pmask, nfe=c.nfe, temperature=c.temperature,
+                                decoding=c.decoding, float64=c.float64, generator=gen).cpu()
+            nfe_used = method.nfe_counter
+            atomic_torch_save({"ids": ids, "nfe": nfe_used}, path)
+            outs.append(ids)
+        samples = torch.cat(outs)
+        atomic_torch_save({"ids": samples, "cell": dataclasses.asdict(c)}, tc.run_dir / "samples" / f"{c.id}.pt")
+        metrics = task.evaluate(samples, data, c.subset)
+        rows = sample_rows(c, metrics, method=method, task=task, train_steps=meta["steps"], nfe=nfe_used,
+                           wall_s=time.perf_counter() - t0)
+        store.write_cell(c.id, rows)
+    return len(todo)
+
+
+def run_train_then_samples(tc: TrainCell, cells: list[SampleCell], threads: int = 0,
+                           progress: bool = True) -> int:
+    """One local job: train (if needed), then sample every cell of this model."""
+    run_train(tc, threads, progress)
+    return run_samples(cells, threads, progress)

@@ -1,0 +1,25 @@
+"""What an evaluator returns: one :class:`MetricValue` per scored quantity.
+
+Task evaluators (:meth:`bench.data.base.Task.evaluate`, :mod:`bench.evaluate.sudoku`,
+:mod:`bench.evaluate.gsm8k` through :class:`bench.data.program_task.ProgramTask`) return lists of
+them; :mod:`bench.cells` turns each into a row of the results store.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class MetricValue:
+    """One scored quantity for the results store (a value in [0, 1] for accuracies).
+
+    ``n`` is the number of examples it was computed on; ``ci_low`` / ``ci_high`` bound its 95 %
+    confidence interval where the evaluator gives one.
+    """
+
+    metric: str
+    value: float
+    n: int
+    ci_low: float | None = None
+    ci_high: float | None = None

@@ -1,0 +1,189 @@
+"""Talking to a SLURM cluster: settings, job sizes, squeue / sacct / scancel, job logs.
+
+Cluster facts come from the sweep's ``executor`` section; an environment variable
+``SFLM_SLURM_<FIELD>`` (e.g. ``SFLM_SLURM_PARTITION``, ``SFLM_SLURM_TIME_MIN``) overrides
+``executor.<field>``. Nothing about a particular cluster is written in this module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import getpass
+import math
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from submitit.core.utils import JobPaths
+
+from bench.config import ConfigError, ExecutorConfig, build
+
+ENV_PREFIX = "SFLM_SLURM_"
+_ENV_FIELDS = ("partition", "account", "qos", "time_min", "gpus_per_node", "cpus_per_task", "mem_gb",
+               "array_parallelism", "log_dir")
+# a Python exception line, or slurmstepd's "*** JOB 12 ON node CANCELLED AT ... ***"
+_ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Interrupted)\b|slurmstepd(-[\w.-]+)?: error:)")
+
+
+# --------------------------------------------------------------------------- settings and job sizes
+
+
+def settings(ex: ExecutorConfig, env: dict | None = None) -> ExecutorConfig:
+    """The executor section with ``SFLM_SLURM_<FIELD>`` environment overrides applied."""
+    env = os.environ if env is None else env
+    merged = dataclasses.asdict(ex)
+    for name in _ENV_FIELDS:
+        key = ENV_PREFIX + name.upper()
+        if key not in env:
+            continue
+        raw = env[key].strip()
+        if isinstance(merged[name], int) and not isinstance(merged[name], bool):
+            try:
+                merged[name] = int(raw)
+            except ValueError:
+                raise ConfigError(f"environment {key}: expected an integer, got {raw!r}") from None
+        else:
+            merged[name] = raw
+    return build(ExecutorConfig, merged, where=f"executor (with {ENV_PREFIX}* environment overrides)")
+
+
+def train_resources(ex: ExecutorConfig, tc) -> dict:
+    """One train cell's job: ``train.num_nodes`` nodes x ``train.devices`` tasks (DDP ranks)."""
+    devices, nodes = int(tc.train["devices"]), int(tc.train["num_nodes"])
+    if ex.gpus_per_node and devices > ex.gpus_per_node:
+        raise ConfigError(f"train.devices={devices} for {tc.label()} exceeds executor.gpus_per_node="
+                          f"{ex.gpus_per_node} (use train.num_nodes for more GPUs)")
+    return {"nodes": nodes, "tasks_per_node": devices, "gpus_per_node": devices if ex.gpus_per_node else 0,
+            "cpus_per_task": ex.cpus_per_task, "mem_gb": ex.mem_gb * devices}
+
+
+def sample_resources(ex: ExecutorConfig) -> dict:
+    """One sampling array task: one process (one GPU when the cluster has GPUs)."""
+    return {"nodes": 1, "tasks_per_node": 1, "gpus_per_node": 1 if ex.gpus_per_node else 0,
+            "cpus_per_task": ex.cpus_per_task, "mem_gb": ex.mem_gb}
+
+
+def chunk_cells(cells: list, ex: ExecutorConfig) -> list[list]:
+    """Split one model's sample cells into array tasks: as many tasks as may run at once
+    (``array_parallelism``; more would only reload the model more often), or
+    ``cells_per_task`` cells each when that is set."""
+    if not cells:
+        return []
+    per = ex.cells_per_task
+    n = math.ceil(len(cells) / per) if per > 0 else min(len(cells), ex.array_parallelism)
+    bounds = [round(i * len(cells) / n) for i in range(n + 1)]
+    return [cells[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+# --------------------------------------------------------------------------- asking SLURM
+
+
+@dataclass
+class JobState:
+    state: str  # SLURM state word (PENDING, RUNNING, COMPLETED, FAILED, ...) or VANISHED
+    live: bool  # in squeue: pending / running / requeued
+    reason: str = ""
+    name: str = ""
+
+
+def _run(cmd: list[str], timeout: float = 60) -> str:
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise RuntimeError(f"{cmd[0]} failed: {e}") from None
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:3])}... failed (rc {r.returncode}): {r.stderr.strip()[:300]}")
+    return r.stdout
+
+
+def _expand_array(spec: str) -> list[int]:
+    """'[0-3%2]' / '[1,4-6]' -> task ids."""
+    out = []
+    for part in spec.strip("[]").split("%")[0].split(","):
+        if "-" in part:
+            a, b = part.split("-")
+            out.extend(range(int(a), int(b) + 1))
+        elif part:
+            out.append(int(part))
+    return out
+
+
+def query(job_ids: list[str]) -> dict[str, JobState]:
+    """State of recorded jobs ('123' or '123_4'): squeue for live ones, sacct for the rest.
+    Ids that neither knows come back as VANISHED (e.g. a pending array task cancelled
+    inside its array record, or a job of a cluster whose controller state was reset)."""
+    ids = sorted(set(job_ids))
+    if not ids:
+        return {}
+    out: dict[str, JobState] = {}
+    for line in _run(["squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i|%T|%r|%j"]).splitlines():
+        parts = line.strip().split("|")
+        if len(parts) == 4:
+            out[parts[0]] = JobState(parts[1], True, parts[2], parts[3])
+    bases = sorted({j.split("_")[0] for j in ids})
+    acct: dict[str, JobState] = {}
+    ranges: list[tuple[str, list[int], JobState]] = []
+    for k in range(0, len(bases), 200):
+        text = _run(["sacct", "-n", "-X", "-P", "-j", ",".join(bases[k:k + 200]), "-o", "JobID,State,JobName"])
+        for line in text.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) != 3:
+                continue
+            jid, st, name = parts[0], (parts[1].split() or ["UNKNOWN"])[0], parts[2]
+            js = JobState(st, False, "", name)
+            m = re.fullmatch(r"(\d+)_(\[.*\])", jid)
+            if m:
+                ranges.append((m.group(1), _expand_array(m.group(2)), js))
+            else:
+                acct[jid] = js
+    res = {}
+    for j in ids:
+        if j in out:
+            res[j] = out[j]
+        elif j in acct:
+            res[j] = acct[j]
+        else:
+            base, _, task = j.partition("_")
+            hit = [js for b, tasks, js in ranges if b == base and task.isdigit() and int(task) in tasks]
+            res[j] = hit[-1] if hit else JobState("VANISHED", False)
+    return res
+
+
+def scancel(job_ids: list[str]) -> None:
+    if job_ids:
+        subprocess.run(["scancel", *sorted(set(job_ids))], capture_output=True, text=True, timeout=60)
+
+
+# --------------------------------------------------------------------------- job logs
+
+
+def log_paths(state: dict, job: str) -> list[Path]:
+    """The stderr file of every task of a recorded job (``state``: the sweep state file)."""
+    base = job.split("_")[0]
+    info = state["jobs"].get(base, {})
+    folder = info.get("folder")
+    if not folder:
+        return []
+    return [JobPaths(folder, job_id=job, task_id=t).stderr for t in range(int(info.get("ntasks", 1)))]
+
+
+def last_error_line(paths: list[Path]) -> str | None:
+    """The most telling line of a job's stderr (any task): the last Python exception or
+    slurmstepd error, else the last ``srun: error`` line, else the last line of the first log."""
+    fallback = srun_error = None
+    for p in paths:
+        try:
+            lines = [ln.strip() for ln in p.read_text(errors="replace").splitlines() if ln.strip()]
+        except OSError:
+            continue
+        for ln in reversed(lines):
+            ln = re.sub(r"^\[rank\d+\]:\s*", "", ln)  # torch.distributed prefixes each rank's traceback
+            if _ERROR_LINE.match(ln):
+                return ln[:300]
+            if srun_error is None and ln.startswith("srun: error:"):
+                srun_error = ln[:300]
+        if lines and fallback is None:
+            fallback = lines[-1][:300]
+    return srun_error or fallback

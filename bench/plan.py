@@ -1,0 +1,197 @@
+"""Planning: a validated sweep file becomes content-addressed cells (pure: touches no files).
+
+- a **train cell** = task x backbone x train recipe x method (+ options) x training subsets;
+  its run folder ``<results>/runs/<method>-<variant>-<hash>`` holds resumable checkpoints and
+  the final EMA weights;
+- a **sample cell** = train cell x evaluation subset (Sudoku difficulty) x nfe x temperature x
+  decoding (+ sample size / seed).
+
+This is the one place where a sweep's method and task sections become objects: the task
+(which parses and checks its own typed options; it loads no data and no tokenizer) and each
+method's ``Options`` are built and validated here, and a method instance resolves its own
+decoding names (S-FLM accepts any ``top<k>``). Errors are :class:`ConfigError` lines naming
+the sweep file and key. A cell carries plain dicts (its hashed identity, JSON-able,
+picklable); :mod:`bench.cells` turns them back into objects without validating again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench import registry
+from bench.config import (
+    BackboneConfig,
+    ConfigError,
+    MethodEntry,
+    SweepConfig,
+    TaskConfig,
+    TrainConfig,
+    build,
+    canonical,
+    config_hash,
+)
+
+# fields that do not change what a cell computes (paths, threads, checkpoint cadence)
+_NON_SEMANTIC_TRAIN = ("threads", "checkpoint_every")
+# task fields that are not part of a train cell's identity: where data is cached, and the
+# subsets / mixing, which the cell's ``groups`` already say
+_NON_SEMANTIC_TASK = ("data_dir", "difficulties", "train_mix")
+
+
+@dataclass
+class TrainCell:
+    id: str
+    sweep: str
+    results_dir: str
+    task: dict
+    backbone: dict
+    train: dict
+    method: str
+    variant: str
+    options: dict
+    groups: list[str]
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.results_dir) / "runs" / f"{self.method}-{self.variant}-{self.id}"
+
+    @property
+    def weights(self) -> Path:
+        return self.run_dir / "weights.pt"
+
+    def label(self) -> str:
+        seed = f" seed {self.train['seed']}" if self.train.get("seed") else ""
+        return f"{self.method}/{self.variant} [{'+'.join(self.groups)}]{seed}"
+
+    # the cell's sections as config objects (already validated when the cell was planned)
+    def task_config(self) -> TaskConfig:
+        return TaskConfig(**self.task)
+
+    def backbone_config(self) -> BackboneConfig:
+        return BackboneConfig(**self.backbone)
+
+    def train_config(self) -> TrainConfig:
+        return TrainConfig(**self.train)
+
+    def absolute(self) -> TrainCell:
+        """The same cell with an absolute ``results_dir`` (jobs may start in another directory)."""
+        return dataclasses.replace(self, results_dir=str(Path(self.results_dir).absolute()))
+
+
+@dataclass
+class SampleCell:
+    id: str
+    train: TrainCell
+    subset: str
+    nfe: int
+    temperature: float
+    decoding: str
+    n_samples: int
+    batch_size: int
+    float64: bool
+    seed: int
+
+    def label(self) -> str:
+        seed = f" seed {self.train.train['seed']}" if self.train.train.get("seed") else ""
+        return (
+            f"{self.train.method}/{self.train.variant}{seed} {self.subset} nfe={self.nfe} "
+            f"T={self.temperature:g} {self.decoding}"
+        )
+
+    def absolute(self) -> SampleCell:
+        return dataclasses.replace(self, train=self.train.absolute())
+
+
+@dataclass
+class Plan:
+    cfg: SweepConfig
+    train_cells: list[TrainCell] = field(default_factory=list)
+    sample_cells: list[SampleCell] = field(default_factory=list)
+
+    def samples_of(self, tc: TrainCell) -> list[SampleCell]:
+        return [s for s in self.sample_cells if s.train.id == tc.id]
+
+
+def _variant(entry: MethodEntry) -> str:
+    return entry.variant or "base"
+
+
+def _task(cfg: SweepConfig, source: str):
+    if cfg.task.name not in registry.TASKS:
+        known = ", ".join(sorted(registry.TASKS))
+        raise ConfigError(f"{source}: task.name: unknown task {cfg.task.name!r} (known: {known})")
+    try:
+        return registry.make_task(cfg.task)  # parses the task's options; loads no data
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+
+
+def _method(entry: MethodEntry, task, where: str):
+    """(the method instance, its canonical options) for one ``methods[i]`` entry."""
+    if entry.method not in registry.METHODS:
+        known = ", ".join(sorted(registry.METHODS))
+        raise ConfigError(f"{where}.method: unknown method {entry.method!r} (known: {known})")
+    cls = registry.METHODS[entry.method]
+    opts = build(cls.Options, entry.options, where=f"{where}.options")
+    try:
+        # an instance knows its variant's decodings and NFE rules (e.g. CANDI pure Gaussian)
+        method = registry.make_method(entry.method, opts, task)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
+    return method, canonical(opts)
+
+
+def _decodings(method, entry: MethodEntry, sweep_decodings: list[str], where: str) -> list[str]:
+    """The method's decodings for this entry, resolved by the method itself ('default' -> its
+    default; S-FLM: any ``top<k>``). A name in the entry's own ``decoding`` list that the method
+    does not know is an error; one in the sweep-wide ``sample.decoding`` is skipped for it."""
+    names = entry.decoding if entry.decoding is not None else sweep_decodings
+    resolved = []
+    for d in names:
+        try:
+            resolved.append(method.resolve_decoding(d))
+        except ValueError as e:
+            if entry.decoding is not None:
+                raise ConfigError(f"{where}.decoding: {e}") from None
+    return list(dict.fromkeys(resolved)) or [method.resolve_decoding("default")]
+
+
+def plan(cfg: SweepConfig, source: str = "sweep") -> Plan:
+    """Expand a sweep (``bench.config.load_sweep``) into cells; ``source`` names the file in
+    errors. Pure: touches no files, loads no data."""
+    out = Plan(cfg)
+    task = _task(cfg, source)
+    task_sem = {k: v for k, v in canonical(cfg.task).items() if k not in _NON_SEMANTIC_TASK}
+    subsets = list(task.groups())  # Sudoku: the difficulties; GSM8K: the test split
+    groups_list = [subsets] if cfg.task.train_mix else [[g] for g in subsets]
+    s = cfg.sample
+    for i, entry in enumerate(cfg.methods):
+        where = f"{source}: methods[{i}]"
+        method, opts = _method(entry, task, where)
+        # per-method train overrides use TrainConfig's own fields and rules
+        train0 = build(TrainConfig, {**dataclasses.asdict(cfg.train), **entry.train}, where=f"{where}.train")
+        decodings = _decodings(method, entry, s.decoding, where)
+        seeds = list(dict.fromkeys(cfg.seeds)) or [train0.seed]
+        for seed, groups in ((sd, g) for sd in seeds for g in groups_list):
+            train = dataclasses.replace(train0, seed=seed)  # train.seed 0 and seeds [0] give the same cell
+            train_sem = {k: v for k, v in canonical(train).items() if k not in _NON_SEMANTIC_TRAIN}
+            ident = {"task": task_sem, "groups": groups, "backbone": canonical(cfg.backbone),
+                     "train": train_sem, "method": entry.method, "options": opts}
+            tc = TrainCell(config_hash(ident), cfg.name, cfg.results_dir, canonical(cfg.task),
+                           canonical(cfg.backbone), canonical(train), entry.method, _variant(entry), opts,
+                           groups)
+            out.train_cells.append(tc)
+            for subset in groups:
+                for dec in decodings:
+                    nfes = [0] if method.nfe_is_length else s.nfe
+                    temps = [1.0] if dec in method.temperature_free else s.temperature
+                    for nfe in nfes:
+                        for temp in temps:
+                            sid = config_hash({"train": tc.id, "subset": subset, "nfe": nfe,
+                                               "temperature": temp, "decoding": dec, "n": s.n_samples,
+                                               "float64": s.float64, "seed": s.seed})
+                            out.sample_cells.append(SampleCell(sid, tc, subset, nfe, temp, dec, s.n_samples,
+                                                               s.batch_size, s.float64, s.seed))
+    return out

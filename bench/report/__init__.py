@@ -1,0 +1,41 @@
+"""``python -m bench.report [--results-dir DIR] [--out DIR]``: tables and figures from the store.
+
+The report reads only the results table (:func:`bench.results.read`): what it needs to know about a
+task or a method (headline metric, subset order, whether NFE is a length, ...) is in the rows'
+report columns (:data:`bench.results.REPORT_COLUMNS`); it imports no method and no registry.
+
+Writes to ``<results>/report`` (or ``--out``):
+
+- ``results.csv``: every row of the store (the bench.results columns + extensions);
+- ``<task>.md``: per task, the headline metric (Sudoku: exact match) as method x subset
+  (difficulty) at the largest NFE of the grid and temperature 1 (the paper's Table
+  "Exact match accuracy on Sudoku" protocol: one NFE, T = 1), with the paper's reported
+  numbers beside ours where ``results/paper/<task>.csv`` has them, the secondary metrics
+  (cell accuracy, valid grids), one table per ablation table of the paper (e.g. S-FLM schedule x
+  renorm) with our value beside each of its rows, and every cell of the grid;
+- ``training.md``: train throughput and final loss of every model;
+- ``<task>_<metric>_vs_nfe.png`` / ``.pdf``: the headline metric against NFE per method
+  (one panel per subset), and ``..._vs_temperature`` when the grid has several temperatures;
+- tasks of kind ``program`` (GSM8K, its stand-in): a section of ``<task>.md`` with accuracy and its
+  95 % bootstrap CI per model at every NFE and temperature, and ``<task>_accuracy_ci_vs_nfe.png`` /
+  ``.pdf``: accuracy vs NFE with CI error bars, one panel per temperature (the paper's figures);
+- sections of method packages (``bench.report.renderers.PROVIDERS``): ``alpha_star.md`` (when the
+  store has S-FLM rows, ``sflm/report.py``): alpha*(delta) on the paper's grid beside the
+  Monte-Carlo probability that the target is the nearest neighbour there.
+
+Modules: :mod:`~bench.report.cli` (the command), :mod:`~bench.report.renderers` (what is rendered:
+task kinds and store-wide sections, in one place), :mod:`~bench.report.tables` (generic per-task
+Markdown, training table), :mod:`~bench.report.figures` (generic figures, ``save_figure``),
+:mod:`~bench.report.program` (the ``program`` kind), :mod:`~bench.report.paper` (the paper's
+numbers), :mod:`~bench.report.common` (formatting and row selection).
+"""
+
+from bench.report.cli import main
+from bench.report.common import headline_cells
+from bench.report.figures import figures, save_figure
+from bench.report.program import program_task_figure, program_task_markdown
+from bench.report.tables import task_markdown, training_markdown
+from bench.results import read
+
+__all__ = ["figures", "headline_cells", "main", "program_task_figure", "program_task_markdown",
+           "read", "save_figure", "task_markdown", "training_markdown"]

@@ -1,0 +1,5 @@
+import sys
+
+from bench.report.cli import main
+
+sys.exit(main())

@@ -1,0 +1,61 @@
+"""``python -m bench.report [--results-dir DIR] [--out DIR]``: tables and figures from the store.
+
+Reads the results table only (:func:`bench.results.read`); see :mod:`bench.report` for the files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from bench import atomic
+from bench.report.common import rows
+from bench.report.figures import figures
+from bench.report.renderers import sections, task_renderers
+from bench.report.tables import task_markdown
+from bench.results import read
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.report", description=__doc__.split("\n")[0])
+    ap.add_argument("--results-dir", default="results",
+                    help="results folder holding store/ (default: results)")
+    ap.add_argument("--out", help="output folder (default: <results-dir>/report)")
+    extra = sections()
+    for sec in extra:
+        if sec.add_arguments is not None:
+            sec.add_arguments(ap)
+    args = ap.parse_args(argv)
+    store = Path(args.results_dir) / "store"
+    if not store.is_dir():
+        print(f"error: {store}: no results store (run python -m bench.sweep first)", file=sys.stderr)
+        return 2
+    out = Path(args.out or Path(args.results_dir) / "report")
+    out.mkdir(parents=True, exist_ok=True)
+    df = read(args.results_dir)
+    atomic.write_with(out / "results.csv", lambda t: df.to_csv(t, index=False))
+    written = [out / "results.csv"]
+    for sec in extra:
+        written += sec.render(df, out, args)
+    filled = rows(df, kind=None)  # every row with its report columns, once
+    for task in sorted(df["task"].dropna().unique()):
+        kinds = filled.loc[filled["task"] == task, "task_kind"].dropna()
+        renderers = task_renderers(str(kinds.iloc[0]) if len(kinds) else "generic")
+        text, headline = task_markdown(task, filled)
+        for r in renderers:
+            text += r.markdown(task, filled)
+        atomic.write_text(out / f"{task}.md", text)
+        written.append(out / f"{task}.md")
+        if headline:
+            written += figures(task, filled, headline, out)
+        for r in renderers:
+            written += r.figures(task, filled, out)
+    print(f"{len(df)} rows -> {out}")
+    for p in written:
+        print(f"  {p}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

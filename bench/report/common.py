@@ -1,0 +1,83 @@
+"""Formatting and row selection shared by the tables and figures (no task or method names)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from bench.results import with_report_columns
+
+
+def rows(df: pd.DataFrame, task: str | None = None, kind: str | None = "sample") -> pd.DataFrame:
+    """The rows of ``task`` (all tasks: None) and ``kind``, with every report column filled
+    (:func:`bench.results.with_report_columns`: stores written before those columns existed)."""
+    if task is not None:
+        df = df[df["task"] == task]
+    if kind is not None:
+        df = df[df["kind"] == kind]
+    return with_report_columns(df)
+
+
+def flag(col: pd.Series) -> pd.Series:
+    """A boolean report column (True / False / empty) as a bool mask; empty is False."""
+    return col.map(lambda v: v is True or (not isinstance(v, str) and v == 1)).astype(bool)
+
+
+def metric_with_rank(s: pd.DataFrame, rank: int) -> str | None:
+    """The metric the rows rank ``rank`` (0: the task's headline metric), or None."""
+    r = pd.to_numeric(s["metric_rank"], errors="coerce")
+    m = s.loc[r == rank, "metric"]
+    return m.iloc[0] if len(m) else None
+
+
+def secondary_metrics(s: pd.DataFrame) -> list[str]:
+    """The task's secondary metrics present in ``s``, in the task's declared order."""
+    r = pd.to_numeric(s["metric_rank"], errors="coerce")
+    ranked = s.assign(_r=r)[r >= 1].groupby("metric")["_r"].min()
+    return list(ranked.sort_values(kind="stable").index)
+
+
+def subsets(df: pd.DataFrame) -> list[str]:
+    """The subsets of ``df`` in the task's order (``subset_rank``), unranked ones after, by name."""
+    rank = pd.to_numeric(df["subset_rank"], errors="coerce").groupby(df["subset"]).min()
+    key = {s: (r if pd.notna(r) else float("inf")) for s, r in rank.items()}
+    return sorted(df["subset"].dropna().unique(), key=lambda s: (key.get(s, float("inf")), s))
+
+
+def model_label(r) -> str:
+    label = r["method"] if r["variant"] in ("base", "", None) else f"{r['method']}/{r['variant']}"
+    return f"{label} ({r['decoding']})" if r.get("decoding") else label
+
+
+def pct(v) -> str:
+    return "" if pd.isna(v) else f"{100 * v:.1f}"
+
+
+def md_table(df: pd.DataFrame) -> str:
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(map(str, cols)) + " |", "|" + "---|" * len(cols)]
+    for _, r in df.iterrows():
+        lines.append("| " + " | ".join("" if pd.isna(v) else str(v) for v in r.values) + " |")
+    return "\n".join(lines)
+
+
+def cell_text(g: pd.DataFrame) -> str:
+    """One table entry: the value with its CI for one seed; mean +- sd over seeds otherwise."""
+    if len(g) == 1:
+        v = g.iloc[0]
+        ci = f" [{pct(v['ci_low'])}, {pct(v['ci_high'])}]" if pd.notna(v["ci_low"]) else ""
+        return pct(v["value"]) + ci
+    vals = 100 * g["value"].astype(float)
+    return f"{vals.mean():.1f} +- {vals.std(ddof=1):.1f} ({len(g)} seeds)"
+
+
+def headline_cells(s: pd.DataFrame) -> pd.DataFrame:
+    """Per (method, variant, decoding, subset): the rows at the largest NFE and the
+    temperature closest to 1."""
+    s = s.copy()
+    s["_tdist"] = (s["temperature"].astype(float) - 1.0).abs()
+    keys = ["method", "variant", "decoding", "subset", "metric"]
+    order = s.sort_values(["nfe", "_tdist"], ascending=[False, True])
+    best = order.groupby(keys, dropna=False).head(1)
+    # every training seed's row at that (NFE, T)
+    at = keys + ["nfe", "temperature"]
+    return s.merge(best[at], on=at).drop(columns="_tdist")

@@ -1,0 +1,90 @@
+"""The paper's reported numbers (``results/paper/<task>.csv``) beside ours.
+
+Each CSV row: ``table`` (``main`` or an ablation table's name), ``task``, ``method``, ``variant``,
+``decoding`` (empty: the method's default decoding), ``subset``, ``metric``, ``value``, ``label``.
+``results/paper/protocols.csv`` says, per task, the protocol behind those numbers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from bench.report.common import cell_text, flag, md_table, pct
+
+PAPER_DIR = Path(__file__).resolve().parents[2] / "results" / "paper"
+
+
+def paper_numbers(task: str) -> pd.DataFrame | None:
+    """``results/paper/<task>.csv``, or None when the paper reports nothing for ``task``."""
+    path = PAPER_DIR / f"{task}.csv"
+    if not path.is_file():
+        return None
+    return pd.read_csv(path, keep_default_na=False)
+
+
+def protocol(task: str) -> str:
+    """The protocol behind the paper's numbers for ``task`` (``results/paper/protocols.csv``)."""
+    path = PAPER_DIR / "protocols.csv"
+    if path.is_file():
+        p = pd.read_csv(path, keep_default_na=False)
+        hit = p.loc[p["task"] == task, "protocol"]
+        if len(hit):
+            return str(hit.iloc[0])
+    return "see results/paper"
+
+
+def lookup(paper: pd.DataFrame | None, r, subset: str, metric: str) -> float | None:
+    """The paper's main-table value for our model ``r`` (method, variant, decoding): its own
+    decoding's row, else the row that names no decoding."""
+    if paper is None:
+        return None
+    p = paper[(paper["table"] == "main") & (paper["method"] == r["method"])
+              & (paper["variant"] == r["variant"]) & (paper["subset"] == subset)
+              & (paper["metric"] == metric)]
+    exact = p[p["decoding"] == r["decoding"]]
+    p = exact if len(exact) else p[p["decoding"] == ""]
+    return float(p["value"].iloc[0]) if len(p) else None
+
+
+def ours_for(best: pd.DataFrame, method: str, variant: str, decoding: str) -> pd.DataFrame:
+    """Our headline rows for one paper row: same method and variant; the paper's decoding when it
+    names one, else the method's default decoding (what the paper ran; ``default_decoding``)."""
+    g = best[(best["method"] == method) & (best["variant"] == variant)]
+    if decoding:
+        return g[g["decoding"] == decoding]
+    d = g[flag(g["default_decoding"])]
+    if len(d) or not len(g):
+        return d
+    return g[g["decoding"] == g["decoding"].min()]  # no default-decoding rows: one decoding, stably
+
+
+def ablation_markdown(best: pd.DataFrame, headline: str, subsets: list[str],
+                      paper: pd.DataFrame | None) -> list[str]:
+    """One table per non-main table of the paper's CSV (e.g. the S-FLM renorm / schedule
+    ablation): the paper's rows in its order, our value beside each where the sweep ran that
+    (method, variant)."""
+    if paper is None:
+        return []
+    out = []
+    best = best[best["metric"] == headline]
+    for name in [t for t in dict.fromkeys(paper["table"]) if t != "main"]:
+        p = paper[(paper["table"] == name) & (paper["metric"] == headline)]
+        table, any_ours = [], False
+        for (method, variant, decoding), g in p.groupby(["method", "variant", "decoding"], sort=False):
+            ours = ours_for(best, method, variant, decoding)
+            row = {"paper row": g["label"].iloc[0],
+                   "model": f"{method}/{variant}" + (f" ({decoding})" if decoding else "")}
+            for sub in subsets:
+                o = ours[ours["subset"] == sub]
+                any_ours |= bool(len(o))
+                row[sub] = cell_text(o) if len(o) else ""
+                pv = g[g["subset"] == sub]
+                row[f"{sub} (paper)"] = pct(float(pv["value"].iloc[0])) if len(pv) else ""
+            table.append(row)
+        if table:
+            note = "" if any_ours else " (this sweep ran none of these models)"
+            title = f"## Paper table `{name}`: {headline.replace('_', ' ')} (%){note}"
+            out += ["", title, "", md_table(pd.DataFrame(table))]
+    return out

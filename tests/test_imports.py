@@ -1,0 +1,139 @@
+"""The packages' import graph has no cycle (every import counts: module-level, inside functions
+and methods, relative or absolute), and every module imports on its own."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("bench", "baselines", "sflm")
+
+
+def module_files(root: Path = ROOT) -> dict[str, Path]:
+    """Dotted module name -> file, for every .py under the packages (``pkg/__init__.py`` is ``pkg``)."""
+    out = {}
+    for pkg in PACKAGES:
+        for path in sorted((root / pkg).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = path
+    return out
+
+
+def imports_of(name: str, path: Path, modules: set[str]) -> set[str]:
+    """The package modules that module ``name`` imports anywhere in its body. ``from P import x``
+    counts P.x when that is a module, else P; relative imports are resolved against ``name``."""
+    is_pkg = path.name == "__init__.py"
+    package = name if is_pkg else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module
+            subs = {f"{target}.{a.name}" for a in node.names} & modules
+            found |= subs
+            if len(subs) < len(node.names):  # a name defined in ``target`` itself
+                found.add(target)
+    return {m for m in found if m in modules and m != name}
+
+
+def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    files = module_files(root)
+    return {name: imports_of(name, path, set(files)) for name, path in files.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle as a path ``[a, b, ..., a]``, or None (depth-first search, three colours)."""
+    colour = dict.fromkeys(graph, 0)  # 0 new, 1 on the stack, 2 finished
+    stack: list[str] = []
+
+    def visit(u: str) -> list[str] | None:
+        colour[u] = 1
+        stack.append(u)
+        for v in sorted(graph.get(u, ())):
+            if colour.get(v, 0) == 1:
+                return stack[stack.index(v):] + [v]
+            if colour.get(v, 0) == 0:
+                cyc = visit(v)
+                if cyc:
+                    return cyc
+        stack.pop()
+        colour[u] = 2
+        return None
+
+    for u in sorted(graph):
+        if colour[u] == 0:
+            cyc = visit(u)
+            if cyc:
+                return cyc
+    return None
+
+
+def test_cycle_finder_finds_cycles_and_only_cycles():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None  # a diamond is no cycle
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"x": {"y"}, "y": {"y"}}) == ["y", "y"]
+
+
+def test_import_walker_sees_function_level_and_relative_imports(tmp_path):
+    pkg = tmp_path / "bench"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("from . import b\n")
+    (pkg / "a.py").write_text("def f():\n    from bench.sub import b\n    return b\n")
+    (pkg / "sub" / "b.py").write_text("class C:\n    def m(self):\n        import bench.a\n")
+    (pkg / "c.py").write_text("from .sub import b, helper\n")  # a module and a name of the package
+    for other in PACKAGES[1:]:
+        (tmp_path / other).mkdir()
+    g = import_graph(tmp_path)
+    assert g == {"bench": set(), "bench.sub": {"bench.sub.b"}, "bench.a": {"bench.sub.b"},
+                 "bench.sub.b": {"bench.a"}, "bench.c": {"bench.sub", "bench.sub.b"}}
+    assert find_cycle(g) == ["bench.a", "bench.sub.b", "bench.a"]
+
+
+def test_no_import_cycle_in_the_packages():
+    graph = import_graph()
+    assert {"bench.sweep", "bench.plan", "bench.cells", "bench.executors.slurm", "sflm.method"} <= set(graph)
+    assert "bench.plan" in graph["bench.sweep"]  # the walker sees real edges
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_config_knows_no_methods_or_tasks():
+    """bench.config (and bench.options) sit below every method and task: they import none."""
+    graph = import_graph()
+    for low in ("bench.config", "bench.options"):
+        assert not {m for m in graph[low] if m.startswith(("baselines", "sflm", "bench.registry", "bench.data"))}
+
+
+@pytest.mark.parametrize("name", ["bench.sweep", "bench.plan", "bench.cells", "bench.status",
+                                  "bench.executors.local", "bench.executors.slurm", "bench.config"])
+def test_module_imports_first_in_a_fresh_interpreter(name):
+    """Each orchestration module is importable as the first import of a process (what a
+    submitit job unpickling a cell or a job class does), not only after its importers."""
+    proc = subprocess.run([sys.executable, "-c", f"import {name}"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_pickled_jobs_reference_importable_modules():
+    """The SLURM job callables and the cells they carry pickle by reference to their defining
+    modules (never ``__main__``), so a job unpickles in any process."""
+    slurm = importlib.import_module("bench.executors.slurm")
+    plan = importlib.import_module("bench.plan")
+    for obj in (slurm.TrainJob, slurm.SampleJob, plan.TrainCell, plan.SampleCell):
+        assert obj.__module__ not in ("__main__", None) and importlib.import_module(obj.__module__)

