@@ -54,6 +54,7 @@ from torch import Tensor
 from bench.backbones.dit import build_dit
 from bench.config import BackboneConfig, ConfigError
 from bench.method import Batch, LossOutput, Method, gumbel_argmax, token_mean
+from bench.numerics import interp, log_linear_alpha, log_linear_dalpha, sigma_of_alpha
 from bench.options import Options
 from bench.options import option as _f
 
@@ -72,15 +73,6 @@ def error_rate(sigma: Tensor, vocab: int) -> Tensor:
     true coordinate (each wrong one does with probability Phi(-1/(sigma sqrt 2)))."""
     sigma = torch.as_tensor(sigma, dtype=torch.float64)
     return (vocab - 1) / vocab * torch.special.ndtr(-1.0 / (sigma * math.sqrt(2.0)))
-
-
-def interp(x: Tensor, xp: Tensor, fp: Tensor) -> Tensor:
-    """Piecewise-linear interpolation of (xp ascending, fp) at x, clamped to the table's ends
-    (torch has no interp; `sigma_from_time_vectorized` does the same with searchsorted)."""
-    x = x.to(xp.dtype).clamp(xp[0], xp[-1])
-    i = torch.searchsorted(xp, x, right=True).clamp(1, len(xp) - 1)
-    x0, x1, f0, f1 = xp[i - 1], xp[i], fp[i - 1], fp[i]
-    return f0 + (x - x0) / (x1 - x0) * (f1 - f0)
 
 
 def inference_sigmas(n: int, sigma_min: float, sigma_max: float) -> Tensor:
@@ -176,11 +168,13 @@ class CANDI(Method):
 
     # -- schedules ------------------------------------------------------------------
     def alpha(self, t: Tensor) -> Tensor:
-        return 1 - (1 - self.opts.eps) * t  # `noise_schedules.py::LogLinear`
+        return log_linear_alpha(t, self.opts.eps)  # `noise_schedules.py::LogLinear`
 
     def sigma_of_rate(self, rate: Tensor) -> Tensor:
-        """Inverse of r(sigma) by linear interpolation on the table (float64)."""
-        return interp(rate.to(self.rate_table.device), self.rate_table, self.sigma_table).to(rate.device)
+        """Inverse of r(sigma) by linear interpolation on the table (float64; as
+        `sigma_from_time_vectorized`, with searchsorted)."""
+        return interp(rate.to(self.rate_table.device), self.rate_table, self.sigma_table,
+                      right=True).to(rate.device)
 
     def sigma_of_noise(self, tau: Tensor) -> Tensor:
         """sigma(tau) = r^-1(tau (max_p - min_p) + min_p) (`get_continuous_from_discrete_noise`)."""
@@ -205,7 +199,7 @@ class CANDI(Method):
         return torch.where(revealed[..., None], e_hat[tokens], corrupted)
 
     def time_input(self, t: Tensor) -> Tensor:
-        return -torch.log(self.alpha(t.double())).float()  # sigma = -log alpha_t (`_sigma_from_alphat`)
+        return sigma_of_alpha(self.alpha(t.double())).float()  # `_sigma_from_alphat`
 
     # -- training ---------------------------------------------------------------------
     def corrupt(self, x0: Tensor, clean_mask: Tensor, t: Tensor) -> tuple[Tensor, Tensor]:
@@ -242,7 +236,7 @@ class CANDI(Method):
         if self.opts.pure_gaussian:
             weight = torch.ones_like(alpha_t)  # plain CE (`nll_per_token`, pure_continuous)
         else:
-            weight = (1 - self.opts.eps) / (1 - alpha_t)  # -alpha'_t / (1 - alpha_t) (MDLM eq. 10)
+            weight = -log_linear_dalpha(self.opts.eps) / (1 - alpha_t)  # -alpha'_t / (1 - alpha_t) (MDLM eq. 10)
         per_token = -logp_x0 * weight[:, None] * ~revealed  # revealed: forced one-hot, loss 0
         return token_mean(per_token, batch.loss_mask)
 

@@ -45,6 +45,13 @@ from torch import Tensor
 from bench.backbones.dit import build_dit
 from bench.config import BackboneConfig, ConfigError
 from bench.method import Batch, LossOutput, Method, gumbel_argmax, token_mean
+from bench.numerics import (
+    gaussian_argmax_probability,
+    interp,
+    log_linear_alpha,
+    log_linear_dalpha,
+    sigma_of_alpha,
+)
 from bench.options import Options
 from bench.options import option as _f
 
@@ -167,14 +174,8 @@ def duality_alpha(gamma: np.ndarray, vocab_size: int, n_gh: int = 100) -> np.nda
     I(gamma) = P[argmax w = x_0] for w = sqrt(sigmoid(-gamma)) onehot(x_0) + sqrt(sigmoid(gamma)) eps
     = E_z[Phi(z + mu)^(V-1)], mu = sqrt(sigmoid(-gamma) / sigmoid(gamma)) = exp(-gamma / 2),
     by Gauss-Hermite quadrature (the Duo repo ships this as a per-tokenizer pickle)."""
-    from numpy.polynomial.hermite import hermgauss
-    from scipy.special import log_ndtr
-
-    gamma = np.asarray(gamma, dtype=np.float64)
-    x, w = hermgauss(n_gh)
-    w, z = w / np.sqrt(np.pi), np.sqrt(2.0) * x  # E_{z ~ N(0,1)} f(z) = sum w f(z)
-    mu = np.exp(-gamma / 2).reshape(-1, 1)
-    I = np.sum(w * np.exp((vocab_size - 1) * log_ndtr(z[None] + mu)), axis=-1).reshape(gamma.shape)
+    mu = np.exp(-np.asarray(gamma, dtype=np.float64) / 2)
+    I = gaussian_argmax_probability(mu, vocab_size, n_gh)
     return (vocab_size * I - 1) / (vocab_size - 1)
 
 
@@ -207,14 +208,6 @@ def duality_table(vocab_size: int, gamma_min: float, gamma_max: float, n: int = 
     return gamma, alpha, dalpha
 
 
-def _interp(x: Tensor, xp: Tensor, fp: Tensor) -> Tensor:
-    """Piecewise-linear interpolation of the table (xp increasing) at x, clamped to its range."""
-    x = x.clamp(xp[0], xp[-1])
-    i = torch.searchsorted(xp, x.contiguous()).clamp(1, len(xp) - 1)
-    x0, x1, f0, f1 = xp[i - 1], xp[i], fp[i - 1], fp[i]
-    return f0 + (x - x0) / (x1 - x0) * (f1 - f0)
-
-
 # --------------------------------------------------------------------------- the method
 
 
@@ -239,13 +232,11 @@ class Duo(Method):
     # -- schedule -----------------------------------------------------------------
     def alpha(self, t: Tensor) -> Tensor:
         """Log-linear alpha_t = 1 - (1 - eps) t (`noise_schedules.py::LogLinear`)."""
-        return 1 - (1 - self.opts.eps) * t
+        return log_linear_alpha(t, self.opts.eps)
 
     def sigma(self, alpha_t: Tensor) -> Tensor:
         """Network time input sigma = -log alpha_t (`Diffusion._sigma_from_alphat`)."""
-        if not self.opts.time_conditioning:
-            return torch.zeros_like(alpha_t)
-        return -torch.log(alpha_t)
+        return sigma_of_alpha(alpha_t, self.opts.time_conditioning)
 
     def q_xt(self, x0: Tensor, alpha_t: Tensor, clean_mask: Tensor) -> Tensor:
         """Uniform-state forward: replace by a uniform token with prob. 1 - alpha_t."""
@@ -258,7 +249,7 @@ class Duo(Method):
         if self.opts.curriculum_end and self.train_step < self.opts.curriculum_end and backbone.training:
             return self._curriculum_loss(backbone, batch, t)
         alpha_t = self.alpha(t)  # (B,)
-        dalpha_t = torch.full_like(alpha_t, -(1 - self.opts.eps))
+        dalpha_t = torch.full_like(alpha_t, log_linear_dalpha(self.opts.eps))
         x_t = self.q_xt(batch.x, alpha_t, batch.clean_mask)
         logits = backbone(x_t, self.sigma(alpha_t)).float()
         per_token = udlm_nelbo(torch.log_softmax(logits, -1), x_t, batch.x, alpha_t[:, None],
@@ -297,8 +288,8 @@ class Duo(Method):
         g_tab, a_tab, da_tab = (torch.as_tensor(a, device=dev, dtype=torch.float32)
                                 for a in duality_table(self.vocab_size, g_min, g_max))
         gamma = g_min + t.float() * (g_max - g_min)  # (B,)
-        alpha_t = _interp(gamma, g_tab, a_tab)
-        dalpha_t = _interp(gamma, g_tab, da_tab) * (g_max - g_min)
+        alpha_t = interp(gamma, g_tab, a_tab)
+        dalpha_t = interp(gamma, g_tab, da_tab) * (g_max - g_min)
         onehot = F.one_hot(batch.x, self.vocab_size).float()
         w = (torch.sigmoid(-gamma).sqrt()[:, None, None] * onehot
              + torch.sigmoid(gamma).sqrt()[:, None, None] * torch.randn_like(onehot))

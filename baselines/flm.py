@@ -42,6 +42,7 @@ from torch import Tensor
 from bench.backbones.dit import Block, apply_rotary, build_dit
 from bench.config import BackboneConfig, ConfigError
 from bench.method import Batch, LossOutput, Method, token_mean
+from bench.numerics import gaussian_argmax_probability, interp
 from bench.options import Options
 from bench.options import option as _f
 
@@ -63,15 +64,8 @@ def p_correct(gamma: np.ndarray, vocab_size: int, gh_nodes: int = 100) -> np.nda
     """P_gamma = P[argmax ((1-gamma) eps + gamma e_x) = x] for eps ~ N(0, I_V), by Gauss-Hermite:
     the true coordinate wins iff every other eps_j < eps_x + m, m = gamma / (1 - gamma), so
     P = E_z[Phi(z + m)^(V-1)] (FLM `utils.py::compute_alpha_exact`, sigma floor 1e-12)."""
-    from numpy.polynomial.hermite import hermgauss
-    from scipy.special import log_ndtr
-
     gamma = np.asarray(gamma, dtype=np.float64)
-    m = gamma / np.maximum(1.0 - gamma, 1e-12)
-    x, w = hermgauss(gh_nodes)
-    w, z = w / np.sqrt(np.pi), np.sqrt(2.0) * x  # E_{z ~ N(0,1)} f(z) = sum_i w_i f(z_i)
-    logcdf = log_ndtr(z[None, :] + m.reshape(-1, 1))
-    return np.sum(w * np.exp((vocab_size - 1) * logcdf), axis=-1).reshape(gamma.shape)
+    return gaussian_argmax_probability(gamma / np.maximum(1.0 - gamma, 1e-12), vocab_size, gh_nodes)
 
 
 def alpha_of_gamma(gamma: np.ndarray, vocab_size: int, gh_nodes: int = 100) -> np.ndarray:
@@ -90,14 +84,6 @@ def _table(vocab_size: int, n_points: int, gh_nodes: int) -> tuple[np.ndarray, n
     # strict monotonicity for the inverse (the reference adds 1e-10 (gamma - 1) for the same reason)
     alpha = (1 - 1e-10) * alpha + 1e-10 * gamma
     return gamma, alpha
-
-
-def _interp(x: Tensor, xp: Tensor, fp: Tensor) -> Tensor:
-    """Piecewise-linear interpolation of (xp, fp) at x (xp strictly increasing), clamped to its range."""
-    x = x.clamp(xp[0], xp[-1]).contiguous()
-    i = torch.searchsorted(xp, x).clamp(1, len(xp) - 1)
-    x0, x1, f0, f1 = xp[i - 1], xp[i], fp[i - 1], fp[i]
-    return f0 + (x - x0) / (x1 - x0) * (f1 - f0)
 
 
 class AlphaGammaTable:
@@ -124,11 +110,11 @@ class AlphaGammaTable:
 
     def a2g(self, alpha: Tensor) -> Tensor:
         g, a = self._on(alpha.device)
-        return _interp(alpha.to(torch.float64), a, g)
+        return interp(alpha.to(torch.float64), a, g)
 
     def g2a(self, gamma: Tensor) -> Tensor:
         g, a = self._on(gamma.device)
-        return _interp(gamma.to(torch.float64), g, a)
+        return interp(gamma.to(torch.float64), g, a)
 
 
 # --------------------------------------------------------------------------- attention soft-cap
@@ -137,9 +123,14 @@ class AlphaGammaTable:
 class SoftcapBlock(Block):
     """The shared DiT block with a manual attention path whose logits are soft-capped,
     c tanh(q k^T / sqrt(d_h) / c) (upstream FLM `DDiTBlock.custom_sdpa` / flash-attn ``softcap``).
-    Same parameters as :class:`Block`; FLM swaps the class of each block when attn_softcap > 0."""
+    Same parameters as :class:`Block`; FLM builds its DiT with
+    ``block_cls=functools.partial(SoftcapBlock, attn_softcap=c)`` when attn_softcap > 0."""
 
-    attn_softcap: float = 0.0
+    def __init__(self, *args, attn_softcap: float, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not attn_softcap > 0:
+            raise ValueError(f"SoftcapBlock: attn_softcap must be > 0, got {attn_softcap}")
+        self.attn_softcap = float(attn_softcap)
 
     def attention(self, h: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         B, L, d = h.shape
@@ -168,12 +159,9 @@ class FLM(Method):
         self.table = AlphaGammaTable(vocab_size, self.opts.lut_points, self.opts.gh_nodes)
 
     def build_backbone(self, cfg: BackboneConfig):
-        net = build_dit(cfg, self.vocab_size, self.vocab_size)
-        if self.opts.attn_softcap > 0:
-            for blk in net.blocks:
-                blk.__class__ = SoftcapBlock
-                blk.attn_softcap = float(self.opts.attn_softcap)
-        return net
+        c = self.opts.attn_softcap
+        block_cls = functools.partial(SoftcapBlock, attn_softcap=c) if c > 0 else None
+        return build_dit(cfg, self.vocab_size, self.vocab_size, block_cls=block_cls)
 
     # -- network ------------------------------------------------------------------
     def _logits(self, backbone, z: Tensor, s: Tensor, count: bool = False) -> Tensor:

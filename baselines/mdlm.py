@@ -33,6 +33,7 @@ from torch import Tensor
 from bench.backbones.dit import build_dit
 from bench.config import BackboneConfig
 from bench.method import Batch, LossOutput, Method, gumbel_argmax, token_mean
+from bench.numerics import log_linear_alpha, log_linear_dalpha, sigma_of_alpha
 from bench.options import Options, option
 
 NEG_INF = -1e6
@@ -59,12 +60,12 @@ class MDLM(Method):
 
     # -- schedule -----------------------------------------------------------------
     def alpha(self, t: Tensor) -> Tensor:
-        return 1 - (1 - self.opts.eps) * t
+        """Log-linear alpha_t = 1 - (1 - eps) t (`noise_schedules.py::LogLinear`)."""
+        return log_linear_alpha(t, self.opts.eps)
 
     def sigma(self, alpha_t: Tensor) -> Tensor:
-        if not self.opts.time_conditioning:
-            return torch.zeros_like(alpha_t)
-        return -torch.log(alpha_t)
+        """Network time input sigma = -log alpha_t (`Diffusion._sigma_from_alphat`)."""
+        return sigma_of_alpha(alpha_t, self.opts.time_conditioning)
 
     def log_probs(self, backbone, x_t: Tensor, alpha_t: Tensor, temperature: float = 1.0,
                   count: bool = False) -> Tensor:
@@ -88,7 +89,7 @@ class MDLM(Method):
         logp_x0 = logp.gather(-1, batch.x[..., None]).squeeze(-1)
         if self.opts.loss_type == "elbo":
             # MDLM eq. 10: alpha'_t / (1 - alpha_t) * log p, alpha'_t = -(1 - eps)
-            weight = (1 - self.opts.eps) / (1 - alpha_t)
+            weight = -log_linear_dalpha(self.opts.eps) / (1 - alpha_t)
         else:
             weight = torch.ones_like(alpha_t)
         per_token = -logp_x0 * weight[:, None] * masked

@@ -4,16 +4,24 @@ Every executor (:mod:`bench.executors`) runs these functions, in-process or pick
 job. A cell already in the results store is skipped, so a job can be re-run (or requeued)
 at any time: training resumes from its last checkpoint, sampling at batch granularity.
 Each finished cell becomes one store file with one row per metric.
+
+One owner per cell (:mod:`bench.locks`): training holds the train cell's lock (``owner.lock``
+in its run folder; DDP rank 0 only), sampling holds one lock per sample cell, and a local job
+(:func:`run_train_then_samples`) holds the train cell's lock for its whole life. A cell whose
+lock another process holds is not computed here: training raises :class:`bench.locks.CellBusy`,
+sampling skips the cell (the holder computes it).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 import time
 
 import torch
 
-from bench import registry
+from bench import locks, registry
 from bench.plan import SampleCell, TrainCell
 from bench.results import Store, sample_columns, task_columns
 from bench.train import atomic_torch_save, fit, load_weights, write_json_atomic
@@ -69,8 +77,21 @@ def sample_rows(c: SampleCell, metrics: list, *, method, task, train_steps: int,
 # --------------------------------------------------------------------------- cell work
 
 
+def owner_lock(tc: TrainCell):
+    """The train cell's lock (:mod:`bench.locks`); a no-op on DDP ranks other than 0, which run
+    the same job alongside rank 0 (SLURM_PROCID / RANK / LOCAL_RANK say which rank this is)."""
+    rank = next((int(os.environ[k]) for k in ("SLURM_PROCID", "RANK", "LOCAL_RANK") if os.environ.get(k)), 0)
+    return locks.CellLock(locks.train_lock_path(tc.run_dir)) if rank == 0 else locks.NoLock()
+
+
 def run_train(tc: TrainCell, threads: int = 0, progress: bool = True) -> str:
-    """Train one cell unless its weights exist; record train rows. Returns the weights path."""
+    """Train one cell unless its weights exist; record train rows. Returns the weights path.
+    Holds the cell's lock meanwhile (raises :class:`bench.locks.CellBusy` if another process does)."""
+    with owner_lock(tc):
+        return _train(tc, threads, progress)
+
+
+def _train(tc: TrainCell, threads: int, progress: bool) -> str:
     if threads:
         torch.set_num_threads(threads)
     store = Store(tc.results_dir)
@@ -93,18 +114,34 @@ def run_train(tc: TrainCell, threads: int = 0, progress: bool = True) -> str:
 
 
 def run_samples(cells: list[SampleCell], threads: int = 0, progress: bool = True) -> int:
-    """Sample + evaluate cells of ONE train cell (skipping those in the store). Returns #done."""
-    from tqdm import tqdm
-
+    """Sample + evaluate cells of ONE train cell (skipping those in the store and those whose
+    lock another process holds). Returns #done."""
     if not cells:
         return 0
     if threads:
         torch.set_num_threads(threads)
     tc = cells[0].train
     store = Store(tc.results_dir)
-    todo = [c for c in cells if not store.has(c.id)]
-    if not todo:
-        return 0
+    held = []
+    try:
+        for c in cells:
+            if store.has(c.id):
+                continue
+            lock = locks.CellLock(locks.sample_lock_path(tc.run_dir, c.id))
+            try:
+                held.append((c, lock.acquire()))
+            except locks.CellBusy as e:
+                print(f"sflm: skipping sample cell {c.label()}: {e}", file=sys.stderr, flush=True)
+        todo = [c for c, _ in held if not store.has(c.id)]  # finished by its last holder meanwhile?
+        return _sample(tc, todo, store, progress) if todo else 0
+    finally:
+        for _, lock in held:
+            lock.release()
+
+
+def _sample(tc: TrainCell, todo: list[SampleCell], store: Store, progress: bool) -> int:
+    from tqdm import tqdm
+
     if not tc.weights.is_file():
         raise FileNotFoundError(f"{tc.weights}: train cell {tc.label()} has no weights (did training fail?)")
     dev = _device()
@@ -147,6 +184,8 @@ def run_samples(cells: list[SampleCell], threads: int = 0, progress: bool = True
 
 def run_train_then_samples(tc: TrainCell, cells: list[SampleCell], threads: int = 0,
                            progress: bool = True) -> int:
-    """One local job: train (if needed), then sample every cell of this model."""
-    run_train(tc, threads, progress)
-    return run_samples(cells, threads, progress)
+    """One local job: train (if needed), then sample every cell of this model, holding the
+    train cell's lock throughout (raises :class:`bench.locks.CellBusy` if another process holds it)."""
+    with owner_lock(tc):
+        run_train(tc, threads, progress)
+        return run_samples(cells, threads, progress)

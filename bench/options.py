@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-def option(default: Any = dataclasses.MISSING, *, factory: Any = None, help: str = "", **rules: Any):
+def option(
+    default: Any = dataclasses.MISSING, *, factory: Any = None, help: str = "", **rules: Any
+):
     """A dataclass field with a help string and validation rules in its metadata
     (``factory``: a default factory for mutable defaults; no default: a required key)."""
     meta = {"help": help, **rules}

@@ -171,17 +171,36 @@ def plan(cfg: SweepConfig, source: str = "sweep") -> Plan:
         where = f"{source}: methods[{i}]"
         method, opts = _method(entry, task, where)
         # per-method train overrides use TrainConfig's own fields and rules
-        train0 = build(TrainConfig, {**dataclasses.asdict(cfg.train), **entry.train}, where=f"{where}.train")
+        train0 = build(
+            TrainConfig, {**dataclasses.asdict(cfg.train), **entry.train}, where=f"{where}.train"
+        )
         decodings = _decodings(method, entry, s.decoding, where)
         seeds = list(dict.fromkeys(cfg.seeds)) or [train0.seed]
         for seed, groups in ((sd, g) for sd in seeds for g in groups_list):
-            train = dataclasses.replace(train0, seed=seed)  # train.seed 0 and seeds [0] give the same cell
+            train = dataclasses.replace(
+                train0, seed=seed
+            )  # train.seed 0 and seeds [0] give the same cell
             train_sem = {k: v for k, v in canonical(train).items() if k not in _NON_SEMANTIC_TRAIN}
-            ident = {"task": task_sem, "groups": groups, "backbone": canonical(cfg.backbone),
-                     "train": train_sem, "method": entry.method, "options": opts}
-            tc = TrainCell(config_hash(ident), cfg.name, cfg.results_dir, canonical(cfg.task),
-                           canonical(cfg.backbone), canonical(train), entry.method, _variant(entry), opts,
-                           groups)
+            ident = {
+                "task": task_sem,
+                "groups": groups,
+                "backbone": canonical(cfg.backbone),
+                "train": train_sem,
+                "method": entry.method,
+                "options": opts,
+            }
+            tc = TrainCell(
+                config_hash(ident),
+                cfg.name,
+                cfg.results_dir,
+                canonical(cfg.task),
+                canonical(cfg.backbone),
+                canonical(train),
+                entry.method,
+                _variant(entry),
+                opts,
+                groups,
+            )
             out.train_cells.append(tc)
             for subset in groups:
                 for dec in decodings:
@@ -189,9 +208,30 @@ def plan(cfg: SweepConfig, source: str = "sweep") -> Plan:
                     temps = [1.0] if dec in method.temperature_free else s.temperature
                     for nfe in nfes:
                         for temp in temps:
-                            sid = config_hash({"train": tc.id, "subset": subset, "nfe": nfe,
-                                               "temperature": temp, "decoding": dec, "n": s.n_samples,
-                                               "float64": s.float64, "seed": s.seed})
-                            out.sample_cells.append(SampleCell(sid, tc, subset, nfe, temp, dec, s.n_samples,
-                                                               s.batch_size, s.float64, s.seed))
+                            sid = config_hash(
+                                {
+                                    "train": tc.id,
+                                    "subset": subset,
+                                    "nfe": nfe,
+                                    "temperature": temp,
+                                    "decoding": dec,
+                                    "n": s.n_samples,
+                                    "float64": s.float64,
+                                    "seed": s.seed,
+                                }
+                            )
+                            out.sample_cells.append(
+                                SampleCell(
+                                    sid,
+                                    tc,
+                                    subset,
+                                    nfe,
+                                    temp,
+                                    dec,
+                                    s.n_samples,
+                                    s.batch_size,
+                                    s.float64,
+                                    s.seed,
+                                )
+                            )
     return out

@@ -317,8 +317,8 @@ _LEGACY_TITLE = {"gsm8k": "GSM8K"}
 _LEGACY_STAND_IN = {"arith_standin": "GSM8K"}
 _LEGACY_NFE_IS_LENGTH = ("ar",)
 _LEGACY_TEMPERATURE_FREE = {("ar", "greedy"), ("sflm", "top1")}
-_LEGACY_DEFAULT_DECODING = {"ar": "sample", "mdlm": "ancestral", "candi": "cached", "duo": "ancestral",
-                            "flm": "euler", "sflm": "exact"}
+_LEGACY_DEFAULT_DECODING = {"ar": "sample", "mdlm": "ancestral", "candi": "cached",
+                            "duo": "ancestral", "flm": "euler", "sflm": "exact"}
 
 
 def with_report_columns(df: pd.DataFrame) -> pd.DataFrame:
@@ -335,32 +335,33 @@ def with_report_columns(df: pd.DataFrame) -> pd.DataFrame:
     if not old.any():
         return df
     o = df[old]
-    sample = o["kind"] == "sample"
-    df.loc[old, "task_kind"] = ["program" if t in _LEGACY_PROGRAM_TASKS else "generic" for t in o["task"]]
-    df.loc[old, "task_title"] = [_LEGACY_TITLE.get(t, t) for t in o["task"]]
-    df.loc[old, "stand_in_for"] = [_LEGACY_STAND_IN.get(t, "") for t in o["task"]]
-    ranks = []
-    headline = {}
-    for task, g in o[sample].groupby("task"):
-        headline[task] = next((m for m in _LEGACY_HEADLINE if m in set(g["metric"])), None)
-    for task, metric, is_sample in zip(o["task"], o["metric"], sample):
-        if not is_sample:
-            ranks.append(None)
-        elif metric == headline.get(task):
-            ranks.append(0)
-        else:
-            ranks.append(_LEGACY_SECONDARY.index(metric) + 1 if metric in _LEGACY_SECONDARY else None)
-    df.loc[old, "metric_rank"] = pd.Series(ranks, index=o.index, dtype=object)
-    df.loc[old, "subset_rank"] = pd.Series(
-        [_LEGACY_SUBSET_ORDER.index(s) if s in _LEGACY_SUBSET_ORDER and k else None
-         for s, k in zip(o["subset"], sample)], index=o.index, dtype=object)
-    for col, values in (
-        ("nfe_is_length", [m in _LEGACY_NFE_IS_LENGTH for m in o["method"]]),
-        ("temperature_free", [(m, d) in _LEGACY_TEMPERATURE_FREE for m, d in zip(o["method"], o["decoding"])]),
-        ("default_decoding", [_LEGACY_DEFAULT_DECODING.get(m) == d for m, d in zip(o["method"], o["decoding"])]),
-    ):
-        df.loc[old, col] = pd.Series([v if k else None for v, k in zip(values, sample)], index=o.index,
-                                     dtype=object)
+    sample = (o["kind"] == "sample").tolist()
+    headline = {task: next((m for m in _LEGACY_HEADLINE if m in set(g["metric"])), None)
+                for task, g in o[o["kind"] == "sample"].groupby("task")}
+
+    def metric_rank(task, metric):
+        if metric == headline.get(task):
+            return 0
+        return _LEGACY_SECONDARY.index(metric) + 1 if metric in _LEGACY_SECONDARY else None
+
+    tasks, methods, decodings = o["task"].tolist(), o["method"].tolist(), o["decoding"].tolist()
+    per_row = {  # column -> value per row, sample rows only where marked
+        "task_kind": (["program" if t in _LEGACY_PROGRAM_TASKS else "generic" for t in tasks],
+                      False),
+        "task_title": ([_LEGACY_TITLE.get(t, t) for t in tasks], False),
+        "stand_in_for": ([_LEGACY_STAND_IN.get(t, "") for t in tasks], False),
+        "metric_rank": ([metric_rank(t, m) for t, m in zip(tasks, o["metric"])], True),
+        "subset_rank": ([_LEGACY_SUBSET_ORDER.index(s) if s in _LEGACY_SUBSET_ORDER else None
+                         for s in o["subset"]], True),
+        "nfe_is_length": ([m in _LEGACY_NFE_IS_LENGTH for m in methods], True),
+        "temperature_free": ([(m, d) in _LEGACY_TEMPERATURE_FREE
+                              for m, d in zip(methods, decodings)], True),
+        "default_decoding": ([_LEGACY_DEFAULT_DECODING.get(m) == d
+                              for m, d in zip(methods, decodings)], True),
+    }
+    for col, (values, sample_only) in per_row.items():
+        values = [v if k or not sample_only else None for v, k in zip(values, sample)]
+        df.loc[old, col] = pd.Series(values, index=o.index, dtype=object)
     return df
 
 

@@ -2,14 +2,20 @@
 
 The results store says what is done; the sweep's state file (:mod:`bench.executors.state`)
 and SLURM (:mod:`bench.executors.slurm_cluster`) say what runs, waits or failed, with the
-log and the last error line of a failed job.
+log and the last error line of a failed job. For cells without a SLURM job, the cell locks
+(:mod:`bench.locks`) say what runs now (a local job, another driver's, a debug run), and a
+dead local job (``state["local"]``: its ``result.json`` and log) or a run folder's
+``failed.json`` (:func:`bench.train.write_failure`: diverged training) say what failed.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import dataclass
+from pathlib import Path
 
+from bench import locks
 from bench.executors.slurm_cluster import (
     JobState,
     chunk_cells,
@@ -23,6 +29,7 @@ from bench.executors.slurm_cluster import (
 from bench.executors.state import load_state, state_dir
 from bench.plan import Plan
 from bench.results import Store
+from bench.train import FAILED_FILE
 
 STATES = ("done", "running", "pending", "failed")
 
@@ -54,9 +61,12 @@ def statuses(p: Plan, state: dict | None = None, jobs: dict[str, JobState] | Non
         wanted = [state["cells"][c.id] for _, c, done in cells if not done and c.id in state["cells"]]
         jobs = query(wanted) if wanted and shutil.which("squeue") else {}
     out = []
+    owners: dict[str, dict | None] = {}  # train cell id -> holder of its lock
     for kind, c, done in cells:
         st = CellStatus(kind, c.id, c.label(), "done" if done else "pending", state["cells"].get(c.id),
                         "" if done else "not submitted")
+        if not done and not st.job:
+            _local_status(st, kind, c, state, owners)
         if not done and st.job:
             base = st.job.split("_")[0]
             js = jobs.get(st.job)
@@ -77,6 +87,46 @@ def statuses(p: Plan, state: dict | None = None, jobs: dict[str, JobState] | Non
                 st.error = last_error_line(paths)
         out.append(st)
     return out
+
+
+def _local_status(st: CellStatus, kind: str, c, state: dict, owners: dict) -> None:
+    """Fill in ``st`` (a cell without a SLURM job, not done) from the cell locks, the local
+    job recorded for its model, and the model's ``failed.json``."""
+    tc = c if kind == "train" else c.train
+    if tc.id not in owners:
+        owners[tc.id] = locks.holder(locks.train_lock_path(tc.run_dir))
+    owner = owners[tc.id]
+    rec = state.get("local", {}).get(tc.id)
+    if kind == "sample":
+        own = locks.holder(locks.sample_lock_path(tc.run_dir, c.id))
+        if own is not None:
+            st.state, st.detail = "running", locks.describe(own)
+            return
+        if owner is not None and not (rec and owner.get("pid") == rec.get("pid")):
+            st.detail = f"model busy: {locks.describe(owner)}"  # someone else's job holds the model
+            return
+    if owner is not None:
+        st.state, st.detail = "running", locks.describe(owner)
+        return
+    failed = tc.run_dir / FAILED_FILE
+    if failed.is_file():
+        try:
+            info = json.loads(failed.read_text())
+        except (OSError, json.JSONDecodeError):
+            info = {}
+        st.state, st.detail = "failed", f"training {info.get('kind', 'failed')}"
+        st.error, st.log = info.get("reason") or "see the run folder", str(failed)
+        return
+    if rec:
+        folder = Path(rec.get("folder", ""))
+        try:
+            result = json.loads((folder / "result.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            result = {}
+        st.state = "failed"
+        st.detail = f"local job pid {rec.get('pid')} " + ("stopped" if result.get("stopped") else "ended")
+        st.log = str(folder / "log.err")
+        st.error = result.get("error") or last_error_line([folder / "log.err"]) or "no result (killed?)"
 
 
 def count_done(p: Plan) -> int:
@@ -113,6 +163,9 @@ def dry_run(p: Plan) -> str:
     ex = settings(cfg.executor) if kind == "slurm" else cfg.executor
     lines = [f"sweep {cfg.name}: {len(p.train_cells)} train cells, {len(p.sample_cells)} sample cells; "
              f"executor {kind}"]
+    opts = cfg.task.options if isinstance(cfg.task.options, dict) else vars(cfg.task.options)
+    # the task's options say which data and grader the rows use (e.g. Sudoku generator: reference)
+    lines.append(f"  task: {cfg.task.name}" + "".join(f"; {k}={v}" for k, v in opts.items()))
     if kind == "slurm":
         facts = ", ".join(f"{k}={getattr(ex, k)}" for k in ("partition", "account", "qos") if getattr(ex, k))
         lines.append(f"  cluster: {facts or 'default partition/account'}; time limit {ex.time_min} min; "

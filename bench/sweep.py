@@ -32,12 +32,16 @@ from bench.plan import plan
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.sweep", description=__doc__.split("\n")[0])
     ap.add_argument("sweep", help="sweep YAML file")
-    ap.add_argument("--executor", choices=("local", "slurm", "debug"), help="override executor.kind")
+    ap.add_argument(
+        "--executor", choices=("local", "slurm", "debug"), help="override executor.kind"
+    )
     ap.add_argument("--status", action="store_true", help="print the state of every cell and exit")
     ap.add_argument("--dry-run", action="store_true", help="print the plan, submit nothing")
     ap.add_argument("--results-dir", help="override results_dir")
     ap.add_argument("--no-progress", action="store_true")
-    ap.add_argument("--no-wait", action="store_true", help="slurm: submit and exit (default: watch until done)")
+    ap.add_argument(
+        "--no-wait", action="store_true", help="slurm: submit and exit (default: watch until done)"
+    )
     args = ap.parse_args(argv)
     try:
         cfg = load_sweep(args.sweep)
@@ -72,8 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     for f in failures:
         print(f"failed: {f}", file=sys.stderr)
     done = status.count_done(p)
-    print(f"sweep {cfg.name}: {done}/{len(p.train_cells) + len(p.sample_cells)} cells done "
-          f"in {time.perf_counter() - t0:.1f}s; store: {Path(cfg.results_dir) / 'store'}")
+    print(
+        f"sweep {cfg.name}: {done}/{len(p.train_cells) + len(p.sample_cells)} cells done "
+        f"in {time.perf_counter() - t0:.1f}s; store: {Path(cfg.results_dir) / 'store'}"
+    )
     return 1 if failures else 0
 
 

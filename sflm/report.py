@@ -22,24 +22,39 @@ def alpha_star_markdown(model_alpha: bool = False, n_trials: int = 100_000) -> s
     from sflm.alpha_star import alpha_star_table
 
     rows = alpha_star_table(n_trials=n_trials, model_alpha=model_alpha)
-    t = pd.DataFrame([{
-        "vocab": f"{r['vocab_size']:,}", "d": r["dim"], "delta": r["delta"],
-        "alpha*(delta)": f"{r['alpha']:.4f}",
-        **({"alpha exact (model)": f"{r['alpha_model']:.4f}"} if model_alpha else {}),
-        "P[target nearest]": f"{r['p_nearest']:.4f} +- {r['stderr']:.4f}",
-        "1 - delta": f"{1 - r['delta']:.2f}",
-        ">= 1 - delta": "yes" if r["holds"] else "no"} for r in rows])
-    return "\n".join([
-        "# alpha*(delta) vs Monte Carlo", "",
-        "alpha*(delta) = (2/pi) arcsin(sqrt(2 log(2(|V|-1)/delta) / d)) (paper eq. alpha-crit) is "
-        "the clean weight above which, for a random codebook of |V| unit vectors in d dimensions, "
-        "the target embedding is the nearest neighbour of SLERP(z_0, e_x, alpha) with probability "
-        f">= 1 - delta. `P[target nearest]` is a Monte-Carlo estimate at alpha*(delta) "
-        f"({n_trials:,} trials per row, the exact Beta-law reduction of the codebook; "
-        "`sflm.schedule.check_alpha_star`), +- one standard error. `no` marks rows where the "
-        "paper's approximation (pi/2 starting angle, union bound) undershoots; "
-        "`python -m bench.report --alpha-model` adds the alpha that solves the condition exactly "
-        "(`sflm.schedule.alpha_star_model`).", "", md_table(t), ""])
+    t = pd.DataFrame(
+        [
+            {
+                "vocab": f"{r['vocab_size']:,}",
+                "d": r["dim"],
+                "delta": r["delta"],
+                "alpha*(delta)": f"{r['alpha']:.4f}",
+                **({"alpha exact (model)": f"{r['alpha_model']:.4f}"} if model_alpha else {}),
+                "P[target nearest]": f"{r['p_nearest']:.4f} +- {r['stderr']:.4f}",
+                "1 - delta": f"{1 - r['delta']:.2f}",
+                ">= 1 - delta": "yes" if r["holds"] else "no",
+            }
+            for r in rows
+        ]
+    )
+    return "\n".join(
+        [
+            "# alpha*(delta) vs Monte Carlo",
+            "",
+            "alpha*(delta) = (2/pi) arcsin(sqrt(2 log(2(|V|-1)/delta) / d)) (paper eq. "
+            "alpha-crit) is the clean weight above which, for a random codebook of |V| unit "
+            "vectors in d dimensions, the target embedding is the nearest neighbour of "
+            "SLERP(z_0, e_x, alpha) with probability >= 1 - delta. `P[target nearest]` is a "
+            f"Monte-Carlo estimate at alpha*(delta) ({n_trials:,} trials per row, the exact "
+            "Beta-law reduction of the codebook; `sflm.schedule.check_alpha_star`), +- one "
+            "standard error. `no` marks rows where the paper's approximation (pi/2 starting "
+            "angle, union bound) undershoots; `python -m bench.report --alpha-model` adds the "
+            "alpha that solves the condition exactly (`sflm.schedule.alpha_star_model`).",
+            "",
+            md_table(t),
+            "",
+        ]
+    )
 
 
 def _render(df: pd.DataFrame, out: Path, args) -> list[Path]:
@@ -50,8 +65,11 @@ def _render(df: pd.DataFrame, out: Path, args) -> list[Path]:
 
 
 def _add_arguments(ap) -> None:
-    ap.add_argument("--alpha-model", action="store_true",
-                    help="alpha_star.md: also solve the nearest-neighbour condition exactly (~3 s a row)")
+    ap.add_argument(
+        "--alpha-model",
+        action="store_true",
+        help="alpha_star.md: also solve the nearest-neighbour condition exactly (~3 s a row)",
+    )
 
 
 SECTIONS = [Section("alpha_star", _render, _add_arguments)]

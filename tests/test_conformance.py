@@ -35,6 +35,8 @@ def data():
 
 @pytest.mark.parametrize("name,variant", CASES)
 def test_loss_finite_and_differentiable(name, variant, data):
+    """A finite scalar loss, one per-sample value per sequence, and finite, non-zero gradients
+    reaching the backbone."""
     method, backbone = make_model(name, variant)
     b = Batch(data.x, data.clean_mask, data.loss_mask)
     t = antithetic_times(len(b)) if method.uses_time else None
@@ -49,9 +51,8 @@ def test_loss_finite_and_differentiable(name, variant, data):
 
 
 @pytest.mark.parametrize("name,variant", CASES)
-def test_loss_ignores_uncounted_positions(name, variant, data):
-    """Changing a token that is clean and outside the loss mask must not break the loss
-    (prompt positions are never scored); zero loss mask gives zero loss."""
+def test_loss_is_zero_without_counted_positions(name, variant, data):
+    """With an all-false loss_mask the loss is exactly 0: nothing outside the mask is scored."""
     method, backbone = make_model(name, variant)
     b = Batch(data.x, data.clean_mask, torch.zeros_like(data.loss_mask))
     t = antithetic_times(len(b)) if method.uses_time else None
@@ -60,6 +61,9 @@ def test_loss_ignores_uncounted_positions(name, variant, data):
 
 @pytest.mark.parametrize("name,variant", CASES)
 def test_sample_contract(name, variant, data):
+    """For every decoding and nfe in {1, 5}: (n, L) long ids inside the vocabulary, prompt
+    positions unchanged, exactly nfe_for(nfe) calls through Method.call, and the same samples for
+    the same generator seed."""
     method, backbone = make_model(name, variant)
     backbone.eval()
     # perturb the zero-initialised head so samples depend on the weights
@@ -83,6 +87,8 @@ def test_sample_contract(name, variant, data):
 
 @pytest.mark.parametrize("name,variant", CASES)
 def test_temperature_changes_samples(name, variant, data):
+    """T = 0.05 and T = 100 give different samples for the first decoding that is not
+    temperature-free (skipped when every decoding is)."""
     method, backbone = make_model(name, variant)
     backbone.eval()
     with torch.no_grad():

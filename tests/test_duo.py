@@ -251,7 +251,10 @@ class ConstantModel(nn.Module):
 
 
 @pytest.mark.parametrize("decoding", ["ancestral", "greedy"])
-def test_sampler_keeps_prompt_and_every_free_position_moves(decoding):
+def test_sampler_keeps_prompt_and_every_free_position_reaches_the_target(decoding):
+    """Exactly nfe calls; prompt positions (including givens inside the generated region) stay as
+    given in the output and in every network input; every free position ends on the token a
+    confident model predicts (different from the prompt's)."""
     V, L, n = 7, 12, 32
     g = torch.Generator().manual_seed(4)
     prompt = torch.randint(0, V, (n, L), generator=g)

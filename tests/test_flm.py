@@ -39,6 +39,8 @@ def test_p_gamma_matches_monte_carlo(V):
 
 
 def test_alpha_endpoints_and_monotonicity():
+    """alpha(gamma) runs from 0 to 1 monotonically for several V, and P_gamma matches the closed
+    form Phi(m / sqrt 2) at V = 2."""
     gam = np.linspace(0, 1, 2001)
     for V in (2, 10, 1000, 50_257):
         a = alpha_of_gamma(gam, V)
@@ -226,30 +228,40 @@ def test_output_cap_bounds_logits():
 
 
 def _inactive_cap_equals_block(blk: Block, h: torch.Tensor):
-    """Turn ``blk`` into a SoftcapBlock with an inactive cap (c = 1e9) and assert its attention
-    equals the plain Block's on ``h``; returns (cos, sin, the Block's output)."""
+    """A SoftcapBlock with ``blk``'s weights and an inactive cap (c = 1e9) has the plain Block's
+    attention on ``h``; returns (that SoftcapBlock, cos, sin, the Block's output)."""
     cos, sin = rotary_cos_sin(h.shape[1], h.shape[-1] // blk.n_heads, "cpu")
     ref = blk.attention(h, cos, sin)
-    blk.__class__ = SoftcapBlock
-    blk.attn_softcap = 1e9
-    torch.testing.assert_close(blk.attention(h, cos, sin), ref, rtol=1e-4, atol=1e-5)
-    return cos, sin, ref
+    cond = None if blk.adaLN is None else blk.adaLN.in_features
+    capped = SoftcapBlock(h.shape[-1], blk.n_heads, cond, blk.dropout, blk.causal, attn_softcap=1e9)
+    capped.load_state_dict(blk.state_dict())
+    capped.train(blk.training)
+    torch.testing.assert_close(capped.attention(h, cos, sin), ref, rtol=1e-4, atol=1e-5)
+    return capped, cos, sin, ref
 
 
 def test_attention_softcap_path():
-    """The manual attention equals SDPA when the cap is inactive and changes it when active."""
+    """The manual attention equals SDPA when the cap is inactive and changes it when active; FLM's
+    backbone is built with soft-capped blocks (``DiT(block_cls=...)``) only when ``attn_softcap``
+    is set, with the same parameters, drawn in the same order, as the plain DiT."""
     torch.manual_seed(0)
     blk = Block(32, 4, 16, 0.0, causal=False)
     with torch.no_grad():
         blk.qkv.weight.mul_(8.0)  # large attention logits
     h = torch.randn(2, 9, 32)
-    cos, sin, ref = _inactive_cap_equals_block(blk, h)
-    blk.attn_softcap = 1.0
-    assert not torch.allclose(blk.attention(h, cos, sin), ref, atol=1e-3)
-    m = FLM(build(FLMOptions, {"attn_softcap": 50.0}), 10, 8)
-    net = m.build_backbone(BackboneConfig(size="cpu-mini"))
-    assert all(isinstance(b, SoftcapBlock) and b.attn_softcap == 50.0 for b in net.blocks)
-    assert all(type(b) is Block for b in FLM(FLMOptions(), 10, 8).build_backbone(BackboneConfig(size="cpu-mini")).blocks)
+    capped, cos, sin, ref = _inactive_cap_equals_block(blk, h)
+    capped.attn_softcap = 1.0
+    assert not torch.allclose(capped.attention(h, cos, sin), ref, atol=1e-3)
+    torch.manual_seed(1)
+    net = FLM(build(FLMOptions, {"attn_softcap": 50.0}), 10, 8).build_backbone(BackboneConfig(size="cpu-mini"))
+    assert all(type(b) is SoftcapBlock and b.attn_softcap == 50.0 for b in net.blocks)
+    torch.manual_seed(1)
+    plain = FLM(FLMOptions(), 10, 8).build_backbone(BackboneConfig(size="cpu-mini"))
+    assert all(type(b) is Block for b in plain.blocks)
+    a, b = net.state_dict(), plain.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    with pytest.raises(ValueError, match="attn_softcap"):
+        SoftcapBlock(32, 4, 16, 0.0, causal=False, attn_softcap=0.0)
 
 
 def test_softcap_block_has_no_attention_weight_dropout():

@@ -241,6 +241,8 @@ def test_cli_hostile_batch_exit_0_every_row_in_order(tmp_path):
 
 
 def test_cli_completions_and_gold_text(tmp_path, capsys):
+    """A raw completion is reduced to its program before grading, a gold answer may be text
+    ("#### 12", "$13"), blank lines are skipped and a row without an id is named by its line."""
     inp = tmp_path / "in.jsonl"
     rows = [
         {

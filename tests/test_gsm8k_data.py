@@ -82,6 +82,9 @@ def _opts(**kw):
 
 
 def test_tinygsm_layout_masks_and_filter(tmp_path, bpe, monkeypatch):
+    """[BOS] question \\n code [EOS] [PAD]...: too-long examples dropped, 1 % validation, prompt
+    clean and out of the loss, padding in the loss only with train_on_pad; the int32 memory-map
+    path yields the same int64 batches."""
     opts = _opts(train_on_pad=True)
     d = tinygsm.prepare(opts, bpe, str(tmp_path))
     meta = json.loads((d / "meta.json").read_text())

@@ -113,14 +113,13 @@ def test_sweep_files_plan(monkeypatch):
     assert smoke.task.name == "arith_standin" and smoke.executor.kind == "local"
     p = plan(smoke)
     assert {tc.groups[0] for tc in p.train_cells} == {"heldout"}
-    # the paper-scale file: plan it with a stand-in for the SmolLM tokenizer (|V| = 49,153)
+    # the paper-scale file plans without its tokenizer (SmolLM's declared |V| = 49,153) or data
     from bench.data import tokenizers
 
-    class _Stub:
-        def __len__(self):
-            return 49_153
+    def _no_load(*a, **k):
+        raise AssertionError("planning loaded the tokenizer")
 
-    monkeypatch.setattr(tokenizers, "load_smollm_tokenizer", lambda *a, **k: _Stub())
+    monkeypatch.setattr(tokenizers, "load_smollm_tokenizer", _no_load)
     cfg = load_sweep(ROOT / "sweeps" / "gsm8k_nfe.yaml")
     assert (cfg.train.steps, cfg.train.batch_size, cfg.task.options["max_len"]) == (250_000, 512, 512)
     p = plan(cfg)
@@ -136,8 +135,11 @@ def test_gsm8k_tokenizer_unavailable_is_a_config_error(tmp_path):
     from bench.data.gsm8k import GSM8KTask
 
     cfg = TaskConfig(name="gsm8k", options={"tokenizer": "no/such-tokenizer", "tokenizer_source": "gguf"})
+    task = GSM8KTask(cfg)  # cheap: the tokenizer loads on first use
     with pytest.raises(ConfigError, match="task.options.tokenizer"):
-        GSM8KTask(cfg)
+        task.tokenizer
+    with pytest.raises(ConfigError, match="task.options.tokenizer"):
+        task.vocab_size  # not SmolLM: counted from the tokenizer itself
 
 
 def test_sweep_cli_unavailable_tokenizer_exits_2(tmp_path, capsys):

@@ -65,7 +65,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(u)
         for v in sorted(graph.get(u, ())):
             if colour.get(v, 0) == 1:
-                return stack[stack.index(v):] + [v]
+                return stack[stack.index(v) :] + [v]
             if colour.get(v, 0) == 0:
                 cyc = visit(v)
                 if cyc:
@@ -100,14 +100,25 @@ def test_import_walker_sees_function_level_and_relative_imports(tmp_path):
     for other in PACKAGES[1:]:
         (tmp_path / other).mkdir()
     g = import_graph(tmp_path)
-    assert g == {"bench": set(), "bench.sub": {"bench.sub.b"}, "bench.a": {"bench.sub.b"},
-                 "bench.sub.b": {"bench.a"}, "bench.c": {"bench.sub", "bench.sub.b"}}
+    assert g == {
+        "bench": set(),
+        "bench.sub": {"bench.sub.b"},
+        "bench.a": {"bench.sub.b"},
+        "bench.sub.b": {"bench.a"},
+        "bench.c": {"bench.sub", "bench.sub.b"},
+    }
     assert find_cycle(g) == ["bench.a", "bench.sub.b", "bench.a"]
 
 
 def test_no_import_cycle_in_the_packages():
     graph = import_graph()
-    assert {"bench.sweep", "bench.plan", "bench.cells", "bench.executors.slurm", "sflm.method"} <= set(graph)
+    assert {
+        "bench.sweep",
+        "bench.plan",
+        "bench.cells",
+        "bench.executors.slurm",
+        "sflm.method",
+    } <= set(graph)
     assert "bench.plan" in graph["bench.sweep"]  # the walker sees real edges
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
@@ -117,16 +128,35 @@ def test_config_knows_no_methods_or_tasks():
     """bench.config (and bench.options) sit below every method and task: they import none."""
     graph = import_graph()
     for low in ("bench.config", "bench.options"):
-        assert not {m for m in graph[low] if m.startswith(("baselines", "sflm", "bench.registry", "bench.data"))}
+        assert not {
+            m
+            for m in graph[low]
+            if m.startswith(("baselines", "sflm", "bench.registry", "bench.data"))
+        }
 
 
-@pytest.mark.parametrize("name", ["bench.sweep", "bench.plan", "bench.cells", "bench.status",
-                                  "bench.executors.local", "bench.executors.slurm", "bench.config"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "bench.sweep",
+        "bench.plan",
+        "bench.cells",
+        "bench.status",
+        "bench.executors.local",
+        "bench.executors.slurm",
+        "bench.config",
+    ],
+)
 def test_module_imports_first_in_a_fresh_interpreter(name):
     """Each orchestration module is importable as the first import of a process (what a
     submitit job unpickling a cell or a job class does), not only after its importers."""
-    proc = subprocess.run([sys.executable, "-c", f"import {name}"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", f"import {name}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 

@@ -10,9 +10,23 @@ from bench.results import Store
 
 
 def _sample_rows(method, variant, decoding, values, nfe=16):
-    return [{"task": "sudoku", "method": method, "variant": variant, "decoding": decoding, "kind": "sample",
-             "subset": sub, "metric": "exact_match", "value": v, "n": 256, "nfe": nfe, "temperature": 1.0,
-             "train_steps": 600} for sub, v in zip(("easy", "medium", "hard"), values)]
+    return [
+        {
+            "task": "sudoku",
+            "method": method,
+            "variant": variant,
+            "decoding": decoding,
+            "kind": "sample",
+            "subset": sub,
+            "metric": "exact_match",
+            "value": v,
+            "n": 256,
+            "nfe": nfe,
+            "temperature": 1.0,
+            "train_steps": 600,
+        }
+        for sub, v in zip(("easy", "medium", "hard"), values)
+    ]
 
 
 def _write(store, cell, rows):
@@ -25,7 +39,7 @@ def _table(text: str, title: str) -> pd.DataFrame:
     lines = text.splitlines()
     i = next(k for k, ln in enumerate(lines) if ln.startswith("#") and title in ln)
     body = []
-    for ln in lines[i + 1:]:
+    for ln in lines[i + 1 :]:
         if ln.startswith("#"):
             break
         if ln.startswith("|") and not ln.startswith("|---"):
@@ -34,10 +48,16 @@ def _table(text: str, title: str) -> pd.DataFrame:
 
 
 def test_ablation_rows_get_our_value_and_the_papers(tmp_path):
+    """Ablation and main tables take our headline row (paper decoding, largest NFE) beside the
+    paper's number; alpha_star.md tabulates alpha* against its Monte-Carlo probability."""
     s = Store(tmp_path)
     _write(s, "a", _sample_rows("sflm", "cos2", "exact", (0.5, 0.25, 0.125)))
-    _write(s, "b", _sample_rows("sflm", "cos2", "top1", (0.9, 0.9, 0.9)))  # not the paper's decoding
-    _write(s, "c", _sample_rows("sflm", "cos2", "exact", (0.1, 0.1, 0.1), nfe=4))  # smaller NFE: not headline
+    _write(
+        s, "b", _sample_rows("sflm", "cos2", "top1", (0.9, 0.9, 0.9))
+    )  # not the paper's decoding
+    _write(
+        s, "c", _sample_rows("sflm", "cos2", "exact", (0.1, 0.1, 0.1), nfe=4)
+    )  # smaller NFE: not headline
     _write(s, "d", _sample_rows("mdlm", "base", "ancestral", (0.3, 0.2, 0.1)))
     assert report.main(["--results-dir", str(tmp_path)]) == 0
     md = (tmp_path / "report" / "sudoku.md").read_text()
@@ -48,9 +68,13 @@ def test_ablation_rows_get_our_value_and_the_papers(tmp_path):
     main = _table(md, "sudoku: exact match").set_index("model")
     assert main.loc["mdlm (ancestral)", "easy (paper)"] == "92.0"
     assert main.loc["mdlm (ancestral)", "medium"].startswith("20.0")
-    alpha = _table((tmp_path / "report" / "alpha_star.md").read_text(), "alpha*(delta) vs Monte Carlo")
+    alpha = _table(
+        (tmp_path / "report" / "alpha_star.md").read_text(), "alpha*(delta) vs Monte Carlo"
+    )
     assert len(alpha) == 30  # 3 vocab sizes x 5 d x 2 delta
-    row = alpha[(alpha["vocab"] == "50,000") & (alpha["d"] == "768") & (alpha["delta"] == "0.1")].iloc[0]
+    row = alpha[
+        (alpha["vocab"] == "50,000") & (alpha["d"] == "768") & (alpha["delta"] == "0.1")
+    ].iloc[0]
     assert row["alpha*(delta)"] == "0.1215"  # paper: 0.121 (TinyGSM: 1 - 0.879)
     p = float(row["P[target nearest]"].split("+-")[0])
     assert 0.8 < p < 0.95  # a probability near, not at, 1 - delta
@@ -67,26 +91,78 @@ def test_program_task_table_keeps_every_training_seed(tmp_path):
     """GSM8K-style tables show one bootstrap CI per model and seed, never only the first seed."""
     s = Store(tmp_path)
     for seed, v in ((0, 0.25), (1, 0.75)):
-        s.write_cell(f"g{seed}", [{"task": "gsm8k", "method": "mdlm", "variant": "base", "decoding": "ancestral",
-                                   "kind": "sample", "subset": "test", "metric": "accuracy", "value": v,
-                                   "ci_low": v - 0.1, "ci_high": v + 0.1, "n": 100, "nfe": 8,
-                                   "temperature": 1.0, "seed": seed, "train_steps": 10}])
+        s.write_cell(
+            f"g{seed}",
+            [
+                {
+                    "task": "gsm8k",
+                    "method": "mdlm",
+                    "variant": "base",
+                    "decoding": "ancestral",
+                    "kind": "sample",
+                    "subset": "test",
+                    "metric": "accuracy",
+                    "value": v,
+                    "ci_low": v - 0.1,
+                    "ci_high": v + 0.1,
+                    "n": 100,
+                    "nfe": 8,
+                    "temperature": 1.0,
+                    "seed": seed,
+                    "train_steps": 10,
+                }
+            ],
+        )
     text = report.program_task_markdown("gsm8k", report.read(tmp_path))
     rows = [ln for ln in text.splitlines() if ln.startswith("| mdlm")]
-    assert len(rows) == 2 and "seed 0" in rows[0] and "25.0" in rows[0] and "seed 1" in rows[1] and "75.0" in rows[1]
+    assert (
+        len(rows) == 2
+        and "seed 0" in rows[0]
+        and "25.0" in rows[0]
+        and "seed 1" in rows[1]
+        and "75.0" in rows[1]
+    )
 
 
-# --------------------------------------------------------------------------- the report reads rows only
+# ------------------------------------------------------------------- the report reads rows only
 
-def _new_rows(task_cls, method_cls, decoding, subset, metrics, *, variant="base", nfe=16, temperature=1.0,
-              ci=0.05):
-    """Sample rows as bench/cells.py writes them: the report columns from the task and method classes."""
+
+def _new_rows(
+    task_cls,
+    method_cls,
+    decoding,
+    subset,
+    metrics,
+    *,
+    variant="base",
+    nfe=16,
+    temperature=1.0,
+    ci=0.05,
+):
+    """Sample rows as bench/cells.py writes them (report columns from task and method classes)."""
     from bench.results import sample_columns
 
-    return [{"task": task_cls.name, "method": method_cls.name, "variant": variant, "decoding": decoding,
-             "kind": "sample", "subset": subset, "metric": m, "value": v, "ci_low": v - ci, "ci_high": v + ci,
-             "n": 256, "nfe": nfe, "temperature": temperature, "train_steps": 600, "seed": 0,
-             **sample_columns(task_cls, method_cls, decoding, subset, m)} for m, v in metrics.items()]
+    return [
+        {
+            "task": task_cls.name,
+            "method": method_cls.name,
+            "variant": variant,
+            "decoding": decoding,
+            "kind": "sample",
+            "subset": subset,
+            "metric": m,
+            "value": v,
+            "ci_low": v - ci,
+            "ci_high": v + ci,
+            "n": 256,
+            "nfe": nfe,
+            "temperature": temperature,
+            "train_steps": 600,
+            "seed": 0,
+            **sample_columns(task_cls, method_cls, decoding, subset, m),
+        }
+        for m, v in metrics.items()
+    ]
 
 
 _ISOLATED = """
@@ -111,63 +187,135 @@ def test_report_of_synthetic_store_imports_no_method_registry_or_torch(tmp_path)
     from bench.data.sudoku import SudokuTask
 
     s = Store(tmp_path)
-    for sub in ("hard", "easy", "medium"):  # written out of order: the task's subset_order sorts them
-        sm = {"exact_match": 0.5, "cell_accuracy": 0.75, "blank_accuracy": 0.625, "valid_grid": 0.25}
+    for sub in (
+        "hard",
+        "easy",
+        "medium",
+    ):  # written out of order: the task's subset_order sorts them
+        sm = {
+            "exact_match": 0.5,
+            "cell_accuracy": 0.75,
+            "blank_accuracy": 0.625,
+            "valid_grid": 0.25,
+        }
         s.write_cell(f"m-{sub}", _new_rows(SudokuTask, MDLM, "ancestral", sub, sm))
-        s.write_cell(f"a-{sub}", _new_rows(SudokuTask, AR, "greedy", sub, {"exact_match": 0.125}, nfe=19))
+        s.write_cell(
+            f"a-{sub}", _new_rows(SudokuTask, AR, "greedy", sub, {"exact_match": 0.125}, nfe=19)
+        )
     for nfe, v in ((8, 0.1), (64, 0.2)):
-        s.write_cell(f"g{nfe}", _new_rows(GSM8KTask, MDLM, "ancestral", "test", {"accuracy": v}, nfe=nfe))
+        s.write_cell(
+            f"g{nfe}", _new_rows(GSM8KTask, MDLM, "ancestral", "test", {"accuracy": v}, nfe=nfe)
+        )
     s.write_cell("gar", _new_rows(GSM8KTask, AR, "greedy", "test", {"accuracy": 0.6}, nfe=311))
     out = tmp_path / "rep"
     root = Path(__file__).resolve().parent.parent
-    proc = subprocess.run([sys.executable, "-c", _ISOLATED, str(tmp_path), str(out)], cwd=root,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", _ISOLATED, str(tmp_path), str(out)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "IMPORTED []" in proc.stdout, proc.stdout
     md = (out / "sudoku.md").read_text()
     main = _table(md, "sudoku: exact match").set_index("model")
-    assert list(main.columns[3::2]) == ["easy", "medium", "hard"]  # model, nfe, T, train steps, subsets
+    assert list(main.columns[3::2]) == [
+        "easy",
+        "medium",
+        "hard",
+    ]  # model, nfe, T, train steps, subsets
     assert main.loc["mdlm (ancestral)", "medium"] == "50.0 [45.0, 55.0]"
     assert main.loc["ar (greedy)", "nfe"] == "19"
     # the secondary metrics, in the task's declared order
-    heads = [ln for ln in md.splitlines() if ln.startswith("## ") and "(%)" in ln and "Paper" not in ln]
+    heads = [
+        ln for ln in md.splitlines() if ln.startswith("## ") and "(%)" in ln and "Paper" not in ln
+    ]
     assert heads[:3] == ["## cell accuracy (%)", "## blank accuracy (%)", "## valid grid (%)"]
     g = (out / "gsm8k.md").read_text()
     # the program kind: CI table, AR's NFE is its length (own column), "GSM8K" is no stand-in
     assert "| ar (greedy) |  |  | 60.0 [55.0, 65.0] (311) |" in g and "not GSM8K" not in g
-    assert (out / "gsm8k_accuracy_ci_vs_nfe.png").is_file() and (out / "sudoku_exact_match_vs_nfe.pdf").is_file()
+    assert (out / "gsm8k_accuracy_ci_vs_nfe.png").is_file() and (
+        out / "sudoku_exact_match_vs_nfe.pdf"
+    ).is_file()
     assert not (out / "alpha_star.md").exists()
 
 
 def test_the_rows_decide_not_the_names(tmp_path):
     """A task and a method the report has never heard of render from their report columns alone:
     subset order, headline metric, program kind, NFE-is-length and temperature-free flags."""
-    cols = {"task": "newtask", "method": "newm", "variant": "base", "kind": "sample", "n": 100, "train_steps": 1,
-            "seed": 0, "task_kind": "program", "task_title": "New Task", "stand_in_for": "Big Benchmark"}
+    cols = {
+        "task": "newtask",
+        "method": "newm",
+        "variant": "base",
+        "kind": "sample",
+        "n": 100,
+        "train_steps": 1,
+        "seed": 0,
+        "task_kind": "program",
+        "task_title": "New Task",
+        "stand_in_for": "Big Benchmark",
+    }
     rows = []
     for sub, rank in (("zeta", 0), ("alpha", 1)):  # declared order, not alphabetical
         for metric, mrank, v in (("score", 0, 0.5), ("accuracy", None, 0.9)):
-            rows.append({**cols, "subset": sub, "subset_rank": rank, "metric": metric, "metric_rank": mrank,
-                         "value": v, "ci_low": v - 0.1, "ci_high": v + 0.1, "nfe": 7, "temperature": 1.0,
-                         "decoding": "once", "nfe_is_length": True, "temperature_free": True,
-                         "default_decoding": True})
+            rows.append(
+                {
+                    **cols,
+                    "subset": sub,
+                    "subset_rank": rank,
+                    "metric": metric,
+                    "metric_rank": mrank,
+                    "value": v,
+                    "ci_low": v - 0.1,
+                    "ci_high": v + 0.1,
+                    "nfe": 7,
+                    "temperature": 1.0,
+                    "decoding": "once",
+                    "nfe_is_length": True,
+                    "temperature_free": True,
+                    "default_decoding": True,
+                }
+            )
     for i, r in enumerate(rows):
         Store(tmp_path).write_cell(f"c{i}", [r])
-    Store(tmp_path).write_cell("t", [{**cols, "kind": "sample", "subset": "zeta", "subset_rank": 0,
-                                      "metric": "score", "metric_rank": 0, "value": 0.25, "ci_low": 0.2,
-                                      "ci_high": 0.3, "nfe": 4, "temperature": 0.5, "decoding": "multi",
-                                      "nfe_is_length": False, "temperature_free": False,
-                                      "default_decoding": False}])
+    Store(tmp_path).write_cell(
+        "t",
+        [
+            {
+                **cols,
+                "kind": "sample",
+                "subset": "zeta",
+                "subset_rank": 0,
+                "metric": "score",
+                "metric_rank": 0,
+                "value": 0.25,
+                "ci_low": 0.2,
+                "ci_high": 0.3,
+                "nfe": 4,
+                "temperature": 0.5,
+                "decoding": "multi",
+                "nfe_is_length": False,
+                "temperature_free": False,
+                "default_decoding": False,
+            }
+        ],
+    )
     out = tmp_path / "rep"
     assert report.main(["--results-dir", str(tmp_path), "--out", str(out)]) == 0
     md = (out / "newtask.md").read_text()
     main = _table(md, "newtask: score").set_index("model")
     assert list(main.columns[3:]) == ["zeta", "alpha"]
-    assert main.loc["newm (once)", "alpha"] == "50.0 [40.0, 60.0]"  # the headline is `score`, not accuracy
+    assert (
+        main.loc["newm (once)", "alpha"] == "50.0 [40.0, 60.0]"
+    )  # the headline is `score`, not accuracy
     assert "Task `newtask` is the CPU stand-in, not Big Benchmark." in md
     t05 = md.split("### T = 0.5")[1]
-    # the temperature-free decoding appears at T = 0.5 too, in the `length` column (NFE is its length)
-    assert "| newm (once) |  | 50.0 [40.0, 60.0] (7) |" in t05 and "| newm (multi) | 25.0 [20.0, 30.0] |  |" in t05
+    # the temperature-free decoding appears at T = 0.5 too, in the `length` column (NFE = length)
+    assert (
+        "| newm (once) |  | 50.0 [40.0, 60.0] (7) |" in t05
+        and "| newm (multi) | 25.0 [20.0, 30.0] |  |" in t05
+    )
 
 
 def test_rows_of_older_stores_get_the_old_defaults(tmp_path):
@@ -179,20 +327,34 @@ def test_rows_of_older_stores_get_the_old_defaults(tmp_path):
     _write(s, "a", _sample_rows("ar", "base", "greedy", (0.5, 0.5, 0.5)))
     _write(s, "f", _sample_rows("sflm", "base", "top1", (0.5, 0.5, 0.5)))
     _write(s, "m", _sample_rows("mdlm", "base", "ancestral", (0.5, 0.5, 0.5)))
-    s.write_cell("cell", [{**_sample_rows("mdlm", "base", "greedy", (0.5,))[0], "metric": "cell_accuracy"}])
-    s.write_cell("g", [{**_sample_rows("ar", "base", "sample", (0.5,))[0], "task": "arith_standin",
-                        "subset": "heldout", "metric": "accuracy"}])
+    s.write_cell(
+        "cell", [{**_sample_rows("mdlm", "base", "greedy", (0.5,))[0], "metric": "cell_accuracy"}]
+    )
+    s.write_cell(
+        "g",
+        [
+            {
+                **_sample_rows("ar", "base", "sample", (0.5,))[0],
+                "task": "arith_standin",
+                "subset": "heldout",
+                "metric": "accuracy",
+            }
+        ],
+    )
     raw = s.read()
     for p in s.dir.glob("*.json"):  # as an older writer left them: no report keys at all
         rows = s.rows(p.stem)
-        p.write_text(json.dumps([{k: v for k, v in r.items() if k not in REPORT_COLUMNS} for r in rows]))
+        p.write_text(
+            json.dumps([{k: v for k, v in r.items() if k not in REPORT_COLUMNS} for r in rows])
+        )
     old = Store(tmp_path).read()
     assert list(old.columns) == [c for c in COLUMNS if c not in REPORT_COLUMNS]
     assert len(old) == len(raw)
     f = with_report_columns(old)
     key = f.set_index(["task", "method", "decoding", "subset", "metric"])
-    assert key.loc[("sudoku", "ar", "greedy", "easy", "exact_match"), ["nfe_is_length", "temperature_free"]].tolist() \
-        == [True, True]
+    assert key.loc[
+        ("sudoku", "ar", "greedy", "easy", "exact_match"), ["nfe_is_length", "temperature_free"]
+    ].tolist() == [True, True]
     assert key.loc[("sudoku", "sflm", "top1", "hard", "exact_match"), "temperature_free"]
     assert key.loc[("sudoku", "sflm", "top1", "hard", "exact_match"), "subset_rank"] == 2
     assert not key.loc[("sudoku", "sflm", "top1", "hard", "exact_match"), "default_decoding"]
@@ -202,5 +364,6 @@ def test_rows_of_older_stores_get_the_old_defaults(tmp_path):
     g = key.loc[("arith_standin", "ar", "sample", "heldout", "accuracy")]
     assert (g["task_kind"], g["stand_in_for"], g["metric_rank"]) == ("program", "GSM8K", 0)
     assert not g["temperature_free"] and g["nfe_is_length"]
-    # rows that carry the columns are left as written
-    assert with_report_columns(raw)[REPORT_COLUMNS].equals(raw[REPORT_COLUMNS].astype(object))
+    # rows that carry the columns are left as written, even where the old names would say otherwise
+    f.loc[f["method"] == "ar", "nfe_is_length"] = False
+    assert with_report_columns(f).equals(f)

@@ -10,7 +10,8 @@ def _rows(v):
             {"task": "sudoku", "method": "mdlm", "metric": "cell_accuracy", "value": v / 2, "n": 10}]
 
 
-def test_rows_have_design_columns_and_provenance(tmp_path):
+def test_rows_have_the_store_columns_and_provenance(tmp_path):
+    """A read store has exactly bench.results.COLUMNS, and every row a git_sha and created_at."""
     s = Store(tmp_path)
     s.write_cell("abc", _rows(0.5))
     df = s.read()

@@ -51,8 +51,9 @@ def test_exact_velocity_equals_brute_force():
     assert torch.allclose(v32.double(), v, atol=1e-5)
 
 
-def test_exact_velocity_with_a_token_at_z_and_one_opposite():
-    """Rows equal to z contribute 0 (no NaN); the limit w / sin w -> 1 is used there."""
+def test_exact_velocity_with_a_token_at_z():
+    """A codebook row equal to z contributes 0 (no NaN; the limit w / sin w -> 1 is used there)
+    and the velocity still equals the brute-force sum."""
     z, E, logits = setup(B=1, L=3, V=6, d=8)
     E = E.clone()
     E[0] = z[0, 0]  # coincides with the first latent
@@ -63,6 +64,8 @@ def test_exact_velocity_with_a_token_at_z_and_one_opposite():
 
 
 def test_topk_velocity():
+    """top-k velocity: k >= V is the exact velocity, k = 1 the log map to the argmax token, any
+    other k the exact velocity of the posterior renormalised over the top k; k = 0 is an error."""
     z, E, logits = setup()
     p = torch.softmax(logits, -1)
     V = E.shape[0]
@@ -203,6 +206,8 @@ def denoiser(E, kappa=8.0, seed=1):
 
 @pytest.mark.parametrize("dec", ["exact", "stochastic", "top1", "top3"])
 def test_loop_contract(dec):
+    """Every velocity: N + 1 grid points give exactly N denoiser calls, (n, L) long ids, prompt
+    positions kept, the same output for the same generator seed."""
     g = torch.Generator().manual_seed(0)
     V, d = 11, 16
     E = uniform_sphere((V, d), generator=g)
@@ -226,6 +231,8 @@ def test_loop_contract(dec):
 
 
 def test_top1_is_temperature_free_and_exact_is_not():
+    """T = 0.05 vs 20: identical samples for top1 with an argmax final decode, different ones for
+    the exact velocity and for top1 with a sampled final decode."""
     g = torch.Generator().manual_seed(0)
     V, d = 11, 16
     E = uniform_sphere((V, d), generator=g)

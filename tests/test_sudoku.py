@@ -156,7 +156,8 @@ def test_train_excludes_validation_grids_of_every_difficulty(tmp_path):
            "v": S.GENERATOR_VERSION}
     fake_p = np.repeat(pz[:1], 10, axis=0)
     fake_s = np.repeat(sl[:1], 10, axis=0)
-    sudoku_splits._save(sudoku_splits._cache_path(S.data_root(str(tmp_path)), key), key, fake_p, fake_s)
+    path = sudoku_splits._cache_path(S.data_root(str(tmp_path)), key)
+    sudoku_splits.write_npz_cache(path, key, puzzles=fake_p, solutions=fake_s)
     task = _task(tmp_path, difficulties=["easy"])
     train = task.train_data(["easy"])
     sols = {s.tobytes() for s in train.meta["solution"]}
@@ -168,6 +169,8 @@ def test_train_excludes_validation_grids_of_every_difficulty(tmp_path):
 
 
 def test_4x4_grid_level_split(tmp_path):
+    """4x4 has only 288 solution grids: train and validation draw from disjoint grid sets
+    (245 / 43), each grid reused across puzzles, for every difficulty."""
     task = _task(tmp_path, grid=4, n_train=400, n_valid=100)
     split = S.grid_split_4x4(1)
     assert len(split["valid"]) == 43 and len(split["train"]) == 245
@@ -309,6 +312,8 @@ def test_valid_grids_checks_boxes():
 
 
 def test_task_evaluate_delegates(tmp_path):
+    """SudokuTask.evaluate scores its own eval batch with the Sudoku evaluator: the reference
+    solutions get exact match 1, blanks left blank get 0 (givens still count in cell accuracy)."""
     task = _task(tmp_path, grid=4, n_valid=8)
     data = task.eval_data("hard", 8)
     rows = _metrics(task.evaluate(data.x, data, "hard"))

@@ -63,6 +63,8 @@ def test_bad_input_exits_2_with_one_line(tmp_path, text, needle):
 
 
 def test_end_to_end_then_rerun_does_nothing(tmp_path, capsys):
+    """A debug-executor sweep fills the store (one file per cell), a re-run touches no file, and
+    the report's CSV / table / figure show both methods with the NFE the samplers really spent."""
     rd, dd = tmp_path / "results", tmp_path / "data"
     path = _write(tmp_path, GOOD.format(rd=rd, dd=dd))
     assert sweep.main([str(path), "--no-progress"]) == 0
@@ -84,7 +86,8 @@ def test_end_to_end_then_rerun_does_nothing(tmp_path, capsys):
     assert set(em[em.method == "ar"].nfe) == {19} and set(em[em.method == "mdlm"].nfe) == {2}
 
 
-def test_status_and_dry_run_submit_nothing(tmp_path, capsys):
+def test_dry_run_writes_nothing_and_counts_cells(tmp_path, capsys):
+    """--dry-run prints the plan (here "2 train cells") and creates no store."""
     rd, dd = tmp_path / "results", tmp_path / "data"
     path = _write(tmp_path, GOOD.format(rd=rd, dd=dd))
     assert sweep.main([str(path), "--dry-run"]) == 0

@@ -27,6 +27,7 @@ rounding).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -165,13 +166,16 @@ class DiT(nn.Module):
         causal: causal attention without adaLN / time input (AR).
         input_dim: width of a float input passed instead of ids (default d_model); a
             Linear maps it to d_model when it differs.
+        block_cls: the block class (or a factory with :class:`Block`'s arguments), e.g. FLM's
+            soft-capped attention block; it must build the same parameters as :class:`Block`.
 
     ``forward(x, sigma)``: x is (B, L) ids or a (B, L, input_dim) float tensor; sigma (B,)
     is the time input (ignored when causal; zeros when None). Returns (B, L, vocab_out) logits.
     """
 
     def __init__(self, vocab_in: int, vocab_out: int, size: DiTSize, causal: bool = False,
-                 input_dim: int | None = None, zero_init_head: bool = True):
+                 input_dim: int | None = None, zero_init_head: bool = True,
+                 block_cls: Callable[..., Block] | None = None):
         super().__init__()
         d = size.d_model
         self.size, self.causal, self.d_model = size, causal, d
@@ -180,7 +184,8 @@ class DiT(nn.Module):
         self.in_proj = nn.Linear(input_dim, d) if input_dim and input_dim != d else None
         cond = None if causal else size.cond_dim
         self.time = None if causal else TimestepEmbedder(size.cond_dim)
-        self.blocks = nn.ModuleList(Block(d, size.n_heads, cond, size.dropout, causal) for _ in range(size.n_blocks))
+        block_cls = block_cls or Block
+        self.blocks = nn.ModuleList(block_cls(d, size.n_heads, cond, size.dropout, causal) for _ in range(size.n_blocks))
         self.norm_f = LayerNormNoBias(d)
         self.adaLN_f = None
         if cond is not None:
@@ -213,5 +218,6 @@ class DiT(nn.Module):
 
 
 def build_dit(cfg: BackboneConfig, vocab_in: int, vocab_out: int, *, causal: bool = False,
-              input_dim: int | None = None) -> DiT:
-    return DiT(vocab_in, vocab_out, resolve_size(cfg), causal=causal, input_dim=input_dim)
+              input_dim: int | None = None, block_cls: Callable[..., Block] | None = None) -> DiT:
+    return DiT(vocab_in, vocab_out, resolve_size(cfg), causal=causal, input_dim=input_dim,
+               block_cls=block_cls)

@@ -28,8 +28,9 @@ from dataclasses import dataclass
 import torch
 
 from bench.data.base import TaskData
-from bench.data.program_task import ProgramTask
+from bench.data.program_task import ProgramOptions, ProgramTask
 from bench.data.tokenizers import CharTokenizer
+from bench.options import option
 
 
 @dataclass(frozen=True)
@@ -245,36 +246,41 @@ def generate(
     return out
 
 
+@dataclass
+class ArithOptions(ProgramOptions):
+    """``task.options`` of ``arith_standin`` (plus :class:`ProgramOptions`)."""
+
+    seq_len: int = option(64, gt=0, help="tokens per example (the longest has 51)")
+    train_on_pad: bool = option(True, help="PAD after EOS counts in the loss (as the paper's "
+                                "TinyGSM runs)")
+    heldout_frac: float = option(0.1, gt=0.0, lt=1.0,
+                                 help="fraction of parameter combinations held out for evaluation")
+    templates: list[str] = option(factory=lambda: list(TEMPLATE_KEYS), nonempty=True,
+                                  each_choices=TEMPLATE_KEYS, help="problem templates to use")
+
+
 class ArithTask(ProgramTask):
     """The stand-in task (name ``arith_standin``): train on generated TinyGSM-style pairs,
     evaluate by executing the sampled programs on held-out parameter combinations.
 
-    Options: ``seq_len`` (64), ``train_on_pad`` (True, as the paper's TinyGSM runs),
-    ``heldout_frac`` (0.1), ``templates`` (all), plus the ProgramTask options. ``n_train``
-    examples are generated for training; ``eval_data(group, n)`` gives the first ``n``
-    held-out problems.
+    Options: :class:`ArithOptions` (``separator`` stays a newline: the stand-in keeps the
+    newline its smoke numbers were measured with; GSM8K defaults to the reference's backslash +
+    n). ``n_train`` examples are generated for training; ``eval_data(group, n)`` gives the first
+    ``n`` held-out problems.
     """
 
     name = "arith_standin"
     stand_in_for = "GSM8K"
-    task_options = {
-        "seq_len": 64,
-        "train_on_pad": True,
-        "heldout_frac": 0.1,
-        "templates": list(TEMPLATE_KEYS),
-    }
+    Options = ArithOptions
+    opts: ArithOptions
 
     def __init__(self, cfg):
         super().__init__(cfg)
         self.tokenizer = CharTokenizer(words=word_pieces())
         self.vocab_size = len(self.tokenizer)
-        self.seq_len = int(self.opts["seq_len"])
-        self.templates = tuple(self.opts["templates"])
-        self.heldout_frac = float(self.opts["heldout_frac"])
-        if not 0.0 < self.heldout_frac < 1.0:
-            raise ValueError(
-                f"arith_standin: heldout_frac must be in (0, 1), got {self.heldout_frac}"
-            )
+        self.seq_len = self.opts.seq_len
+        self.templates = tuple(self.opts.templates)
+        self.heldout_frac = self.opts.heldout_frac
 
     def groups(self) -> list[str]:
         return ["heldout"]
@@ -293,7 +299,12 @@ class ArithTask(ProgramTask):
 
         ex = self._examples("train", self.cfg.n_train)
         tok = self.tokenizer
-        ids, pl = encode_pair(tok, [e["question"] for e in ex], [e["code"] for e in ex])
+        ids, pl = encode_pair(
+            tok,
+            [e["question"] for e in ex],
+            [e["code"] for e in ex],
+            self.opts.separator,
+        )
         longest = max(len(s) for s in ids)
         if longest > self.seq_len:
             raise ValueError(
@@ -306,7 +317,7 @@ class ArithTask(ProgramTask):
             max_len=self.seq_len,
             pad_id=tok.pad_token_id,
             eos_id=tok.eos_token_id,
-            train_on_pad=bool(self.opts["train_on_pad"]),
+            train_on_pad=self.opts.train_on_pad,
         )
         return TaskData(
             torch.from_numpy(x).long(),

@@ -2,6 +2,12 @@
 
 A task turns a :class:`bench.config.TaskConfig` into tensors for the trainer and the
 sampler, and scores generated ids. Tasks are registered by name in :mod:`bench.registry`.
+
+A task's ``task.options`` are its own ``Options`` dataclass (:mod:`bench.options`: defaults,
+help and rules beside each field), built and checked when the task is constructed: an unknown
+key, a wrong type or a value out of range is a ConfigError naming ``task.options.<key>``.
+Construction is cheap (no data, no tokenizer): the planner builds the task to learn its groups,
+``vocab_size`` and ``seq_len``; data loads when ``train_data`` / ``eval_data`` are called.
 """
 
 from __future__ import annotations
@@ -11,7 +17,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from bench.config import build
 from bench.evaluate.metrics import MetricValue
+from bench.options import Options
 
 
 @dataclass
@@ -56,9 +64,12 @@ class Task:
     #: display name ("" = ``name``); ``stand_in_for``: the benchmark a CPU stand-in replaces
     title: str = ""
     stand_in_for: str = ""
+    #: the dataclass of ``task.options`` (none by default: any key is unknown)
+    Options: type[Options] = Options
 
     def __init__(self, cfg):
         self.cfg = cfg
+        self.opts = build(self.Options, cfg.options, where="task.options")
 
     def groups(self) -> list[str]:
         """Evaluation groups (Sudoku: difficulties). Results rows carry the group name."""

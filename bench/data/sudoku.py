@@ -9,10 +9,17 @@ The parts live in their own modules; this one holds the task and re-exports thei
 - :mod:`bench.data.sudoku_format`: the token layout (reference ``SudokuTokenizer``) and the
   clean / loss masks.
 
-Task options (``task.options``): ``workers`` (processes used for generation, default 2).
+- :mod:`bench.data.sudoku_reference`: the paper harness's own 9x9 puzzles, bit for bit.
+
+Task options (``task.options``, :class:`SudokuOptions`): ``workers`` (processes used for
+generation, default 2); ``generator``: "fast" (default; :mod:`bench.data.sudoku_splits`, any
+grid) or "reference" (the paper harness's puzzles and its 48k / 2k split of
+``n_train + n_valid`` puzzles seeded by ``task.seed``; 9x9 only; docs/sudoku-reference.md).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -53,6 +60,7 @@ from bench.data.sudoku_splits import (
     load_split,
 )
 from bench.evaluate.metrics import MetricValue
+from bench.options import Options, option
 
 __all__ = [
     "BLANK",
@@ -84,7 +92,17 @@ __all__ = [
     "solve",
 ]
 
-_KNOWN_OPTIONS = {"workers": 2}
+GENERATORS = ("fast", "reference")
+
+
+@dataclass
+class SudokuOptions(Options):
+    """``task.options`` of the ``sudoku`` task."""
+
+    workers: int = option(2, ge=1, help="processes used for puzzle generation")
+    generator: str = option("fast", choices=GENERATORS,
+                            help="fast: bench.data.sudoku_splits (any grid); reference: the paper "
+                            "harness's puzzles and split (9x9 only)")
 
 
 class SudokuTask(Task):
@@ -96,6 +114,7 @@ class SudokuTask(Task):
     headline_metric = "exact_match"
     secondary_metrics = ("cell_accuracy", "blank_accuracy", "valid_grid")
     subset_order = DIFFICULTIES
+    Options = SudokuOptions
 
     def __init__(self, cfg: TaskConfig):
         super().__init__(cfg)
@@ -106,16 +125,13 @@ class SudokuTask(Task):
                 raise ConfigError(
                     f"task.difficulties[{i}]: must be one of {list(DIFFICULTIES)}, got {d!r}"
                 )
-        for k in cfg.options:
-            if k not in _KNOWN_OPTIONS:
-                raise ConfigError(
-                    f"task.options.{k}: unknown key (known: {', '.join(sorted(_KNOWN_OPTIONS))})"
-                )
-        workers = cfg.options.get("workers", _KNOWN_OPTIONS["workers"])
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-            raise ConfigError(f"task.options.workers: must be an integer >= 1, got {workers!r}")
+        if self.opts.generator == "reference" and cfg.grid != 9:
+            raise ConfigError(
+                f"task.options.generator: the reference puzzles are 9x9, task.grid is {cfg.grid}"
+            )
+        self.generator = self.opts.generator
         self.n = cfg.grid
-        self.workers = workers
+        self.workers = self.opts.workers
         self.seq_len = seq_len(self.n)
         self.prompt_len = prompt_len(self.n)
 
@@ -126,6 +142,18 @@ class SudokuTask(Task):
         if group not in DIFFICULTIES:
             raise ValueError(f"sudoku: unknown group {group!r} (known: {', '.join(DIFFICULTIES)})")
         c = self.cfg
+        if self.generator == "reference":
+            from bench.data.sudoku_reference import load_reference_split
+
+            return load_reference_split(
+                group,
+                split,
+                n_train=c.n_train,
+                n_valid=c.n_valid,
+                seed=c.seed,
+                data_dir=c.data_dir,
+                workers=self.workers,
+            )
         return load_split(
             self.n,
             group,

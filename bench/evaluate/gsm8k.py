@@ -369,7 +369,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.workers < 0 or args.bootstrap < 1 or not (args.timeout > 0):
             raise UsageError("--workers must be >= 0, --bootstrap >= 1, --timeout > 0")
-        items = read_inputs(args.programs, eos)
+        if args.grader == "reference" and args.no_stdout_fallback:
+            raise UsageError("--no-stdout-fallback: the reference grader always reads stdout")
+        items = read_inputs(args.programs, eos, args.grader)
         if not items:
             raise UsageError(f"{args.programs}: no programs (the file has no JSON lines)")
         for flag, path in (("--out", args.out), ("--summary", args.summary)):
@@ -381,6 +383,7 @@ def run(args: argparse.Namespace) -> int:
             memory_mb=args.memory_mb,
             isolation=args.isolation,
             workers=args.workers,
+            runner=REFERENCE_RUNNER if args.grader == "reference" else "",
         )
     except (UsageError, ValueError) as e:
         print(f"python -m bench.evaluate gsm8k: error: {e}", file=sys.stderr)
@@ -415,6 +418,7 @@ def run(args: argparse.Namespace) -> int:
                     sandbox=sb,
                     stdout_fallback=not args.no_stdout_fallback,
                     on_row=on_row,
+                    grader=args.grader,
                 )
             os.replace(partial, args.out)
             workers, child_python = sb.workers, sb.child_python
@@ -430,9 +434,10 @@ def run(args: argparse.Namespace) -> int:
     summary["wall_s"] = round(time.monotonic() - t0, 2)
     summary["workers"] = workers
     summary["python"] = child_python
+    summary["grader"] = args.grader
     print(
         format_summary(summary)
-        + f"; {summary['wall_s']} s with {workers} workers; programs ran on Python {child_python}"
+        + f"; grader {args.grader}; {summary['wall_s']} s with {workers} workers; programs ran on Python {child_python}"
     )
     if args.summary:
         _write_json(args.summary, summary)

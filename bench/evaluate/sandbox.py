@@ -344,15 +344,7 @@ class Sandbox:
         if root and ns and setpriv:
 
             def pre(slot, ns=ns, setpriv=setpriv):
-                u = str(self._uid_base + slot)
-                return ns + [
-                    setpriv,
-                    f"--reuid={u}",
-                    f"--regid={u}",
-                    "--clear-groups",
-                    "--no-new-privs",
-                    "--",
-                ]
+                return ns + self._setpriv_argv(setpriv, slot)
 
             out.append(
                 _Level(
@@ -376,19 +368,16 @@ class Sandbox:
         if root and setpriv:
 
             def pre_uid(slot, setpriv=setpriv):
-                u = str(self._uid_base + slot)
-                return [
-                    setpriv,
-                    f"--reuid={u}",
-                    f"--regid={u}",
-                    "--clear-groups",
-                    "--no-new-privs",
-                    "--",
-                ]
+                return self._setpriv_argv(setpriv, slot)
 
             out.append(_Level("rlimits+uid", ("rlimits", "uid"), pre_uid, uid=True))
         out.append(base)
         return out
+
+    def _setpriv_argv(self, setpriv: str, slot: int) -> list[str]:
+        """Run as the worker slot's unprivileged uid / gid, no groups, ``no_new_privs``."""
+        u = str(self._uid_base + slot)
+        return [setpriv, f"--reuid={u}", f"--regid={u}", "--clear-groups", "--no-new-privs", "--"]
 
     def _probe(self) -> _Level:
         key = (self.python, self.cfg.isolation, os.geteuid())

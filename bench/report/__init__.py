@@ -37,5 +37,14 @@ from bench.report.program import program_task_figure, program_task_markdown
 from bench.report.tables import task_markdown, training_markdown
 from bench.results import read
 
-__all__ = ["figures", "headline_cells", "main", "program_task_figure", "program_task_markdown",
-           "read", "save_figure", "task_markdown", "training_markdown"]
+__all__ = [
+    "figures",
+    "headline_cells",
+    "main",
+    "program_task_figure",
+    "program_task_markdown",
+    "read",
+    "save_figure",
+    "task_markdown",
+    "training_markdown",
+]

@@ -19,8 +19,9 @@ from bench.results import read
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.report", description=__doc__.split("\n")[0])
-    ap.add_argument("--results-dir", default="results",
-                    help="results folder holding store/ (default: results)")
+    ap.add_argument(
+        "--results-dir", default="results", help="results folder holding store/ (default: results)"
+    )
     ap.add_argument("--out", help="output folder (default: <results-dir>/report)")
     extra = sections()
     for sec in extra:
@@ -29,7 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     store = Path(args.results_dir) / "store"
     if not store.is_dir():
-        print(f"error: {store}: no results store (run python -m bench.sweep first)", file=sys.stderr)
+        print(
+            f"error: {store}: no results store (run python -m bench.sweep first)", file=sys.stderr
+        )
         return 2
     out = Path(args.out or Path(args.results_dir) / "report")
     out.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,8 @@ def save_figure(fig, stem: Path) -> list[Path]:
     for ext in ("png", "pdf"):
         p = stem.with_name(f"{stem.name}.{ext}")
         atomic.write_with(
-            p, lambda t, ext=ext: fig.savefig(t, format=ext, dpi=150, bbox_inches="tight"))
+            p, lambda t, ext=ext: fig.savefig(t, format=ext, dpi=150, bbox_inches="tight")
+        )
         paths.append(p)
     plt.close(fig)
     return paths
@@ -60,9 +61,20 @@ def figures(task: str, df: pd.DataFrame, metric: str, out: Path) -> list[Path]:
     # metric vs NFE at T closest to 1 (AR, whose NFE is the length, appears as a single marker)
     s["_tdist"] = (s["temperature"].astype(float) - 1).abs()
     at1 = s[s["_tdist"] == s.groupby("model")["_tdist"].transform("min")]
-    g = sns.relplot(data=at1, x="nfe", y="value_pct", hue="model", col="subset", col_order=subs,
-                    kind="line", marker="o", markersize=7, height=3.2, aspect=1.1,
-                    facet_kws={"sharey": True})
+    g = sns.relplot(
+        data=at1,
+        x="nfe",
+        y="value_pct",
+        hue="model",
+        col="subset",
+        col_order=subs,
+        kind="line",
+        marker="o",
+        markersize=7,
+        height=3.2,
+        aspect=1.1,
+        facet_kws={"sharey": True},
+    )
     ticks = sorted(at1["nfe"].unique())
     for ax in g.axes.flat:
         log2_nfe_axis(ax, ticks)
@@ -72,8 +84,18 @@ def figures(task: str, df: pd.DataFrame, metric: str, out: Path) -> list[Path]:
     written += save_figure(g.figure, out / f"{task}_{metric}_vs_nfe")
     if s["temperature"].nunique() > 1:
         top = s[s["nfe"] == s.groupby("model")["nfe"].transform("max")]
-        g = sns.relplot(data=top, x="temperature", y="value_pct", hue="model", col="subset",
-                        col_order=subs, kind="line", marker="o", height=3.2, aspect=1.1)
+        g = sns.relplot(
+            data=top,
+            x="temperature",
+            y="value_pct",
+            hue="model",
+            col="subset",
+            col_order=subs,
+            kind="line",
+            marker="o",
+            height=3.2,
+            aspect=1.1,
+        )
         g.set(xlabel="temperature", ylabel=ylabel)
         g.set_titles("{col_name}")
         title = f"{task}: {metric.replace('_', ' ')} vs temperature (largest NFE)"

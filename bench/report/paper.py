@@ -40,9 +40,13 @@ def lookup(paper: pd.DataFrame | None, r, subset: str, metric: str) -> float | N
     decoding's row, else the row that names no decoding."""
     if paper is None:
         return None
-    p = paper[(paper["table"] == "main") & (paper["method"] == r["method"])
-              & (paper["variant"] == r["variant"]) & (paper["subset"] == subset)
-              & (paper["metric"] == metric)]
+    p = paper[
+        (paper["table"] == "main")
+        & (paper["method"] == r["method"])
+        & (paper["variant"] == r["variant"])
+        & (paper["subset"] == subset)
+        & (paper["metric"] == metric)
+    ]
     exact = p[p["decoding"] == r["decoding"]]
     p = exact if len(exact) else p[p["decoding"] == ""]
     return float(p["value"].iloc[0]) if len(p) else None
@@ -60,8 +64,9 @@ def ours_for(best: pd.DataFrame, method: str, variant: str, decoding: str) -> pd
     return g[g["decoding"] == g["decoding"].min()]  # no default-decoding rows: one decoding, stably
 
 
-def ablation_markdown(best: pd.DataFrame, headline: str, subsets: list[str],
-                      paper: pd.DataFrame | None) -> list[str]:
+def ablation_markdown(
+    best: pd.DataFrame, headline: str, subsets: list[str], paper: pd.DataFrame | None
+) -> list[str]:
     """One table per non-main table of the paper's CSV (e.g. the S-FLM renorm / schedule
     ablation): the paper's rows in its order, our value beside each where the sweep ran that
     (method, variant)."""
@@ -72,10 +77,14 @@ def ablation_markdown(best: pd.DataFrame, headline: str, subsets: list[str],
     for name in [t for t in dict.fromkeys(paper["table"]) if t != "main"]:
         p = paper[(paper["table"] == name) & (paper["metric"] == headline)]
         table, any_ours = [], False
-        for (method, variant, decoding), g in p.groupby(["method", "variant", "decoding"], sort=False):
+        for (method, variant, decoding), g in p.groupby(
+            ["method", "variant", "decoding"], sort=False
+        ):
             ours = ours_for(best, method, variant, decoding)
-            row = {"paper row": g["label"].iloc[0],
-                   "model": f"{method}/{variant}" + (f" ({decoding})" if decoding else "")}
+            row = {
+                "paper row": g["label"].iloc[0],
+                "model": f"{method}/{variant}" + (f" ({decoding})" if decoding else ""),
+            }
             for sub in subsets:
                 o = ours[ours["subset"] == sub]
                 any_ours |= bool(len(o))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.report.common import flag, metric_with_rank, model_label, md_table, pct, rows
+from bench.report.common import flag, md_table, metric_with_rank, model_label, pct, rows
 from bench.report.figures import log2_nfe_axis, save_figure
 
 
@@ -54,12 +54,16 @@ def program_task_markdown(task: str, df: pd.DataFrame) -> str:
         return ""
     cell = lambda r: f"{pct(r['value'])} [{pct(r['ci_low'])}, {pct(r['ci_high'])}]"  # noqa: E731
     n = int(s["n"].max())
-    out = ["", "## Accuracy (%) with 95 % bootstrap CI at every NFE and temperature", "",
-           f"Point estimate = mean of the bootstrap accuracies, interval = 2.5 / 97.5 percentiles "
-           f"(paper appendix \"Bootstrap Confidence Intervals\"), over up to {n} problems. "
-           "Autoregressive models make one call per generated token: their column is `length` "
-           "(calls used in brackets). Temperature-free decodings (greedy, top-1) appear in every "
-           "temperature's table."]
+    out = [
+        "",
+        "## Accuracy (%) with 95 % bootstrap CI at every NFE and temperature",
+        "",
+        f"Point estimate = mean of the bootstrap accuracies, interval = 2.5 / 97.5 percentiles "
+        f'(paper appendix "Bootstrap Confidence Intervals"), over up to {n} problems. '
+        "Autoregressive models make one call per generated token: their column is `length` "
+        "(calls used in brackets). Temperature-free decodings (greedy, top-1) appear in every "
+        "temperature's table.",
+    ]
     if _stand_in(s):
         out[-1] += f" Task `{task}` is the CPU stand-in, not {_stand_in(s)}."
     grid = sorted(s.loc[~s["length_bound"], "nfe"].unique())
@@ -100,20 +104,34 @@ def program_task_figure(task: str, df: pd.DataFrame, out: Path) -> list[Path]:
     colors = dict(zip(models, palette))
     temps = sorted(s["temperature"].unique(), reverse=True)
     grid = sorted(s.loc[~s["length_bound"], "nfe"].unique())
-    fig, axes = plt.subplots(1, len(temps), figsize=(4.6 * len(temps), 3.6), sharey=True,
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(temps), figsize=(4.6 * len(temps), 3.6), sharey=True, squeeze=False
+    )
     for ax, temp in zip(axes[0], temps):
         at = _with_t_free(s, temp)
         for model, g in at.groupby("model", sort=True):
             g = g.sort_values("nfe")
-            v, lo, hi = (100 * g[c].astype(float).to_numpy() for c in ("value", "ci_low", "ci_high"))
+            v, lo, hi = (
+                100 * g[c].astype(float).to_numpy() for c in ("value", "ci_low", "ci_high")
+            )
             if g["length_bound"].iloc[0]:
-                ax.axhline(v[0], color=colors[model], ls="--", lw=1.2, label=f"{model}, NFE = length")
+                ax.axhline(
+                    v[0], color=colors[model], ls="--", lw=1.2, label=f"{model}, NFE = length"
+                )
                 ax.axhspan(lo[0], hi[0], color=colors[model], alpha=0.15, lw=0)
                 continue
             yerr = [(v - lo).clip(min=0), (hi - v).clip(min=0)]
-            ax.errorbar(g["nfe"], v, yerr=yerr, color=colors[model], marker="o", ms=4, capsize=3,
-                        lw=1.3, label=model)
+            ax.errorbar(
+                g["nfe"],
+                v,
+                yerr=yerr,
+                color=colors[model],
+                marker="o",
+                ms=4,
+                capsize=3,
+                lw=1.3,
+                label=model,
+            )
         if grid:
             log2_nfe_axis(ax, grid)
         ax.set_title(f"T = {temp:g}")
@@ -125,12 +143,20 @@ def program_task_figure(task: str, df: pd.DataFrame, out: Path) -> list[Path]:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(lab, h)
     labels = list(handles)
-    fig.legend([handles[k] for k in labels], labels, loc="center left", bbox_to_anchor=(1.0, 0.5),
-               frameon=False)
+    fig.legend(
+        [handles[k] for k in labels],
+        labels,
+        loc="center left",
+        bbox_to_anchor=(1.0, 0.5),
+        frameon=False,
+    )
     title = s["task_title"].dropna()
     stand_in = _stand_in(s)
-    name = f"{task} (CPU stand-in, not {stand_in})" if stand_in else (
-        str(title.iloc[0]) if len(title) else task)
+    name = (
+        f"{task} (CPU stand-in, not {stand_in})"
+        if stand_in
+        else (str(title.iloc[0]) if len(title) else task)
+    )
     fig.suptitle(f"{name}: accuracy vs NFE", y=1.02)
     fig.tight_layout()
     return save_figure(fig, out / f"{task}_accuracy_ci_vs_nfe")

@@ -43,9 +43,9 @@ TASK_RENDERERS: dict[str, list[TaskRenderer]] = {
 
 @dataclass(frozen=True)
 class Section:
-    """A store-wide artifact: ``render(store, out, args)`` writes its files under ``out`` (atomically)
-    and returns their paths (none when the store has nothing for it); ``add_arguments`` adds its
-    ``python -m bench.report`` flags."""
+    """A store-wide artifact: ``render(store, out, args)`` writes its files under ``out``
+    (atomically) and returns their paths (none when the store has nothing for it);
+    ``add_arguments`` adds its ``python -m bench.report`` flags."""
 
     label: str
     render: Callable[[pd.DataFrame, Path, argparse.Namespace], list[Path]]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench.report import paper
 from bench.report.common import (
     cell_text,
     headline_cells,
@@ -22,6 +21,7 @@ from bench.report.common import (
     secondary_metrics,
     subsets,
 )
+from bench.report.paper import ablation_markdown, lookup, paper_numbers, protocol
 
 
 def task_markdown(task: str, df: pd.DataFrame) -> tuple[str, str | None]:
@@ -31,30 +31,38 @@ def task_markdown(task: str, df: pd.DataFrame) -> tuple[str, str | None]:
     if headline is None:
         return f"# {task}\n\nNo sample row of the task's headline metric in the store.\n", None
     subs = subsets(s)
-    numbers = paper.paper_numbers(task)
+    numbers = paper_numbers(task)
     best = headline_cells(s)
-    out = [f"# {task}: {headline.replace('_', ' ')} (%)", "",
-           "One row per model and decoding, at the largest NFE of the grid and the temperature "
-           "closest to 1 (values in %, 95 % CI in brackets where the evaluator gives one). `paper` "
-           f"columns are the S-FLM paper's reported numbers ({paper.protocol(task)}); ours come "
-           "from whatever this sweep ran, so compare them only when the protocol matches.", ""]
+    out = [
+        f"# {task}: {headline.replace('_', ' ')} (%)",
+        "",
+        "One row per model and decoding, at the largest NFE of the grid and the temperature "
+        "closest to 1 (values in %, 95 % CI in brackets where the evaluator gives one). `paper` "
+        f"columns are the S-FLM paper's reported numbers ({protocol(task)}); ours come "
+        "from whatever this sweep ran, so compare them only when the protocol matches.",
+        "",
+    ]
     table = []
     h = best[best["metric"] == headline]
-    for (method, variant, decoding), g in h.groupby(["method", "variant", "decoding"], dropna=False):
+    for (method, variant, decoding), g in h.groupby(
+        ["method", "variant", "decoding"], dropna=False
+    ):
         r = {"method": method, "variant": variant, "decoding": decoding}
-        row = {"model": model_label(r),
-               "nfe": ", ".join(str(int(v)) for v in sorted(g["nfe"].dropna().unique())),
-               "T": ", ".join(f"{v:g}" for v in sorted(g["temperature"].dropna().unique())),
-               "train steps": int(g["train_steps"].max())}
+        row = {
+            "model": model_label(r),
+            "nfe": ", ".join(str(int(v)) for v in sorted(g["nfe"].dropna().unique())),
+            "T": ", ".join(f"{v:g}" for v in sorted(g["temperature"].dropna().unique())),
+            "train steps": int(g["train_steps"].max()),
+        }
         for sub in subs:
             gs = g[g["subset"] == sub]
             row[sub] = cell_text(gs) if len(gs) else ""
-            pv = paper.lookup(numbers, r, sub, headline)
+            pv = lookup(numbers, r, sub, headline)
             if numbers is not None:
                 row[f"{sub} (paper)"] = "" if pv is None else pct(pv)
         table.append(row)
     out.append(md_table(pd.DataFrame(table)))
-    out += paper.ablation_markdown(best, headline, subs, numbers)
+    out += ablation_markdown(best, headline, subs, numbers)
     for metric in secondary_metrics(s):
         m = best[best["metric"] == metric]
         m = m.assign(model=[model_label(r) for _, r in m.iterrows()])
@@ -62,9 +70,12 @@ def task_markdown(task: str, df: pd.DataFrame) -> tuple[str, str | None]:
         piv = piv[[c for c in subs if c in piv.columns]].map(pct).reset_index()
         out += ["", f"## {metric.replace('_', ' ')} (%)", "", md_table(piv)]
     full = s[s["metric"] == headline]
-    full = full.assign(model=[model_label(r) for _, r in full.iterrows()], nfe=full["nfe"].astype(int))
-    piv = full.pivot_table(index=["model", "nfe", "temperature"], columns="subset", values="value",
-                           aggfunc="mean")
+    full = full.assign(
+        model=[model_label(r) for _, r in full.iterrows()], nfe=full["nfe"].astype(int)
+    )
+    piv = full.pivot_table(
+        index=["model", "nfe", "temperature"], columns="subset", values="value", aggfunc="mean"
+    )
     piv = piv[[c for c in subs if c in piv.columns]].map(pct).reset_index()
     seeds = " (mean over training seeds)" if s["seed"].nunique() > 1 else ""
     title = f"## Every cell of the grid: {headline.replace('_', ' ')} (%){seeds}"
