@@ -74,6 +74,35 @@ def sample_rows(c: SampleCell, metrics: list, *, method, task, train_steps: int,
             for m in metrics]
 
 
+def reference_rows(task, c: SampleCell, store: Store) -> None:
+    """A task with a held-out reference point (``task.data_reference(n)``: OWT scores held-out
+    text like samples) gets one store cell of it per (task config, subset, n): rows with
+    ``method = "data"`` and ``kind = "reference"`` (not a model's sample cell: the generic
+    tables skip it; bench/report/frontier.py draws it), written once by the first job that
+    samples that subset."""
+    fn = getattr(task, "data_reference", None)
+    if fn is None:
+        return
+    from bench.config import config_hash
+
+    rid = config_hash({"reference": c.train.task, "subset": c.subset, "n": c.n_samples})
+    if store.has(rid):
+        return
+    t0 = time.perf_counter()
+    metrics = fn(c.n_samples)
+    ranked = (task.headline_metric, *task.secondary_metrics)
+    base = {"sweep": c.train.sweep, "task": c.train.task["name"], "method": "data",
+            "variant": "held-out", "backbone": "", "config_hash": rid, "kind": "reference",
+            "subset": c.subset, "decoding": "data", "wall_s": time.perf_counter() - t0,
+            **task_columns(task), "nfe_is_length": False, "temperature_free": True,
+            "default_decoding": True,
+            "subset_rank": task.subset_order.index(c.subset) if c.subset in task.subset_order else None}
+    store.write_cell(rid, [{**base, "metric": m.metric, "value": m.value, "n": m.n,
+                            "ci_low": m.ci_low, "ci_high": m.ci_high,
+                            "metric_rank": ranked.index(m.metric) if m.metric in ranked else None}
+                           for m in metrics])
+
+
 # --------------------------------------------------------------------------- cell work
 
 
@@ -179,6 +208,7 @@ def _sample(tc: TrainCell, todo: list[SampleCell], store: Store, progress: bool)
         rows = sample_rows(c, metrics, method=method, task=task, train_steps=meta["steps"], nfe=nfe_used,
                            wall_s=time.perf_counter() - t0)
         store.write_cell(c.id, rows)
+    reference_rows(task, todo[0], store)
     return len(todo)
 
 

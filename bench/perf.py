@@ -26,8 +26,10 @@ import contextlib
 import functools
 import json
 import platform
+import statistics
 import sys
 import time
+import types
 from pathlib import Path
 
 import torch
@@ -49,6 +51,20 @@ MODELS = [
 ]
 
 
+#: ``--scale`` presets: (DiT size, |V|, L, batch, fraction of each row given as prompt). The GPU
+#: scales are the paper's (Sudoku: tiny DiT, batch 256; TinyGSM / OWT: small DiT, per-GPU batch
+#: 64 / 32); the ``-cpu`` ones keep |V| and shrink the network, L and batch to fit 2 cores.
+SCALES: dict[str, dict] = {
+    "sudoku": {"size": "tiny", "vocab": 12, "seq_len": 180, "batch": 256, "prompt_frac": 0.5},
+    "tinygsm": {"size": "small", "vocab": 49_153, "seq_len": 512, "batch": 64, "prompt_frac": 0.5},
+    "owt": {"size": "small", "vocab": 50_258, "seq_len": 1024, "batch": 32, "prompt_frac": 0.0},
+    "sudoku-cpu": {"size": "cpu-small", "vocab": 12, "seq_len": 180, "batch": 32, "prompt_frac": 0.5},
+    "tinygsm-cpu": {"size": "cpu-small", "vocab": 49_153, "seq_len": 256, "batch": 8, "prompt_frac": 0.5},
+    "owt-cpu": {"size": "cpu-small", "vocab": 50_258, "seq_len": 512, "batch": 4, "prompt_frac": 0.0},
+}
+LEGACY = {"size": "cpu-small", "vocab": 12, "seq_len": 180, "batch": 32, "prompt_frac": 0.5}
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -68,12 +84,36 @@ def _make(method: str, options: dict, vocab: int, seq_len: int, size: str, devic
     return m.to(device), backbone
 
 
-def _sudoku_batch(n: int, vocab: int, seq_len: int, device: torch.device, seed: int = 0) -> Batch:
+def _sudoku_batch(n: int, vocab: int, seq_len: int, device: torch.device, seed: int = 0,
+                  prompt_frac: float = 0.5) -> Batch:
+    """Random ids; the first ``prompt_frac`` of each row given (clean), the rest scored."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randint(0, vocab, (n, seq_len), generator=g)
     clean = torch.zeros(n, seq_len, dtype=torch.bool)
-    clean[:, : seq_len // 2] = True
+    clean[:, : int(seq_len * prompt_frac)] = True
     return Batch(x.to(device), clean.to(device), (~clean).to(device))
+
+
+class _Bare:
+    """The bare backbone: the same DiT (ids in, time input) trained with plain cross-entropy on
+    the same batch, the reference every method's training cost is divided by."""
+
+    uses_time = True
+
+    def __init__(self, vocab: int, size: str, device: torch.device):
+        from bench.backbones.dit import build_dit
+
+        torch.manual_seed(0)
+        self.backbone = build_dit(BackboneConfig(size=size), vocab, vocab).to(device)
+
+    def loss(self, backbone, batch: Batch, t):
+        logits = backbone(batch.x, t)
+        ce = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), batch.x.flatten(), reduction="none")
+        m = batch.loss_mask.flatten().float()
+        return types.SimpleNamespace(loss=(ce * m).sum() / m.sum().clamp_min(1.0))
+
+    def on_after_optimizer_step(self, backbone) -> None:
+        pass
 
 
 def _train_step(method, backbone, opt, batch: Batch, args, device: torch.device) -> None:
@@ -105,19 +145,51 @@ def _seconds_per_call(fn, warmup: int, reps: int, device: torch.device) -> float
     return (time.perf_counter() - t0) / reps
 
 
+def _optimizer(backbone, device: torch.device):
+    """AdamW as the trainer builds it (fused on CUDA)."""
+    from bench.train import make_adamw
+
+    return make_adamw(backbone.parameters(), lr=1e-4, device=device)
+
+
 def bench_train(models, args, device) -> list[dict]:
-    rows = []
+    """Steps/s of every model and of the bare backbone, timed round-robin: each round runs
+    ``--steps`` steps of the bare backbone then of every model, and a model's ``vs_bare`` is the
+    median over rounds of (its steps/s) / (the bare backbone's steps/s in the same round), so
+    that machine load common to a round cancels."""
+    entries = [("bare", _Bare(args.vocab, args.size, device), None)]
     for label, name, opts in models:
         method, backbone = _make(name, opts, args.vocab, args.seq_len, args.size, device)
+        entries.append((label, method, backbone))
+    batch = _sudoku_batch(args.batch, args.vocab, args.seq_len, device, prompt_frac=args.prompt_frac)
+    steps, peaks, times = {}, {}, {}
+    for label, method, backbone in entries:
+        backbone = backbone if backbone is not None else method.backbone
         backbone.train()
-        opt = torch.optim.AdamW(backbone.parameters(), lr=1e-4)
-        batch = _sudoku_batch(args.batch, args.vocab, args.seq_len, device)
-
-        step = functools.partial(_train_step, method, backbone, opt, batch, args, device)
-        steps_per_s = 1.0 / _seconds_per_call(step, args.warmup, args.steps, device)
-        rows.append({"bench": "train", "model": label, "steps_per_s": steps_per_s,
+        opt = _optimizer(backbone, device)
+        steps[label] = functools.partial(_train_step, method, backbone, opt, batch, args, device)
+        for _ in range(args.warmup):
+            steps[label]()
+        base = _reset_peak(device)
+        steps[label]()
+        peaks[label] = None if base is None else _peak(device) - base
+        times[label] = []
+        _progress(f"train {label}: warm")
+    for r in range(args.rounds):
+        for label, _, _ in entries:
+            times[label].append(_seconds_per_call(steps[label], 0, args.steps, device))
+        _progress(f"train round {r + 1}/{args.rounds}: "
+                  + ", ".join(f"{k} {1 / v[-1]:.2f}" for k, v in times.items()))
+    rows = []
+    for label, method, backbone in entries:
+        backbone = backbone if backbone is not None else method.backbone
+        ratio = [b / m for m, b in zip(times[label], times["bare"])]
+        rows.append({"bench": "train", "model": label,
+                     "steps_per_s": 1.0 / statistics.median(times[label]),
+                     "vs_bare": statistics.median(ratio),
+                     "overhead_x": statistics.median(m / b for m, b in zip(times[label], times["bare"])),
+                     "peak_step_MiB": None if peaks[label] is None else peaks[label] / 2**20,
                      "n_params": sum(p.numel() for p in backbone.parameters())})
-        _progress(f"train {label}: {steps_per_s:.2f} steps/s")
     _relative(rows, "steps_per_s")
     return rows
 
@@ -127,13 +199,16 @@ def bench_sample(models, args, device) -> list[dict]:
     for label, name, opts in models:
         method, backbone = _make(name, opts, args.vocab, args.seq_len, args.size, device)
         backbone.eval()
-        batch = _sudoku_batch(args.batch, args.vocab, args.seq_len, device)
+        batch = _sudoku_batch(args.sample_batch, args.vocab, args.seq_len, device,
+                              prompt_frac=args.prompt_frac)
 
         run = functools.partial(_sample_once, method, backbone, batch, args, device)
         dt = _seconds_per_call(run, 1, max(1, args.sample_reps), device)
+        generated = int((~batch.clean_mask).sum())
         rows.append({"bench": "sample", "model": label, "nfe": method.nfe_counter,
-                     "seqs_per_s": args.batch / dt, "s_per_call": dt / max(1, method.nfe_counter)})
-        _progress(f"sample {label}: {args.batch / dt:.1f} seqs/s at {method.nfe_counter} calls")
+                     "seqs_per_s": args.sample_batch / dt, "tokens_per_s": generated / dt,
+                     "s_per_call": dt / max(1, method.nfe_counter)})
+        _progress(f"sample {label}: {args.sample_batch / dt:.1f} seqs/s at {method.nfe_counter} calls")
     _relative(rows, "seqs_per_s")
     return rows
 
@@ -241,6 +316,13 @@ def _relative(rows: list[dict], key: str) -> None:
                 r[f"vs_{ref}"] = r[key] / by[ref]
 
 
+def _loadavg() -> float | None:
+    try:
+        return float(Path("/proc/loadavg").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
@@ -262,11 +344,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="auto: bf16-mixed autocast on CUDA, fp32 on CPU (as the trainer)")
     ap.add_argument("--models", default="", help="comma-separated labels (default: all of "
                     + ", ".join(m[0] for m in MODELS) + ")")
-    ap.add_argument("--size", default="cpu-small", help="DiT size for train/sample (tiny = paper Sudoku)")
-    ap.add_argument("--vocab", type=int, default=12, help="train/sample vocabulary (Sudoku: 12)")
-    ap.add_argument("--seq-len", type=int, default=180, help="train/sample length (9x9 Sudoku: 180)")
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--steps", type=int, default=20, help="timed train steps per model")
+    ap.add_argument("--scale", choices=tuple(SCALES), help="preset size / |V| / L / batch: "
+                    + "; ".join(f"{k} = {v['size']}, |V| {v['vocab']}, L {v['seq_len']}, batch {v['batch']}"
+                                for k, v in SCALES.items()) + " (explicit flags override it)")
+    ap.add_argument("--size", help="DiT size for train/sample (default cpu-small; tiny = paper Sudoku)")
+    ap.add_argument("--vocab", type=int, help="train/sample vocabulary (default Sudoku: 12)")
+    ap.add_argument("--seq-len", type=int, help="train/sample length (default 9x9 Sudoku: 180)")
+    ap.add_argument("--batch", type=int, help="train batch (default 32)")
+    ap.add_argument("--sample-batch", type=int, help="sampling batch (default: --batch)")
+    ap.add_argument("--prompt-frac", type=float, help="fraction of each row given as prompt (default 0.5)")
+    ap.add_argument("--steps", type=int, default=20, help="timed train steps per model and round")
+    ap.add_argument("--rounds", type=int, default=1, help="round-robin timing rounds (ratios: median)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--nfe", type=int, default=16, help="sampling NFE")
     ap.add_argument("--sample-reps", type=int, default=2)
@@ -279,7 +367,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vel-float32", action="store_true", help="sample in float32 (default float64)")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
     ap.add_argument("--out", help="write results JSON here (atomically)")
+    ap.add_argument("--md", help="also write the tables as Markdown here (atomically)")
     args = ap.parse_args(argv)
+    for key, val in {**LEGACY, **(SCALES[args.scale] if args.scale else {})}.items():
+        if getattr(args, key) is None:
+            setattr(args, key, val)
+    if args.sample_batch is None:
+        args.sample_batch = args.batch
 
     unknown = [b for b in args.benches if b not in ("train", "sample", "velocity")]
     if unknown:
@@ -316,11 +410,20 @@ def main(argv: list[str] | None = None) -> int:
     env = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
            "torch": torch.__version__, "threads": torch.get_num_threads(), "precision": args.precision,
            "argv": sys.argv[1:] if argv is None else argv}
+    env["scale"] = {k: getattr(args, k) for k in ("scale", "size", "vocab", "seq_len", "batch",
+                                                   "sample_batch", "prompt_frac", "nfe")}
+    env["loadavg_1min"] = _loadavg()
+    md = [f"`python -m bench.perf {' '.join(env['argv'])}`", "",
+          "Scale: " + ", ".join(f"{k} {v}" for k, v in env["scale"].items())
+          + f"; 1-min load average at the end: {env['loadavg_1min']}"]
     for bench in ("train", "sample", "velocity"):
         sel = [r for r in rows if r["bench"] == bench]
         if sel:
-            print(f"\n## {bench} ({env['device']}, {args.precision}, {env['threads']} threads)\n")
-            print(_table(sel))
+            md += ["", f"## {bench} ({env['device']}, {args.precision}, {env['threads']} threads)", "",
+                   _table(sel)]
+    print("\n".join(md))
+    if args.md:
+        atomic.write_text(Path(args.md), "\n".join(md) + "\n")
     if args.out:
         atomic.write_text(Path(args.out), json.dumps({"env": env, "rows": rows}, indent=2))
         print(f"\n-> {args.out}")

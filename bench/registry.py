@@ -12,6 +12,7 @@ from baselines.flm import FLM
 from baselines.mdlm import MDLM
 from bench.data.arith import ArithTask
 from bench.data.gsm8k import GSM8KTask
+from bench.data.owt import OWTTask
 from bench.data.sudoku import SudokuTask
 from bench.data.toy import SortTask
 from sflm.method import SFLM
@@ -35,6 +36,7 @@ TASKS = {
         SortTask,
         ArithTask,
         GSM8KTask,
+        OWTTask,
     )
 }
 

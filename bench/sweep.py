@@ -1,4 +1,4 @@
-"""``python -m bench.sweep SWEEP.yaml [--executor local|slurm|debug] [--status] [--dry-run]``
+"""``python -m bench.sweep SWEEP.yaml [--executor local|slurm|debug] [--status] [--dry-run] [--cancel]``
 
 Plans a sweep into content-addressed cells (:mod:`bench.plan`) and runs what is not yet in the
 results store (:mod:`bench.cells`) on the chosen executor (:mod:`bench.executors`):
@@ -14,18 +14,28 @@ Cells already in the store are skipped, so re-running a finished sweep does noth
 Bad input (missing file, malformed YAML, unknown key / method, out-of-range values) exits 2
 with one line naming the problem, before anything is written. ``--status`` / ``--dry-run``
 print :mod:`bench.status`'s table / plan and submit nothing.
+
+Interrupts: Ctrl-C (SIGINT) or SIGTERM on the driver prints one line saying which jobs keep
+running and how to re-attach or stop them, and exits 130 / 143 without a traceback. Local
+jobs run in their own session and SLURM jobs on the cluster, so they keep running; a re-run
+of the same command attaches to them (it never starts a cell twice: :mod:`bench.locks`).
+With ``--stop-on-interrupt`` the driver stops the jobs it started instead (SIGTERM; training
+saves its checkpoint) and says so. ``--cancel`` stops a sweep's running jobs, whichever
+executor started them (local processes of this host: SIGTERM; SLURM jobs: scancel).
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from pathlib import Path
 
-from bench import status
+from bench import locks, status
 from bench.config import ConfigError, load_sweep
-from bench.executors import local, slurm
+from bench.executors import local, slurm, slurm_cluster
+from bench.executors.state import load_state
 from bench.plan import plan
 
 
@@ -42,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--no-wait", action="store_true", help="slurm: submit and exit (default: watch until done)"
     )
+    ap.add_argument("--cancel", action="store_true", help="stop the sweep's running jobs (any executor) and exit")
+    ap.add_argument("--stop-on-interrupt", action="store_true",
+                    help="on Ctrl-C / SIGTERM stop the jobs this driver started (default: they keep running)")
     args = ap.parse_args(argv)
     try:
         cfg = load_sweep(args.sweep)
@@ -63,24 +76,110 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 1
         return 0
+    if args.cancel:
+        return cancel(p)
     t0 = time.perf_counter()
     kind = cfg.executor.kind
-    if kind == "slurm":
-        try:
-            failures = slurm.execute(p, progress=not args.no_progress, wait=not args.no_wait)
-        except ConfigError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-    else:
-        failures = local.execute(p, kind, progress=not args.no_progress)
-    for f in failures:
-        print(f"failed: {f}", file=sys.stderr)
-    done = status.count_done(p)
+    started: list = []  # local jobs this driver starts
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        if kind == "slurm":
+            try:
+                failures = slurm.execute(p, progress=not args.no_progress, wait=not args.no_wait)
+            except ConfigError as e:
+                print(f"error: {e}", file=sys.stderr)
+                return 2
+        else:
+            failures = local.execute(p, kind, progress=not args.no_progress, started=started)
+        for f in failures:
+            print(f"failed: {f}", file=sys.stderr)
+        done = status.count_done(p)
+    except (KeyboardInterrupt, Terminated, SystemExit) as e:
+        if type(e) is SystemExit:
+            raise  # a plain exit, not Lightning's SIGTERMException (debug executor, in-process)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # one line, even if Ctrl-C is pressed again
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signum = signal.SIGINT if isinstance(e, KeyboardInterrupt) else signal.SIGTERM
+        print(_interrupted(p, kind, started, args.stop_on_interrupt, signum), file=sys.stderr, flush=True)
+        return 128 + signum
+    finally:
+        if signal.getsignal(signal.SIGTERM) is _raise_terminated:
+            signal.signal(signal.SIGTERM, previous)
     print(
         f"sweep {cfg.name}: {done}/{len(p.train_cells) + len(p.sample_cells)} cells done "
         f"in {time.perf_counter() - t0:.1f}s; store: {Path(cfg.results_dir) / 'store'}"
     )
     return 1 if failures else 0
+
+
+class Terminated(BaseException):
+    """SIGTERM reached the driver (raised by its handler, as KeyboardInterrupt is for SIGINT)."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
+def _interrupted(p, kind: str, started: list, stop: bool, signum: int) -> str:
+    """The one line an interrupted driver prints (with ``stop``: after stopping its jobs)."""
+    name = f"sweep {p.cfg.name}: interrupted ({signal.Signals(signum).name})"
+    if kind == "debug":
+        return (f"{name}; the debug executor ran the job in this process, so it stopped (checkpoints are "
+                "kept); re-run the same command to resume")
+    if kind == "slurm":
+        jobs = _live_slurm_jobs(p)
+        if stop and jobs:
+            slurm_cluster.scancel(jobs)
+            return f"{name}; cancelled SLURM job(s) {', '.join(jobs)}; re-run the same command to resume"
+        if jobs is None:
+            return (f"{name}; submitted SLURM jobs keep running: re-run the same command to keep watching, "
+                    "--status to see them, --cancel to stop them")
+        return (f"{name}; {len(jobs)} SLURM job(s) keep running or queued ({', '.join(jobs) or '-'}): re-run "
+                "the same command to keep watching, --status to see them, --cancel to stop them")
+    mine = {j.pid for j in started}
+    live = [(tc, o) for tc, o in local.live_jobs(p) if not stop or o.get("pid") in mine]
+    if stop:
+        outcome = local.stop(live)
+        stopped = [str(o.get("pid")) for _, o, what in outcome if what in ("stopped", "gone")]
+        left = [str(o.get("pid")) for _, o, what in outcome if what == "still running"]
+        return (f"{name}; stopped the {len(stopped)} local job(s) it started (pids {', '.join(stopped) or '-'}"
+                f"{'; still stopping: ' + ', '.join(left) if left else ''}); training saved its checkpoint, "
+                "re-run the same command to resume")
+    if not live:
+        return f"{name}; no job is running; re-run the same command to resume"
+    pids = ", ".join(str(o.get("pid")) for _, o in live)
+    return (f"{name}; {len(live)} local job(s) keep running (pids {pids}): re-run the same command to "
+            "re-attach, --status to see them, --cancel to stop them")
+
+
+def _live_slurm_jobs(p) -> list[str] | None:
+    """The sweep's queued or running SLURM jobs (None when SLURM cannot be asked)."""
+    try:
+        sts = status.statuses(p)
+    except RuntimeError:
+        return None
+    return sorted({s.job for s in sts if s.job and s.state in ("running", "pending")})
+
+
+def cancel(p) -> int:
+    """``--cancel``: stop every running job of the sweep, one line each; exit 1 if one could
+    not be stopped (another host's process, or it did not stop within a minute)."""
+    name = f"sweep {p.cfg.name}"
+    n = bad = 0
+    jobs = (_live_slurm_jobs(p) or []) if load_state(p.cfg)["jobs"] else []
+    if jobs:
+        slurm_cluster.scancel(jobs)
+        n += len(jobs)
+        print(f"{name}: cancelled SLURM job(s) {', '.join(jobs)}")
+    for tc, owner, what in local.stop(local.live_jobs(p)):
+        if what == "slurm":
+            continue  # a SLURM job's lock: scancel above stops it (when it is this sweep's)
+        ok = what in ("stopped", "gone")
+        n += ok
+        bad += not ok
+        print(f"{name}: {tc.label()}: {what} ({locks.describe(owner)})")
+    print(f"{name}: stopped {n} job(s)" if n or bad else f"{name}: nothing is running")
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

@@ -46,6 +46,14 @@ from bench.config import TrainConfig
 from bench.data.base import TaskData
 from bench.method import Batch, Method, antithetic_times
 
+
+def make_adamw(params, *, device, **kw) -> torch.optim.AdamW:
+    """AdamW, fused (one kernel for all parameters) on CUDA; on CPU the default implementation,
+    so CPU runs stay bitwise reproducible across versions of this harness."""
+    fused = torch.device(device).type == "cuda"
+    return torch.optim.AdamW(params, fused=fused or None, **kw)
+
+
 # --------------------------------------------------------------------------- data
 
 
@@ -160,8 +168,9 @@ class TrainModule(L.LightningModule):
             self.ema.update_parameters(self.backbone)
 
     def configure_optimizers(self):
-        opt = torch.optim.AdamW(self.backbone.parameters(), lr=self.cfg.lr, betas=tuple(self.cfg.betas),
-                                weight_decay=self.cfg.weight_decay)
+        opt = make_adamw(self.backbone.parameters(), lr=self.cfg.lr, betas=tuple(self.cfg.betas),
+                         weight_decay=self.cfg.weight_decay,
+                         device=next(self.backbone.parameters()).device)
         warm = self.cfg.warmup_steps
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
@@ -222,7 +231,7 @@ _STOP = threading.Event()
 def request_stop(signum=None, frame=None) -> None:
     """Ask a running :func:`fit` to save ``ckpt/last.ckpt`` at the next step boundary and
     raise :class:`TrainingInterrupted`. Safe to install as a signal handler (it only sets a
-    flag); used by bench.slurm for SLURM's pre-timeout / preemption signal."""
+    flag); used by bench.executors.slurm for SLURM's pre-timeout / preemption signal."""
     _STOP.set()
 
 

@@ -16,6 +16,8 @@ cases. The ``std`` column is this benchmark's grader, as designed (docs/gsm8k-gr
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from bench.evaluate import gsm8k_reference as R
@@ -244,3 +246,27 @@ def test_evaluate_programs_checks_the_runner():
     with Sandbox(SandboxConfig(isolation="rlimits")) as sb:
         with pytest.raises(ValueError, match="runner"):
             evaluate_programs(["x"], [1], sandbox=sb, grader="reference")
+
+
+def test_cli_reference_grader(tmp_path, capsys):
+    from bench.evaluate.__main__ import main
+
+    src = tmp_path / "in.jsonl"
+    lines = [
+        {"id": "a", "completion": "import math\n" + F + "    return math.ceil(17.2)\n", "answer": "#### 18"},
+        {"id": "b", "completion": F + "    return 18\n" + EOS + F + "    return 7\n", "answer": 18},
+    ]
+    src.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    common = ["gsm8k", "--programs", str(src), "--workers", "2", "--isolation", "rlimits"]
+    out = {}
+    for grader in ("standard", "reference"):
+        dst, summ = tmp_path / f"{grader}.jsonl", tmp_path / f"{grader}.json"
+        assert main([*common, "--out", str(dst), "--summary", str(summ), "--grader", grader]) == 0
+        out[grader] = [json.loads(x) for x in dst.read_text().splitlines()]
+        assert json.loads(summ.read_text())["grader"] == grader
+    assert [r["correct"] for r in out["standard"]] == [False, True]
+    assert [r["correct"] for r in out["reference"]] == [True, False]
+    assert out["reference"][1]["value"] == 7  # read past the EOS marker
+    bad = ["--out", str(tmp_path / "x.jsonl"), "--grader", "reference", "--no-stdout-fallback"]
+    assert main([*common, *bad]) == 2
+    assert "stdout" in capsys.readouterr().err

@@ -67,7 +67,9 @@ def test_normal_expectation_nodes_give_known_gaussian_moments():
 def test_argmax_probability_closed_forms():
     m = np.linspace(-2.0, 4.0, 25)
     # V = 2: P[z1 + m > z2] = Phi(m / sqrt 2)
-    np.testing.assert_allclose(gaussian_argmax_probability(m, 2), norm.cdf(m / np.sqrt(2)), atol=1e-12)
+    np.testing.assert_allclose(
+        gaussian_argmax_probability(m, 2), norm.cdf(m / np.sqrt(2)), atol=1e-12
+    )
     # margin 0: by symmetry every coordinate is the argmax with probability 1 / V (100 nodes:
     # relative error 1.4e-6 at V = 100, where Phi^99 is far from a polynomial)
     for V in (2, 3, 10, 100):

@@ -29,9 +29,27 @@ def test_alpha_star_values(V, d, delta, expected):
 def test_alpha_star_paper_grid():
     """Every entry of the paper's table tab:alpha-crit-grid (3 decimals)."""
     table = {
-        12: [(256, 0.132, 0.158), (512, 0.093, 0.111), (768, 0.076, 0.090), (1024, 0.065, 0.078), (4096, 0.033, 0.039)],
-        50_000: [(256, 0.213, 0.231), (512, 0.149, 0.161), (768, 0.121, 0.131), (1024, 0.105, 0.114), (4096, 0.052, 0.057)],
-        100_000: [(256, 0.219, 0.236), (512, 0.153, 0.165), (768, 0.125, 0.134), (1024, 0.108, 0.116), (4096, 0.054, 0.058)],
+        12: [
+            (256, 0.132, 0.158),
+            (512, 0.093, 0.111),
+            (768, 0.076, 0.090),
+            (1024, 0.065, 0.078),
+            (4096, 0.033, 0.039),
+        ],
+        50_000: [
+            (256, 0.213, 0.231),
+            (512, 0.149, 0.161),
+            (768, 0.121, 0.131),
+            (1024, 0.105, 0.114),
+            (4096, 0.052, 0.057),
+        ],
+        100_000: [
+            (256, 0.219, 0.236),
+            (512, 0.153, 0.165),
+            (768, 0.125, 0.134),
+            (1024, 0.108, 0.116),
+            (4096, 0.054, 0.058),
+        ],
     }
     for V, rows in table.items():
         for d, a1, a01 in rows:
@@ -60,7 +78,9 @@ def test_monte_carlo_reduction_matches_literal_codebooks():
         tol = 4 * math.hypot(lit.stderr, red.stderr)
         assert abs(lit.p_nearest - red.p_nearest) < tol
         assert abs(quad.p_nearest - red.p_nearest) < 4 * red.stderr + 1e-3
-    assert check_alpha_star(V, d, 0.1, alpha=0.1, method="quadrature").p_nearest < 0.9  # below alpha*: fails
+    assert (
+        check_alpha_star(V, d, 0.1, alpha=0.1, method="quadrature").p_nearest < 0.9
+    )  # below alpha*: fails
 
 
 def test_alpha_star_probability_near_one_minus_delta():
@@ -90,6 +110,9 @@ def test_alpha_star_model_solves_the_exact_condition():
 
 def test_alpha_star_table_rows():
     rows = alpha_star_table((12,), (256, 512), (0.1,), n_trials=2000)
-    assert [(r["vocab_size"], r["dim"], r["delta"]) for r in rows] == [(12, 256, 0.1), (12, 512, 0.1)]
+    assert [(r["vocab_size"], r["dim"], r["delta"]) for r in rows] == [
+        (12, 256, 0.1),
+        (12, 512, 0.1),
+    ]
     assert rows[1]["alpha"] == pytest.approx(alpha_star(12, 512, 0.1))
     assert set(rows[0]) >= {"p_nearest", "stderr", "holds", "n_trials", "method"}

@@ -1,4 +1,4 @@
-"""bench.sweep's SLURM executor (bench/slurm.py) against the real local cluster.
+"""bench.sweep's SLURM executor (bench/executors/slurm.py) against the real local cluster.
 
 Bring the cluster up first (root, Debian): ``bash scripts/slurm-local-up.sh``. The module
 skips itself when ``sinfo`` is missing or the cluster / accounting does not answer. Every
@@ -110,7 +110,7 @@ def assert_one_row_per_cell_metric(results: Path, n_cells: int) -> list[dict]:
 
 def sweep_cells(path: Path):
     from bench.config import load_sweep
-    from bench.sweep import plan
+    from bench.plan import plan
 
     return plan(load_sweep(path))
 
@@ -243,9 +243,9 @@ def test_sweep_end_to_end_ddp_survives_driver_sigkill(tmp_path, results):
     assert main([str(sweep), "--no-progress"]) == 0
     assert time.perf_counter() - t0 < 10
     assert state_of(results, "e2e") == after
-    from bench import slurm
+    from bench import status
 
-    table = slurm.status_table(sweep_cells(sweep))
+    table = status.status_table(sweep_cells(sweep))
     assert table.splitlines()[-1].startswith("3 done, 0 running, 0 pending, 0 failed")
 
 
@@ -256,7 +256,8 @@ def test_training_requeued_on_signal_resumes_to_identical_weights(tmp_path, resu
     the same weights as an uninterrupted run of the same cell."""
     import dataclasses
 
-    from bench.sweep import main, run_train
+    from bench.cells import run_train
+    from bench.sweep import main
 
     sweep = write_sweep(tmp_path, results, "requeue", train={"steps": 200, "checkpoint_every": 20}, nfe=(4,))
     assert main([str(sweep), "--no-wait", "--no-progress"]) == 0  # submits and returns
@@ -313,12 +314,12 @@ def test_cancelled_training_is_failed_and_rerun_resumes_it(tmp_path, results):
     saved = torch.load(last, weights_only=False, map_location="cpu")["global_step"]
     assert 0 < saved < 300, "no checkpoint saved on SIGTERM"
 
-    from bench import slurm
+    from bench import status
 
     p = sweep_cells(sweep)
     # the array waiting on the cancelled job is cancelled by SLURM (kill-on-invalid-dep)
-    wait_until(lambda: all(s.state == "failed" for s in slurm.statuses(p)), 60, "both cells failed")
-    table = slurm.status_table(p)
+    wait_until(lambda: all(s.state == "failed" for s in status.statuses(p)), 60, "both cells failed")
+    table = status.status_table(p)
     lines = table.splitlines()
     train_line = next(i for i, ln in enumerate(lines) if ln.startswith("failed   train"))
     assert "CANCELLED" in lines[train_line]

@@ -66,8 +66,8 @@ def test_the_reference_separator_is_backslash_n():
     from bench.data.arith import ArithTask
     from bench.data.gsm8k import GSM8KTask
 
-    assert GSM8KTask.task_options["separator"] == tinygsm.REFERENCE_SEPARATOR
-    assert ArithTask.task_options["separator"] == tinygsm.NEWLINE_SEPARATOR
+    assert GSM8KTask.Options().separator == tinygsm.REFERENCE_SEPARATOR
+    assert ArithTask.Options().separator == tinygsm.NEWLINE_SEPARATOR
     sweep = yaml.safe_load((ROOT / "sweeps" / "gsm8k_nfe.yaml").read_text())
     assert sweep["task"]["options"]["separator"] == tinygsm.REFERENCE_SEPARATOR
     with pytest.raises(ValueError, match="separator"):

@@ -72,17 +72,27 @@ class ProgramOptions(Options):
     timeout_s: float = option(5.0, gt=0.0, help="seconds per program (reference gsm8k.timeout)")
     workers: int = option(0, ge=0, help="sandbox processes (0 = min(4 x cores, 32))")
     memory_mb: int = option(1024, gt=0, help="address-space limit per program")
-    isolation: str = option("auto", choices=("auto", "rlimits", "full"),
-                            help="sandbox isolation (bench.evaluate.sandbox)")
+    isolation: str = option(
+        "auto",
+        choices=("auto", "rlimits", "full"),
+        help="sandbox isolation (bench.evaluate.sandbox)",
+    )
     bootstrap: int = option(1000, gt=0, help="bootstrap resamples B of the accuracy CI")
-    stdout_fallback: bool = option(True, help="standard grader: read the answer from stdout "
-                                   "when the program returns none")
-    grader: str = option("standard", choices=GRADERS,
-                         help="standard: bench.evaluate.gsm8k; reference: the paper harness's "
-                         "verdict (bench.evaluate.gsm8k_reference: the whole canvas, no "
-                         "stdout fallback)")
-    separator: str = option("\n", help="between question and program, in training and in the "
-                            "prompts (a newline here; GSM8K: the reference's backslash + n)")
+    stdout_fallback: bool = option(
+        True, help="standard grader: read the answer from stdout when the program returns none"
+    )
+    grader: str = option(
+        "standard",
+        choices=GRADERS,
+        help="standard: bench.evaluate.gsm8k; reference: the paper harness's "
+        "verdict (bench.evaluate.gsm8k_reference: the whole canvas, no "
+        "stdout fallback)",
+    )
+    separator: str = option(
+        "\n",
+        help="between question and program, in training and in the "
+        "prompts (a newline here; GSM8K: the reference's backslash + n)",
+    )
 
 
 class ProgramTask(Task):

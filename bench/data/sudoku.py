@@ -8,7 +8,6 @@ The parts live in their own modules; this one holds the task and re-exports thei
   and the on-disk cache.
 - :mod:`bench.data.sudoku_format`: the token layout (reference ``SudokuTokenizer``) and the
   clean / loss masks.
-
 - :mod:`bench.data.sudoku_reference`: the paper harness's own 9x9 puzzles, bit for bit.
 
 Task options (``task.options``, :class:`SudokuOptions`): ``workers`` (processes used for

@@ -245,8 +245,7 @@ def kept_seeds(
     kept: list[int] = []
     start = seed
     while len(kept) < total:
-        need = total - len(kept)
-        batch = need + need // 10 + 16  # the reference's batch size (any size gives the same)
+        batch = total - len(kept)  # seeds are scanned in order: the batch size does not matter
         chunks = [(start + a, start + b) for a, b in _chunked(batch, workers, 2000)]
         parts = _run_chunks(
             _solutions_chunk,

@@ -80,7 +80,9 @@ def execute(p: Plan, kind: str, progress: bool = True, started: list | None = No
                 tc, cells = queue.pop(0)
                 owner = locks.holder(locks.train_lock_path(tc.run_dir))
                 if owner is not None:
-                    running.append(LocalJob(tc, cells, owner=owner))
+                    rec = load_state(cfg).get("local", {}).get(tc.id) or {}
+                    mine = rec.get("pid") == owner.get("pid") and rec.get("host") == owner.get("host")
+                    running.append(LocalJob(tc, cells, owner=owner, folder=Path(rec["folder"]) if mine else None))
                     print(f"sweep {cfg.name}: {tc.label()} is already running ({locks.describe(owner)}); "
                           "waiting for it", file=sys.stderr, flush=True)
                     continue
@@ -96,8 +98,14 @@ def execute(p: Plan, kind: str, progress: bool = True, started: list | None = No
                     still.append(job)
                     continue
                 result = job.result()
-                if job.proc is None or result.get("busy"):
-                    # attached, or lost the race for the lock: what is left undone, we run
+                if job.proc is None and result.get("ok") is False and not result.get("busy"):
+                    # the job it attached to failed or was stopped (--cancel): not retried here
+                    what = "was stopped" if result.get("stopped") else "failed"
+                    failures.append(f"{job.tc.label()}: the job it attached to (pid {job.pid}) {what}: "
+                                    f"{result.get('error')} (log: {job.folder / 'log.err'})")
+                elif job.proc is None or result.get("busy"):
+                    # attached to a job that ended (or was killed), or lost the race for the lock:
+                    # what is left undone, this driver runs
                     left = [t for t in _todo(p) if t[0].id == job.tc.id]
                     if left:
                         queue.insert(0, left[0])

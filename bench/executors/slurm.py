@@ -220,9 +220,7 @@ def execute(p: Plan, progress: bool = True, wait: bool = True, poll_s: float | N
             final = statuses(p, state)
     except RuntimeError as e:
         return [f"slurm: {e}"]
-    except KeyboardInterrupt:
-        return ["driver interrupted; submitted jobs keep running. Re-run the same command to keep watching "
-                "(it resubmits nothing that is queued, running or done), or use --status"]
+    # KeyboardInterrupt / SIGTERM: bench.sweep prints what keeps running (jobs stay queued)
     out = []
     for s in final:
         if s.state == "failed" or (wait and s.state != "done"):

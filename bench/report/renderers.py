@@ -38,6 +38,7 @@ class TaskRenderer:
 TASK_RENDERERS: dict[str, list[TaskRenderer]] = {
     "generic": [],
     "program": [TaskRenderer(program_task_markdown, program_task_figure)],
+    "frontier": [],  # OWT: its figures and tables are the bench.report.frontier section
 }
 
 
@@ -59,7 +60,7 @@ def _training(df: pd.DataFrame, out: Path, args) -> list[Path]:
 #: built-in store-wide sections
 SECTIONS: list[Section] = [Section("training", _training)]
 #: modules (method packages' report hooks) whose ``SECTIONS`` the report adds after the built-in
-PROVIDERS: tuple[str, ...] = ("sflm.report",)
+PROVIDERS: tuple[str, ...] = ("sflm.report", "bench.report.frontier")
 
 
 def sections() -> list[Section]:
