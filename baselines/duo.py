@@ -119,6 +119,60 @@ def udlm_nelbo(log_p: Tensor, x_t: Tensor, x0: Tensor, alpha_t: Tensor, dalpha_t
     return dalpha_t / (V * a) * (term1 - term2)
 
 
+class _UDLMTerms(torch.autograd.Function):
+    """(sum_v log xbar_theta_v, log p_theta(x_t), log p_theta(x_0)) from the logits, with
+    xbar_theta = V a softmax(logits) + (1 - a), the only (B, L, V) quantities of
+    :func:`udlm_nelbo`. Forward holds one (B, L, V) buffer, backward two (softmax recomputed),
+    instead of the ~6 that autograd keeps for the elementwise chain. Gradient of
+    S = sum_v log xbar_v w.r.t. logit u: r_u - p_u sum_v r_v, r = V a p / xbar."""
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, x_t: Tensor, x0: Tensor, a: Tensor):
+        V = logits.shape[-1]
+        lse = torch.logsumexp(logits, -1, keepdim=True)
+        logp_xt = (logits.gather(-1, x_t[..., None]) - lse).squeeze(-1)
+        logp_x0 = (logits.gather(-1, x0[..., None]) - lse).squeeze(-1)
+        buf = logits.sub(lse).exp_().mul_(V * a[..., None]).add_(1 - a[..., None]).log_()
+        ctx.save_for_backward(logits, lse, x_t, x0, a)
+        return buf.sum(-1), logp_xt, logp_x0
+
+    @staticmethod
+    def backward(ctx, g_s: Tensor, g_xt: Tensor, g_x0: Tensor):
+        logits, lse, x_t, x0, a = ctx.saved_tensors
+        V = logits.shape[-1]
+        p = logits.sub(lse).exp_()
+        k, b = (V * a)[..., None], (1 - a)[..., None]
+        r = p.mul(k).add_(b).reciprocal_().mul_(-b).add_(1.0)  # V a p / xbar = 1 - (1 - a) / xbar
+        coef = g_s * r.sum(-1) + g_xt + g_x0
+        grad = r.mul_(g_s[..., None]).sub_(p.mul_(coef[..., None]))
+        grad.scatter_add_(-1, x_t[..., None], g_xt[..., None])
+        grad.scatter_add_(-1, x0[..., None], g_x0[..., None])
+        return grad, None, None, None
+
+
+def udlm_nelbo_from_logits(logits: Tensor, x_t: Tensor, x0: Tensor, alpha_t: Tensor, dalpha_t: Tensor,
+                           vocab_size: int, low_var: bool = False) -> Tensor:
+    """:func:`udlm_nelbo` of ``log_softmax(logits)``, equal up to float rounding, with the (B, L, V)
+    work fused into :class:`_UDLMTerms` (training path). alpha_t, dalpha_t: (B, 1) or (B, L)."""
+    V = vocab_size
+    a = alpha_t.to(logits.dtype).expand(x_t.shape).contiguous()
+    sum_log_xbar, logp_xt, logp_x0 = _UDLMTerms.apply(logits, x_t, x0, a)
+    # the same scalar algebra as udlm_nelbo (Duo eq. 9 / `DUO_BASE.nll_per_token`) on gathered values
+    eq = (x0 == x_t).to(logits.dtype)
+    neq = 1 - eq
+    xbar_xt = (1 - a) + V * a * eq
+    xbar_theta_xt = V * a * logp_xt.exp() + (1 - a)
+    xbar_theta_x0 = V * a * logp_x0.exp() + (1 - a)
+    term1 = 0.0 if low_var else V * (1 / xbar_xt - 1 / xbar_theta_xt)
+    c = (1 - a) / (V * a + 1 - a)
+    offset = ((V - 1) * c * eq - neq / c) * torch.log(c)
+    log_xbar_theta_xt = torch.log(xbar_theta_xt)
+    term2 = (-(eq * c + neq) * (sum_log_xbar - V * log_xbar_theta_xt)
+             - V * a / (1 - a) * (torch.log(xbar_theta_x0) - log_xbar_theta_xt) * neq
+             + offset)
+    return dalpha_t / (V * a) * (term1 - term2)
+
+
 # --------------------------------------------------------------------------- the posterior
 
 
@@ -252,8 +306,8 @@ class Duo(Method):
         dalpha_t = torch.full_like(alpha_t, log_linear_dalpha(self.opts.eps))
         x_t = self.q_xt(batch.x, alpha_t, batch.clean_mask)
         logits = backbone(x_t, self.sigma(alpha_t)).float()
-        per_token = udlm_nelbo(torch.log_softmax(logits, -1), x_t, batch.x, alpha_t[:, None],
-                               dalpha_t[:, None], self.vocab_size, low_var=self.opts.loss_type == "low_var")
+        per_token = udlm_nelbo_from_logits(logits, x_t, batch.x, alpha_t[:, None], dalpha_t[:, None],
+                                           self.vocab_size, low_var=self.opts.loss_type == "low_var")
         return token_mean(per_token * ~batch.clean_mask, batch.loss_mask)
 
     def record_losses(self, t: Tensor, per_sample: Tensor, step: int) -> None:

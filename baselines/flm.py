@@ -183,8 +183,8 @@ class FLM(Method):
         onehot = F.one_hot(batch.x, self.vocab_size).to(torch.float32)
         z = (1 - gamma) * torch.randn_like(onehot) + gamma * onehot
         z = torch.where(batch.clean_mask[..., None], onehot, z)
-        logp = torch.log_softmax(self._logits(backbone, z, s), dim=-1)
-        ce = -logp.gather(-1, batch.x[..., None]).squeeze(-1)  # no time weighting
+        logits = self._logits(backbone, z, s)  # no time weighting; fused log-softmax + gather:
+        ce = F.cross_entropy(logits.flatten(0, 1), batch.x.flatten(), reduction="none").view_as(batch.x)
         return token_mean(ce * ~batch.clean_mask, batch.loss_mask)
 
     # -- sampling -----------------------------------------------------------------

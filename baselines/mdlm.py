@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from bench.backbones.dit import build_dit
@@ -85,8 +86,12 @@ class MDLM(Method):
         u = torch.rand(batch.x.shape, device=batch.x.device)
         masked = (u < (1 - alpha_t)[:, None]) & ~batch.clean_mask
         x_t = torch.where(masked, torch.full_like(batch.x, self.mask_id), batch.x)
-        logp = self.log_probs(backbone, x_t, alpha_t)
-        logp_x0 = logp.gather(-1, batch.x[..., None]).squeeze(-1)
+        # = log_probs(...).gather(x_0) without its (B, L, V) carry-over buffers: carry-over gives
+        # log p = 0 at unmasked positions (x_t = x_0), which ``masked`` zeroes below anyway, and
+        # at masked ones -log p(x_0) is the cross-entropy of the zero-masked logits (fused kernel)
+        logits = backbone(x_t, self.sigma(alpha_t)).float()
+        logits[..., self.mask_id] = NEG_INF  # zero masking
+        logp_x0 = -F.cross_entropy(logits.flatten(0, 1), batch.x.flatten(), reduction="none").view_as(batch.x)
         if self.opts.loss_type == "elbo":
             # MDLM eq. 10: alpha'_t / (1 - alpha_t) * log p, alpha'_t = -(1 - eps)
             weight = -log_linear_dalpha(self.opts.eps) / (1 - alpha_t)

@@ -51,14 +51,20 @@ def process_start(pid: int) -> int | None:
 
 
 def alive(pid: int, start: int | None = None) -> bool:
-    """Is process ``pid`` (started at ``start`` ticks, when given) running on this host?"""
+    """Is process ``pid`` (started at ``start`` ticks, when given) running on this host?
+    A zombie (ended, not yet reaped by its parent) is not."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         pass
-    return start is None or process_start(pid) in (start, None)
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc: kill(0) is all we know
+    fields = stat[stat.rindex(")") + 2:].split()
+    return fields[0] != "Z" and (start is None or int(fields[19]) == start)
 
 
 def describe(owner: dict) -> str:

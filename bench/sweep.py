@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -140,6 +141,12 @@ def _interrupted(p, kind: str, started: list, stop: bool, signum: int) -> str:
     live = [(tc, o) for tc, o in local.live_jobs(p) if not stop or o.get("pid") in mine]
     if stop:
         outcome = local.stop(live)
+        for job in started:  # reap them: they are this process's children
+            if job.proc is not None:
+                try:
+                    job.proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass
         stopped = [str(o.get("pid")) for _, o, what in outcome if what in ("stopped", "gone")]
         left = [str(o.get("pid")) for _, o, what in outcome if what == "still running"]
         return (f"{name}; stopped the {len(stopped)} local job(s) it started (pids {', '.join(stopped) or '-'}"

@@ -41,6 +41,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from bench.backbones.dit import DiT, resolve_size
@@ -203,7 +204,7 @@ class SFLM(Method):
         z_t = slerp(z0, e_hat.to(dtype), alpha_t.to(dtype)[:, None]).to(e_hat.dtype)  # eq. spherical-conditional-flow
         z_t = torch.where(batch.clean_mask[..., None], e_hat, z_t)
         logits = backbone(self.net_input(z_t, backbone), self.sigma(alpha_t)).float()
-        nll = -torch.log_softmax(logits, -1).gather(-1, x[..., None]).squeeze(-1)  # eq. ce-loss
+        nll = F.cross_entropy(logits.flatten(0, 1), x.flatten(), reduction="none").view_as(x)  # eq. ce-loss
         return token_mean(nll, batch.loss_mask)
 
     @torch.no_grad()
