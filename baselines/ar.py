@@ -7,8 +7,10 @@ Sampling: left to right, one backbone call per generated position (NFE = number 
 positions after the first non-prompt position; the ``nfe`` argument is ignored). Prompt
 positions, including clean positions inside the generated region (Sudoku givens), are
 teacher-forced. ``sample`` draws from softmax(logits / T) with float64 Gumbel-max;
-``greedy`` takes the argmax (temperature-free). No KV cache: each call re-reads the prefix
-(correct, slower; Sudoku and CPU sizes are short).
+``greedy`` takes the argmax (temperature-free). KV cache (``kv_cache``, default on): the first
+call reads the prefix and keeps every block's keys / values, each later call feeds one position;
+the same calls (NFE) and tokens as re-reading the prefix (``kv_cache = False``) up to float
+rounding of the logits.
 
 Departures: the output has V classes, not V + 1 with a -inf [MASK] logit as in the
 reference (`algo.py::AR._process_model_output`): identical distribution, one row fewer. No
@@ -42,6 +44,8 @@ class AR(Method):
     uses_time = False
     nfe_is_length = True
     temperature_free = ("greedy",)
+    #: reuse keys / values between decoding calls (False: re-run the whole prefix every call)
+    kv_cache = True
 
     def build_backbone(self, cfg: BackboneConfig):
         return build_dit(cfg, self.vocab_size, self.vocab_size, causal=True)
@@ -68,8 +72,14 @@ class AR(Method):
         x = prompt.clone()
         x[~prompt_mask] = 0
         L = prompt.shape[1]
-        for i in range(self.generation_start(prompt_mask), L):
-            logits = self.call(backbone, x[:, :i])[:, -1].float()
+        start = self.generation_start(prompt_mask)
+        cache = [{} for _ in backbone.blocks] if self.kv_cache else None
+        for i in range(start, L):
+            if cache is None:
+                logits = self.call(backbone, x[:, :i])[:, -1].float()
+            else:  # prefill once, then only position i - 1 (its keys / values are new)
+                inp = x[:, :i] if i == start else x[:, i - 1:i]
+                logits = self.call(backbone, inp, cache=cache)[:, -1].float()
             if decoding == "greedy":
                 nxt = logits.argmax(-1)
             else:

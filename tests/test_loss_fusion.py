@@ -108,3 +108,22 @@ def test_duo_fused_terms_gradcheck():
     a = torch.rand(2, 1, generator=g, dtype=torch.float64) * 0.9 + 0.05
     assert torch.autograd.gradcheck(
         lambda z: udlm_nelbo_from_logits(z, xt, x0, a, torch.full_like(a, -0.999), 11), (logits,))
+
+
+@pytest.mark.parametrize("decoding", ["greedy", "sample"])
+def test_ar_kv_cache_same_tokens_and_nfe_as_recompute(decoding):
+    m, bb, _ = _setup("ar")
+    bb.eval()
+    g = torch.Generator().manual_seed(3)
+    prompt = torch.randint(0, V, (3, 24), generator=g)
+    pmask = torch.zeros(3, 24, dtype=torch.bool)
+    pmask[:, :5] = True
+    pmask[0, 9] = True  # a given inside the generated region (teacher-forced)
+    out = {}
+    for cached in (True, False):
+        m.kv_cache, m.nfe_counter = cached, 0
+        out[cached] = (m.sample(bb, prompt, pmask, decoding=decoding, generator=torch.Generator().manual_seed(7)),
+                       m.nfe_counter)
+    assert out[True][1] == out[False][1] == 24 - 5
+    assert torch.equal(out[True][0], out[False][0])
+    assert len(set(out[True][0][:, 5:].flatten().tolist())) > 3  # not a constant sequence

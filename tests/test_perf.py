@@ -16,9 +16,11 @@ def test_all_benchmarks_write_rows(tmp_path, capsys):
     rows = json.loads(out.read_text())["rows"]
     train = {r["model"]: r for r in rows if r["bench"] == "train"}
     sample = {r["model"]: r for r in rows if r["bench"] == "sample"}
-    assert set(train) == set(sample) == {"ar", "mdlm", "sflm/sarch"}
+    assert set(sample) == {"ar", "mdlm", "sflm/sarch"} and set(train) == {"bare", *sample}
     assert train["ar"]["vs_ar"] == 1.0 and train["mdlm"]["vs_mdlm"] == 1.0
+    assert train["bare"]["vs_bare"] == 1.0 and all(r["vs_bare"] > 0 for r in train.values())
     assert all(r["steps_per_s"] > 0 for r in train.values())
+    assert all(r["tokens_per_s"] > 0 for r in sample.values())
     assert sample["mdlm"]["nfe"] == 3  # NFE = backbone calls, counted by Method.call
     assert sample["ar"]["nfe"] == 12  # AR: one call per generated position (half of 24)
     (vel,) = [r for r in rows if r["bench"] == "velocity"]
@@ -32,3 +34,13 @@ def test_bad_arguments_exit_2(capsys):
     assert perf.main(["speed"]) == 2
     assert perf.main(["velocity", *TINY[:-2], "--vel-dim", "100"]) == 2  # cpu-mini is 64 wide
     assert "--vel-dim 100" in capsys.readouterr().err
+
+
+def test_scale_preset_sets_the_shape_and_flags_override_it(tmp_path):
+    out, md = tmp_path / "p.json", tmp_path / "p.md"
+    assert perf.main(["train", "--scale", "sudoku-cpu", "--size", "cpu-mini", "--seq-len", "16", "--batch", "2",
+                      "--steps", "1", "--warmup", "0", "--models", "mdlm", "--device", "cpu",
+                      "--out", str(out), "--md", str(md)]) == 0
+    env = json.loads(out.read_text())["env"]
+    assert env["scale"]["vocab"] == 12 and env["scale"]["seq_len"] == 16 and env["scale"]["size"] == "cpu-mini"
+    assert "| bare |" in md.read_text() and "--scale sudoku-cpu" in md.read_text()

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import socket
+import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+import bench.evaluate.sandbox as sandbox_mod
 from bench.evaluate.gsm8k import grade
 from bench.evaluate.sandbox import (
     STATUSES,
@@ -33,6 +36,7 @@ TIMEOUT = 1.5
 MAX_OUT = 4096
 MEMORY_MB = 256  # small, so the memory bombs fail fast
 SECRET = "SFLM_HOSTILE_SECRET"
+README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def _load() -> dict[str, tuple[str, set[str], list[str]]]:
@@ -58,7 +62,24 @@ def _supported(need: str, feats: set[str]) -> bool:
         "separate_uid_or_pidns": bool({"uid", "pidns"} & feats),
         "uid": "uid" in feats,
         "netns": "netns" in feats,
+        "fsview": "bwrap" in feats,
     }[need]
+
+
+@pytest.fixture(scope="module")
+def outside_file():
+    """A file any user may read, in a directory any user may enter, outside every run dir."""
+    d = tempfile.mkdtemp(prefix="sflm-outside-")
+    os.chmod(d, 0o755)
+    path = Path(d) / "dataset.txt"
+    path.write_text("world-readable data")
+    path.chmod(0o644)
+    yield path
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _with_paths(text: str, outside: Path) -> str:
+    return text.replace("__OUTSIDE_FILE__", str(outside)).replace("__README__", str(README))
 
 
 def _procs_left(sb: Sandbox) -> list[str]:
@@ -80,7 +101,7 @@ def _procs_left(sb: Sandbox) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def batch(tmp_path_factory):
+def batch(tmp_path_factory, outside_file):
     victim_dir = tmp_path_factory.mktemp("victim")
     (victim_dir / "victim.txt").write_text("precious")
     sbx_parent = tmp_path_factory.mktemp("sbx")
@@ -108,7 +129,8 @@ def batch(tmp_path_factory):
             skipped[name] = missing
             continue
         names.append(name)
-        texts.append(text.replace("__PORT__", str(port)).replace("__VICTIM_DIR__", str(victim_dir)))
+        text = text.replace("__PORT__", str(port)).replace("__VICTIM_DIR__", str(victim_dir))
+        texts.append(_with_paths(text, outside_file))
     try:
         os.chdir(victim_dir)  # the harness's cwd holds victim.txt: relative paths must miss it
         t0 = time.monotonic()
@@ -207,6 +229,39 @@ def test_runtime_errors_and_crashes_are_named(batch):
     assert batch.res["sys_exit"].detail == "SystemExit"
     assert batch.res["big_file"].detail in ("OSError", "FileTooLarge")
     assert batch.res["os_exit_nonzero"].detail.startswith("exit 3")
+
+
+def test_files_outside_the_run_dir_are_invisible(tmp_path, outside_file, monkeypatch):
+    """Under bubblewrap's view a program can neither see nor read a world-readable file
+    outside its run directory (the test's, the repository's README, /etc/passwd); without the
+    view (today's uid + namespaces levels) the same program reads them all."""
+    program = _with_paths(PROGRAMS["read_outside"][0], outside_file)
+    required = os.environ.get("SFLM_REQUIRE_BWRAP") == "1"  # set by .ci/run
+    if sandbox_mod._find_bwrap() is None:
+        msg = "bubblewrap (bwrap) not installed: `apt-get install bubblewrap` (scripts/setup.sh)"
+        pytest.fail(f"SFLM_REQUIRE_BWRAP=1 but {msg}") if required else pytest.skip(msg)
+    with Sandbox(SandboxConfig(timeout_s=5, workers=1, base_dir=str(tmp_path))) as sb:
+        if not sb.level.fsview:
+            msg = f"bwrap installed but its levels failed here: {sb.rejected}"
+            pytest.fail(msg) if required else pytest.skip(msg)
+        assert sb.isolation.startswith("bwrap+rlimits+") and "pidns" in sb.isolation
+        res = sb.run(program)
+        assert (res.status, res.value) == ("done", 42), res
+        assert sb.run(_CAT_TMP).value == 0  # the private /tmp holds only the program itself
+    # the same program without the view reads at least the test's file and /etc/passwd (the
+    # README too where the checkout is readable by the programs' uid)
+    monkeypatch.setattr(sandbox_mod, "_find_bwrap", lambda: None)
+    with Sandbox(SandboxConfig(timeout_s=5, workers=1, base_dir=str(tmp_path))) as sb:
+        assert not sb.level.fsview
+        res = sb.run(program)
+        assert res.status == "done" and res.value >= 42 + 4, (sb.isolation, res)
+
+
+_CAT_TMP = (
+    "import os\n"
+    "def simple_math_problem():\n"
+    "    return len(set(os.listdir('/tmp')) - {'program.py'})\n"
+)
 
 
 def test_rlimits_level_without_namespaces(tmp_path):

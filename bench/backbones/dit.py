@@ -137,19 +137,29 @@ class Block(nn.Module):
             nn.init.zeros_(self.adaLN.weight)
             nn.init.zeros_(self.adaLN.bias)
 
-    def attention(self, h: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    def attention(self, h: Tensor, cos: Tensor, sin: Tensor, cache: dict | None = None) -> Tensor:
         B, L, d = h.shape
         q, k, v = self.qkv(h).view(B, L, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        causal = self.causal
+        if cache is not None:  # KV cache (causal decoding): keys / values of earlier positions
+            if "k" in cache:
+                if L != 1:
+                    raise ValueError("KV cache: after the prefill, decode one position per call")
+                k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)
+                causal = False  # one query at the last position sees every cached key
+            cache["k"], cache["v"] = k, v
         # no dropout on the attention weights: the reference kernels run with dropout 0
         # (s-flm/duo `models/dit.py` flash_attn(..., 0.0) / SDPA default); dropout is residual only
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
         return self.attn_out(o.transpose(1, 2).reshape(B, L, d))
 
-    def forward(self, x: Tensor, c: Tensor | None, cos: Tensor, sin: Tensor) -> Tensor:
+    def forward(self, x: Tensor, c: Tensor | None, cos: Tensor, sin: Tensor, cache: dict | None = None) -> Tensor:
         drop = lambda y: F.dropout(y, self.dropout, self.training)  # noqa: E731
         if self.adaLN is None:
-            x = x + drop(self.attention(self.norm1(x), cos, sin))
+            a = self.attention(self.norm1(x), cos, sin) if cache is None else \
+                self.attention(self.norm1(x), cos, sin, cache=cache)
+            x = x + drop(a)
             return x + drop(self.mlp(self.norm2(x)))
         sh1, sc1, g1, sh2, sc2, g2 = self.adaLN(c).chunk(6, dim=-1)
         x = x + g1[:, None] * drop(self.attention(modulate(self.norm1(x), sh1, sc1), cos, sin))
@@ -197,19 +207,25 @@ class DiT(nn.Module):
             nn.init.zeros_(self.head.weight)
             nn.init.zeros_(self.head.bias)
 
-    def forward(self, x: Tensor, sigma: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, sigma: Tensor | None = None, cache: list[dict] | None = None) -> Tensor:
         h = self.embed(x) if x.dtype in (torch.long, torch.int32, torch.int64) else x
         if self.in_proj is not None and h.dtype.is_floating_point and x.dtype.is_floating_point:
             h = self.in_proj(h)
         B, L, _ = h.shape
-        cos, sin = rotary_cos_sin(L, self.d_model // self.size.n_heads, h.device)
+        # ``cache`` (causal only): one dict per block, filled by a prefill call, then one position
+        # per call; rotary positions continue after the cached ones
+        start = cache[0]["k"].shape[2] if cache is not None and cache[0] else 0
+        cos, sin = rotary_cos_sin(start + L, self.d_model // self.size.n_heads, h.device)
+        cos, sin = cos[start:], sin[start:]
         c = None
         if self.time is not None:
             if sigma is None:
                 sigma = torch.zeros(B, device=h.device)
             c = F.silu(self.time(sigma.reshape(B)))
-        for blk in self.blocks:
-            h = blk(h, c, cos, sin)
+        if cache is not None and not self.causal:
+            raise ValueError("KV cache: only the causal DiT (AR) can reuse keys and values")
+        for i, blk in enumerate(self.blocks):
+            h = blk(h, c, cos, sin) if cache is None else blk(h, c, cos, sin, cache=cache[i])
         h = self.norm_f(h)
         if self.adaLN_f is not None:
             shift, scale = self.adaLN_f(c).chunk(2, dim=-1)

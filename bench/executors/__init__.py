@@ -1,7 +1,7 @@
 """Executors: where the jobs of a planned sweep (:mod:`bench.plan`) run.
 
-- :mod:`bench.executors.local`: submitit's LocalExecutor (processes on this machine) or
-  DebugExecutor (in-process); one job per model.
+- :mod:`bench.executors.local`: detached processes on this machine (each in its own session,
+  :mod:`bench.executors.local_job`) or submitit's DebugExecutor (in-process); one job per model.
 - :mod:`bench.executors.slurm`: SLURM, one train job per model and a dependent sampling array;
   :mod:`bench.executors.slurm_cluster` asks the cluster (settings, job sizes, squeue / sacct,
   logs) and :mod:`bench.executors.state` remembers what was submitted (state file, driver lock).

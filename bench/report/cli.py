@@ -11,6 +11,7 @@ from pathlib import Path
 
 from bench import atomic
 from bench.report.common import rows
+from bench.report.paper_cli import paper_arguments, paper_main
 from bench.report.figures import figures
 from bench.report.renderers import sections, task_renderers
 from bench.report.tables import task_markdown
@@ -27,7 +28,10 @@ def main(argv: list[str] | None = None) -> int:
     for sec in extra:
         if sec.add_arguments is not None:
             sec.add_arguments(ap)
+    paper_arguments(ap)
     args = ap.parse_args(argv)
+    if args.paper or args.figure or args.list:
+        return paper_main(args)
     store = Path(args.results_dir) / "store"
     if not store.is_dir():
         print(
