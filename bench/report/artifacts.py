@@ -205,7 +205,8 @@ def render_curves(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> list[P
             for _, r in c.iterrows():
                 data.append({"panel": p.title, "series": label, "kind": "ours", "variant": v,
                              **r.to_dict()})
-        for _, m in mk[mk["panel"].isin([p.title, "main"])].iterrows():
+        here = mk["panel"].map(lambda x: x in ("main", p.title) or p.title.startswith(f"{x}:"))
+        for _, m in mk[here.astype(bool)].iterrows():
             ax.axhline(100 * float(m["value"]), ls="--", lw=0.9, color="0.4")
             ax.annotate(f"paper: {m['series']} {100 * float(m['value']):.0f}%",
                         (0.02, 100 * float(m["value"])), xycoords=("axes fraction", "data"),
