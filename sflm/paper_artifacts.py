@@ -39,10 +39,18 @@ def alpha_crit_table(n_trials: int = 100_000) -> pd.DataFrame:
         for d in PAPER_GRID["dim"]:
             for delta in PAPER_GRID["delta"]:
                 a = alpha_star(v, d, delta)
-                p = paper[(paper["vocab_size"] == v) & (paper["dim"] == d)
-                          & np.isclose(paper["delta"], delta)]["alpha"]
-                row = {"vocab": v, "d": d, "delta": delta, "alpha* (ours)": round(a, 4),
-                       "alpha* (paper)": float(p.iloc[0]) if len(p) else float("nan")}
+                p = paper[
+                    (paper["vocab_size"] == v)
+                    & (paper["dim"] == d)
+                    & np.isclose(paper["delta"], delta)
+                ]["alpha"]
+                row = {
+                    "vocab": v,
+                    "d": d,
+                    "delta": delta,
+                    "alpha* (ours)": round(a, 4),
+                    "alpha* (paper)": float(p.iloc[0]) if len(p) else float("nan"),
+                }
                 if n_trials:
                     c = check_alpha_star(v, d, delta, n_trials=n_trials)
                     row["P[target nearest]"] = round(c.p_nearest, 4)
@@ -58,16 +66,22 @@ def render_alpha_crit(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> li
     t = alpha_crit_table(n)
     agree = (t["alpha* (ours)"] - t["alpha* (paper)"]).abs() <= 0.0005 + 1e-9
     text = [
-        f"# {a.label}: {a.title}", "",
+        f"# {a.label}: {a.title}",
+        "",
         "alpha*(delta) = (2/pi) arcsin(sqrt(2 log(2(|V|-1)/delta) / d)) (paper eq. alpha-crit), "
         "computed here, beside the 30 values the paper prints (table tab:alpha-crit-grid). "
         f"{int(agree.sum())} / {len(t)} agree to the paper's 3 decimals."
-        + (f" `P[target nearest]`: Monte-Carlo probability that the target is the nearest "
-           f"neighbour of SLERP(z_0, e_k, alpha*) under the random codebook model ({n:,} "
-           "trials a row, `sflm.alpha_star.check_alpha_star`, exact Beta-law reduction), "
-           "+- stderr; `no` marks rows where the approximation undershoots 1 - delta."
-           if n else ""),
-        "", md_table(t), "",
+        + (
+            f" `P[target nearest]`: Monte-Carlo probability that the target is the nearest "
+            f"neighbour of SLERP(z_0, e_k, alpha*) under the random codebook model ({n:,} "
+            "trials a row, `sflm.alpha_star.check_alpha_star`, exact Beta-law reduction), "
+            "+- stderr; `no` marks rows where the approximation undershoots 1 - delta."
+            if n
+            else ""
+        ),
+        "",
+        md_table(t),
+        "",
     ]
     stem = out / a.label
     atomic.write_with(stem.with_suffix(".csv"), lambda p: t.to_csv(p, index=False))
@@ -89,18 +103,34 @@ def adaptive_runs(results_dir: Path) -> list[dict]:
         if meta.get("method") != "sflm" or not opts.get("adaptive") or not w.is_file():
             continue
         state = torch.load(w, map_location="cpu", weights_only=False).get("method_state", {})
-        ex = next((v for k, v in state.items() if k.endswith("_extra_state")
-                   and isinstance(v, dict) and v.get("alpha_vals") is not None), None)
+        ex = next(
+            (
+                v
+                for k, v in state.items()
+                if k.endswith("_extra_state")
+                and isinstance(v, dict)
+                and v.get("alpha_vals") is not None
+            ),
+            None,
+        )
         if ex is None:
             continue
         vals = torch.as_tensor(ex["alpha_vals"]).double().numpy()
         grid = np.linspace(0.0, 1.0, len(vals))
         # the refit maps t~ over [0, 1], so its values span the base: base(0) = its clean cap
-        base = make_base_schedule(opts.get("schedule", "linear"), float(opts.get("eps", 1e-3)),
-                                  None, float(vals.max()))
-        found.append({"run": cell.parent.name, "variant": meta.get("variant", ""),
-                      "t": grid, "adaptive": vals, "refits": int(ex.get("refit_count", 0)),
-                      "base": base.alpha(torch.as_tensor(grid)).numpy()})
+        base = make_base_schedule(
+            opts.get("schedule", "linear"), float(opts.get("eps", 1e-3)), None, float(vals.max())
+        )
+        found.append(
+            {
+                "run": cell.parent.name,
+                "variant": meta.get("variant", ""),
+                "t": grid,
+                "adaptive": vals,
+                "refits": int(ex.get("refit_count", 0)),
+                "base": base.alpha(torch.as_tensor(grid)).numpy(),
+            }
+        )
     return found
 
 
@@ -125,14 +155,20 @@ def render_schedules(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> lis
         curves = [(f"{name}", make_base_schedule(name, 1e-3, None, 1.0))]
         for task, v, d in TRUNCATIONS:
             cap = alpha_star(v, d, 0.1)
-            curves.append((f"{name}, trunc alpha*(0.1) = {cap:.3f} ({task})",
-                           make_base_schedule(name, 1e-3, None, cap)))
+            curves.append(
+                (
+                    f"{name}, trunc alpha*(0.1) = {cap:.3f} ({task})",
+                    make_base_schedule(name, 1e-3, None, cap),
+                )
+            )
         for i, (label, s) in enumerate(curves):
             y = s.alpha(tt).numpy()
             # plotted in the paper's convention (tab:noise-schedules): s = 1 - t, alpha_0 = 0
             ax.plot(1 - t, y, ls="-" if name == "linear" else "--", color=f"C{i}", label=label)
-            data += [{"panel": "analytic", "series": label, "s": 1 - x, "alpha": yy}
-                     for x, yy in zip(t[::20], y[::20])]
+            data += [
+                {"panel": "analytic", "series": label, "s": 1 - x, "alpha": yy}
+                for x, yy in zip(t[::20], y[::20])
+            ]
     ax.set_xlabel("s (paper time: 0 noise, 1 data)")
     ax.set_ylabel("alpha (clean weight)")
     ax.set_title("linear / cos^2, truncated at alpha*(0.1)", fontsize=9)
@@ -145,31 +181,64 @@ def render_schedules(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> lis
             ax.plot(1 - r["t"], r["base"], color=f"C{i}", ls=":", label=f"base: {r['variant']}")
             idx = np.linspace(0, len(r["t"]) - 1, 11).astype(int)
             for kind in ("adaptive", "base"):
-                data += [{"panel": "adaptive", "series": f"{kind}: {r['run']}",
-                          "s": 1 - r["t"][j], "alpha": r[kind][j]} for j in idx]
+                data += [
+                    {
+                        "panel": "adaptive",
+                        "series": f"{kind}: {r['run']}",
+                        "s": 1 - r["t"][j],
+                        "alpha": r[kind][j],
+                    }
+                    for j in idx
+                ]
         ax.set_xlabel("s (paper time)")
         ax.set_title("adaptive schedule learned by trained S-FLM runs", fontsize=9)
         ax.legend(fontsize=6)
     fig.tight_layout()
     stem = out / a.label
-    table = pd.DataFrame([{"schedule": "Linear", "alpha_s (paper time)": "s"},
-                          {"schedule": "Cosine^2", "alpha_s (paper time)": "sin^2(pi s / 2)"}])
-    text = [f"# {a.label}: {a.title}", "", md_table(table), "",
-            "Truncated at alpha*: the clean weight is rescaled onto [eps, alpha*] "
-            "(`sflm.schedule.TruncatedSchedule`); code time t = 1 - s. Figure: "
-            f"`{a.label}.pdf`" + ("; adaptive runs: " + ", ".join(r["run"] for r in runs)
-                                  if runs else "; no trained adaptive S-FLM run in the store."),
-            ""]
-    atomic.write_with(stem.with_suffix(".csv"), lambda p: pd.DataFrame(data).to_csv(p,
-                                                                                    index=False))
-    return [atomic.write_text(stem.with_suffix(".md"), "\n".join(text)),
-            stem.with_suffix(".csv"), *save_figure(fig, stem)]
+    table = pd.DataFrame(
+        [
+            {"schedule": "Linear", "alpha_s (paper time)": "s"},
+            {"schedule": "Cosine^2", "alpha_s (paper time)": "sin^2(pi s / 2)"},
+        ]
+    )
+    text = [
+        f"# {a.label}: {a.title}",
+        "",
+        md_table(table),
+        "",
+        "Truncated at alpha*: the clean weight is rescaled onto [eps, alpha*] "
+        "(`sflm.schedule.TruncatedSchedule`); code time t = 1 - s. Figure: "
+        f"`{a.label}.pdf`"
+        + (
+            "; adaptive runs: " + ", ".join(r["run"] for r in runs)
+            if runs
+            else "; no trained adaptive S-FLM run in the store."
+        ),
+        "",
+    ]
+    atomic.write_with(stem.with_suffix(".csv"), lambda p: pd.DataFrame(data).to_csv(p, index=False))
+    return [
+        atomic.write_text(stem.with_suffix(".md"), "\n".join(text)),
+        stem.with_suffix(".csv"),
+        *save_figure(fig, stem),
+    ]
 
 
 ARTIFACTS = [
-    Artifact("tab-alpha-crit-grid", "table", "alpha*(delta) for |V|, d, delta", "none",
-             render_alpha_crit, no_store),
-    Artifact("tab-noise-schedules", "table", "Analytical noise schedules (+ learned adaptive)",
-             "none (adaptive panel: any sweep with an adaptive S-FLM)", render_schedules,
-             no_store),
+    Artifact(
+        "tab-alpha-crit-grid",
+        "table",
+        "alpha*(delta) for |V|, d, delta",
+        "none",
+        render_alpha_crit,
+        no_store,
+    ),
+    Artifact(
+        "tab-noise-schedules",
+        "table",
+        "Analytical noise schedules (+ learned adaptive)",
+        "none (adaptive panel: any sweep with an adaptive S-FLM)",
+        render_schedules,
+        no_store,
+    ),
 ]

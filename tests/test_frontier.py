@@ -70,6 +70,8 @@ def test_report_writes_the_frontier_files(tmp_path):
                  "owt_gen_ppl_vs_entropy_all_nfe"):
         assert (out / f"{stem}.png").is_file() and (out / f"{stem}.pdf").is_file()
     md = (out / "owt_frontier.md").read_text()
+    # Gen. PPL is no fraction: no generic percent tables, owt.md points to the frontier
+    assert "(%)" not in (out / "owt.md").read_text() and "owt_frontier.md" in (out / "owt.md").read_text()
     assert "stand-in corpus, not OpenWebText" in md
     assert "H = 5.400, Gen. PPL = 25.0" in md
     table = [ln for ln in md.splitlines() if ln.startswith("| mdlm ancestral | 32 |")]

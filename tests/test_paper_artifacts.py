@@ -18,11 +18,24 @@ NFES = (8, 32)
 
 def _rows(task_cls, method_cls, variant, decoding, subset, nfe, temp, metrics, seed=0):
     return [
-        {"task": task_cls.name, "method": method_cls.name, "variant": variant,
-         "decoding": decoding, "kind": "sample", "subset": subset, "metric": m, "value": v,
-         "ci_low": v - 0.01, "ci_high": v + 0.01, "n": 128, "nfe": nfe, "temperature": temp,
-         "train_steps": 100, "seed": seed,
-         **sample_columns(task_cls, method_cls, decoding, subset, m)}
+        {
+            "task": task_cls.name,
+            "method": method_cls.name,
+            "variant": variant,
+            "decoding": decoding,
+            "kind": "sample",
+            "subset": subset,
+            "metric": m,
+            "value": v,
+            "ci_low": v - 0.01,
+            "ci_high": v + 0.01,
+            "n": 128,
+            "nfe": nfe,
+            "temperature": temp,
+            "train_steps": 100,
+            "seed": seed,
+            **sample_columns(task_cls, method_cls, decoding, subset, m),
+        }
         for m, v in metrics.items()
     ]
 
@@ -46,38 +59,76 @@ def _store(root, gsm8k_cls=None):
         n[0] += 1
         s.write_cell(f"c{n[0]}", rows)
 
-    sflm_gsm = [("sarch", d) for d in ("exact", "stochastic", *(f"top{k}" for k in
-                                                                 artifacts.TOPK_GRID))]
-    sflm_gsm += [("trunc-adaptive", "exact"), ("base", "exact"), ("trunc", "exact"),
-                 ("trunc-norenorm", "exact"), ("trunc0.8", "exact"), ("trunc-d0.01", "exact"),
-                 ("trunc0.9", "exact")]
+    sflm_gsm = [
+        ("sarch", d) for d in ("exact", "stochastic", *(f"top{k}" for k in artifacts.TOPK_GRID))
+    ]
+    sflm_gsm += [
+        ("trunc-adaptive", "exact"),
+        ("base", "exact"),
+        ("trunc", "exact"),
+        ("trunc-norenorm", "exact"),
+        ("trunc0.8", "exact"),
+        ("trunc-d0.01", "exact"),
+        ("trunc0.9", "exact"),
+    ]
     for variant, dec in sflm_gsm:
         temps = (1.0,) if dec == "top1" else (1.0, 0.1)
         for nfe in NFES:
             for t in temps:
                 put(_rows(task, SFLM, variant, dec, "test", nfe, t, {"accuracy": 0.1}))
-    for cls, dec in ((MDLM, "ancestral"), (Duo, Duo.decodings[0]), (CANDI, CANDI.decodings[0]),
-                     (FLM, FLM.decodings[0])):
+    for cls, dec in (
+        (MDLM, "ancestral"),
+        (Duo, Duo.decodings[0]),
+        (CANDI, CANDI.decodings[0]),
+        (FLM, FLM.decodings[0]),
+    ):
         for nfe in NFES:
             for t in (1.0, 0.1):
                 put(_rows(task, cls, "base", dec, "test", nfe, t, {"accuracy": 0.2}))
     for dec in ("sample", "greedy"):
         put(_rows(task, AR, "base", dec, "test", 64, 1.0, {"accuracy": 0.5}))
     # Sudoku: the main table and the renorm ablation
-    sud = [(AR, "base", "sample"), (AR, "base", "greedy"), (MDLM, "base", "ancestral"),
-           (Duo, "base", Duo.decodings[0]), (CANDI, "base", CANDI.decodings[0]),
-           (CANDI, "pure-gaussian", CANDI.decodings[0]), (FLM, "base", FLM.decodings[0])]
-    sud += [(SFLM, v, "exact") for v in ("base", "trunc", "trunc-adaptive", "cos2", "cos2-trunc",
-                                         "renorm", "trunc-renorm", "cos2-renorm",
-                                         "cos2-trunc-renorm")]
+    sud = [
+        (AR, "base", "sample"),
+        (AR, "base", "greedy"),
+        (MDLM, "base", "ancestral"),
+        (Duo, "base", Duo.decodings[0]),
+        (CANDI, "base", CANDI.decodings[0]),
+        (CANDI, "pure-gaussian", CANDI.decodings[0]),
+        (FLM, "base", FLM.decodings[0]),
+    ]
+    sud += [
+        (SFLM, v, "exact")
+        for v in (
+            "base",
+            "trunc",
+            "trunc-adaptive",
+            "cos2",
+            "cos2-trunc",
+            "renorm",
+            "trunc-renorm",
+            "cos2-renorm",
+            "cos2-trunc-renorm",
+        )
+    ]
     for cls, v, dec in sud:
         for sub in ("easy", "medium", "hard"):
             put(_rows(SudokuTask, cls, v, dec, sub, 16, 1.0, {"exact_match": 0.4}))
     # OWT frontier cells at the two NFEs of the main figure
     for nfe in (32, 1024):
         for t in (0.8, 1.0):
-            put(_rows(OWTTask, MDLM, "base", "ancestral", "all", nfe, t,
-                      {"gen_ppl": 100 * t, "gen_ppl_pooled": 90 * t, "entropy": 5.0 + t / 2}))
+            put(
+                _rows(
+                    OWTTask,
+                    MDLM,
+                    "base",
+                    "ancestral",
+                    "all",
+                    nfe,
+                    t,
+                    {"gen_ppl": 100 * t, "gen_ppl_pooled": 90 * t, "entropy": 5.0 + t / 2},
+                )
+            )
     return s
 
 
@@ -87,21 +138,42 @@ def _fake_run(root):
 
     run = root / "runs" / "sflm-trunc-adaptive-abc"
     run.mkdir(parents=True)
-    run.joinpath("cell.json").write_text(json.dumps(
-        {"method": "sflm", "variant": "trunc-adaptive",
-         "options": {"schedule": "linear", "adaptive": True, "eps": 1e-3}}))
+    run.joinpath("cell.json").write_text(
+        json.dumps(
+            {
+                "method": "sflm",
+                "variant": "trunc-adaptive",
+                "options": {"schedule": "linear", "adaptive": True, "eps": 1e-3},
+            }
+        )
+    )
     g = np.linspace(0, 1, 50)
     vals = 0.12 * (1 - g) ** 2 + 1e-3
-    torch.save({"method_state": {"adaptive._extra_state": {"alpha_vals": torch.tensor(vals),
-                                                           "refit_count": 7}}},
-               run / "weights.pt")
+    torch.save(
+        {
+            "method_state": {
+                "adaptive._extra_state": {"alpha_vals": torch.tensor(vals), "refit_count": 7}
+            }
+        },
+        run / "weights.pt",
+    )
 
 
 @pytest.fixture
 def fake_token_lengths(monkeypatch):
     mod = types.ModuleType("bench.data.stats")
-    mod.token_lengths = lambda n=None, **k: {"source": "synthetic (test)", "lengths": {
-        "gpt2": list(range(150, 250)), "smollm": list(range(130, 230))}}
+
+    def run(standin=0, **k):
+        hist = {"edges": [0, 32, 64], "counts": [3, 5], "bin_width": 32}
+        return {
+            "data": f"{standin} generated stand-in problems (test)",
+            "tokenizers": {
+                "gpt2": {"median": 40.0, "n": 8, "histogram": hist},
+                "smollm": {"median": 30.0, "n": 8, "histogram": hist},
+            },
+        }
+
+    mod.run = run
     monkeypatch.setitem(sys.modules, "bench.data.stats", mod)
 
 
@@ -148,7 +220,8 @@ def test_every_label_is_written_with_its_series(tmp_path, fake_token_lengths):
     assert len(ren) == 4 and ren["with hard (paper)"].tolist() == [11.3, 40.1, 28.8, 34.1]
     sched = pd.read_csv(paper / "tab-noise-schedules.csv")
     assert {"adaptive: sflm-trunc-adaptive-abc", "base: sflm-trunc-adaptive-abc"} <= set(
-        sched["series"])
+        sched["series"]
+    )
     tl = pd.read_csv(paper / "fig-tokenlen-smollm-gpt2.csv")
     assert set(tl.loc[tl["kind"] == "paper", "value"]) == {204, 180}
     owt = pd.read_csv(paper / "fig-owt-pareto-main.csv")
@@ -159,15 +232,18 @@ def test_missing_cells_are_drawn_with_a_note_and_listed(tmp_path, capsys):
     from baselines.mdlm import MDLM
     from bench.data.arith import ArithTask
 
-    Store(tmp_path).write_cell("m", _rows(ArithTask, MDLM, "base", "ancestral", "heldout", 8,
-                                          1.0, {"accuracy": 0.3}))
+    Store(tmp_path).write_cell(
+        "m", _rows(ArithTask, MDLM, "base", "ancestral", "heldout", 8, 1.0, {"accuracy": 0.3})
+    )
     out = tmp_path / "rep"
     assert main(["--results-dir", str(tmp_path), "--out", str(out), "--list"]) == 0
     listing = capsys.readouterr().out
     assert "fig-tinygsm-T1p0" in listing and "partial" in listing
     assert "need: right: vs MDLM, Duo: duo/base" in listing
-    assert main(["--results-dir", str(tmp_path), "--out", str(out), "--paper",
-                 "--mc-trials", "0"]) == 0
+    assert (
+        main(["--results-dir", str(tmp_path), "--out", str(out), "--paper", "--mc-trials", "0"])
+        == 0
+    )
     d = pd.read_csv(out / "paper" / "fig-tinygsm-T1p0.csv")
     assert set(d.loc[d["kind"] == "ours", "series"]) == {"MDLM"}
     assert "Duo" in set(d.loc[d["kind"] == "missing", "series"])
@@ -178,8 +254,21 @@ def test_missing_cells_are_drawn_with_a_note_and_listed(tmp_path, capsys):
 
 def test_alpha_crit_grid_needs_no_store_and_matches_the_paper(tmp_path):
     out = tmp_path / "rep"
-    assert main(["--results-dir", str(tmp_path / "nothing"), "--out", str(out),
-                 "--figure", "tab-alpha-crit-grid", "--mc-trials", "500"]) == 0
+    assert (
+        main(
+            [
+                "--results-dir",
+                str(tmp_path / "nothing"),
+                "--out",
+                str(out),
+                "--figure",
+                "tab-alpha-crit-grid",
+                "--mc-trials",
+                "500",
+            ]
+        )
+        == 0
+    )
     t = pd.read_csv(out / "paper" / "tab-alpha-crit-grid.csv")
     assert len(t) == 30
     assert ((t["alpha* (ours)"] - t["alpha* (paper)"]).abs() <= 0.0005 + 1e-9).all()

@@ -257,6 +257,24 @@ def test_files_outside_the_run_dir_are_invisible(tmp_path, outside_file, monkeyp
         assert res.status == "done" and res.value >= 42 + 4, (sb.isolation, res)
 
 
+def test_best_level_without_the_view_leaves_nothing(tmp_path, monkeypatch):
+    """Where bwrap is missing, the next level still ends everything (a program that left the
+    group with setsid is killed by uid: util-linux's --kill-child does not survive setpriv)."""
+    monkeypatch.setattr(sandbox_mod, "_find_bwrap", lambda: None)
+    names = ["benign_math", "setsid_sleep", "orphan_keeps_pipe", "segfault"]
+    with Sandbox(
+        SandboxConfig(timeout_s=1.0, workers=2, memory_mb=MEMORY_MB, base_dir=str(tmp_path))
+    ) as sb:
+        feats = set(sb.isolation.split("+"))
+        if not _supported("separate_uid_or_pidns", feats):
+            pytest.skip(f"isolation {sb.isolation} cannot end a setsid program")
+        res = sb.run_many(PROGRAMS[n][0] for n in names)
+        time.sleep(0.2)
+        assert [grade(r, GOLD)["status"] for r in res] == ["ok", "timeout", "ok", "crash"]
+        assert res[3].detail == "SIGSEGV"
+        assert _procs_left(sb) == []
+
+
 _CAT_TMP = (
     "import os\n"
     "def simple_math_problem():\n"

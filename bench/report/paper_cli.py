@@ -17,16 +17,35 @@ from bench.results import COLUMNS, read
 
 def paper_arguments(ap: argparse.ArgumentParser) -> None:
     g = ap.add_argument_group("paper artifacts (files named by the paper's labels)")
-    g.add_argument("--paper", action="store_true",
-                   help="write every paper table / figure the store has cells for to <out>/paper")
-    g.add_argument("--figure", action="append", metavar="LABEL", default=[],
-                   help="write one paper artifact by label (repeatable; see --list)")
-    g.add_argument("--list", action="store_true",
-                   help="print every label, what it needs and whether the store has it")
-    g.add_argument("--mc-trials", type=int, default=None,
-                   help="tab-alpha-crit-grid: Monte-Carlo trials a row (default 100000; 0: none)")
-    g.add_argument("--tokenlen-n", type=int, default=None,
-                   help="fig-tokenlen-smollm-gpt2: examples tokenised (default 2000)")
+    g.add_argument(
+        "--paper",
+        action="store_true",
+        help="write every paper table / figure the store has cells for to <out>/paper",
+    )
+    g.add_argument(
+        "--figure",
+        action="append",
+        metavar="LABEL",
+        default=[],
+        help="write one paper artifact by label (repeatable; see --list)",
+    )
+    g.add_argument(
+        "--list",
+        action="store_true",
+        help="print every label, what it needs and whether the store has it",
+    )
+    g.add_argument(
+        "--mc-trials",
+        type=int,
+        default=None,
+        help="tab-alpha-crit-grid: Monte-Carlo trials a row (default 100000; 0: none)",
+    )
+    g.add_argument(
+        "--tokenlen-n",
+        type=int,
+        default=None,
+        help="fig-tokenlen-smollm-gpt2: examples tokenised (default 2000)",
+    )
 
 
 def _store(results_dir: str) -> pd.DataFrame:

@@ -34,6 +34,10 @@ class TaskRenderer:
     figures: Callable[[str, pd.DataFrame, Path], list[Path]]  # (task, store, out) -> files
 
 
+#: task kinds whose headline is not a fraction (OWT's Gen. PPL): the generic tables (in %) and
+#: figures are left out and ``<task>.md`` points to what their section writes
+NOT_GENERIC: dict[str, str] = {"frontier": "{task}_frontier.md"}
+
 #: task kind (the rows' ``task_kind``) -> what it adds to the generic tables and figures
 TASK_RENDERERS: dict[str, list[TaskRenderer]] = {
     "generic": [],
