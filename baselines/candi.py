@@ -56,7 +56,7 @@ from bench.config import BackboneConfig, ConfigError
 from bench.method import Batch, LossOutput, Method, gumbel_argmax, token_mean
 from bench.numerics import interp, log_linear_alpha, log_linear_dalpha, sigma_of_alpha
 from bench.options import Options
-from bench.options import option as _f
+from bench.options import option
 
 #: sigma grid of the error-rate table (`algo.py::CANDI.__init__`: torch.linspace(0.2, 4.0, 1000))
 SIGMA_GRID = (0.2, 4.0, 1000)
@@ -83,17 +83,17 @@ def inference_sigmas(n: int, sigma_min: float, sigma_max: float) -> Tensor:
 
 @dataclass
 class CANDIOptions(Options):
-    pure_gaussian: bool = _f(False, help="paper's 'CANDI pure Gaussian': no discrete corruption, plain CE, "
+    pure_gaussian: bool = option(False, help="paper's 'CANDI pure Gaussian': no discrete corruption, plain CE, "
                                          "continuous steps only, argmax at the end")
-    mixed_coeff: float = _f(0.5, ge=0.0, le=1.0, help="weight of the mask embedding in a corrupted input")
-    min_percentile: float = _f(0.01, gt=0.0, lt=1.0, help="error rate r at discrete noise tau = 0")
-    max_percentile: float = _f(0.25, gt=0.0, lt=1.0, help="error rate r at discrete noise tau = 1")
-    use_percentile_scheduling: bool = _f(True, help="sampler sigmas via the percentile map (False: "
+    mixed_coeff: float = option(0.5, ge=0.0, le=1.0, help="weight of the mask embedding in a corrupted input")
+    min_percentile: float = option(0.01, gt=0.0, lt=1.0, help="error rate r at discrete noise tau = 0")
+    max_percentile: float = option(0.25, gt=0.0, lt=1.0, help="error rate r at discrete noise tau = 1")
+    use_percentile_scheduling: bool = option(True, help="sampler sigmas via the percentile map (False: "
                                                     "log-linear sigma_max -> sigma_min)")
-    sigma_min: float = _f(0.01, gt=0.0, help="last sampler sigma when percentile scheduling is off")
-    sigma_max: float = _f(2.0, gt=0.0, help="first sampler sigma when percentile scheduling is off")
-    step_size: float = _f(1.0, gt=0.0, help="scale of the cached sampler's continuous step")
-    eps: float = _f(1e-3, gt=0.0, lt=1.0, help="log-linear schedule floor: alpha_1 = eps")
+    sigma_min: float = option(0.01, gt=0.0, help="last sampler sigma when percentile scheduling is off")
+    sigma_max: float = option(2.0, gt=0.0, help="first sampler sigma when percentile scheduling is off")
+    step_size: float = option(1.0, gt=0.0, help="scale of the cached sampler's continuous step")
+    eps: float = option(1e-3, gt=0.0, lt=1.0, help="log-linear schedule floor: alpha_1 = eps")
 
 
 @dataclass

@@ -53,27 +53,27 @@ from bench.numerics import (
     sigma_of_alpha,
 )
 from bench.options import Options
-from bench.options import option as _f
+from bench.options import option
 
 
 @dataclass
 class DuoOptions(Options):
-    eps: float = _f(1e-3, gt=0.0, lt=1.0, help="log-linear schedule floor: alpha_1 = eps")
-    loss_type: str = _f("elbo", choices=("elbo", "low_var"),
+    eps: float = option(1e-3, gt=0.0, lt=1.0, help="log-linear schedule floor: alpha_1 = eps")
+    loss_type: str = option("elbo", choices=("elbo", "low_var"),
                         help="elbo = closed-form UDLM NELBO; low_var = NELBO without term1 (reference low_var)")
-    time_conditioning: bool = _f(True, help="feed sigma = -log alpha_t to the network (duo_base: True)")
+    time_conditioning: bool = option(True, help="feed sigma = -log alpha_t to the network (duo_base: True)")
     # -- Duo-paper Gaussian curriculum (variant; curriculum_end = 0 is duo_base as the S-FLM paper ran it)
-    curriculum_end: int = _f(0, ge=0, help="train step at which the Gaussian curriculum ends and the plain "
+    curriculum_end: int = option(0, ge=0, help="train step at which the Gaussian curriculum ends and the plain "
                              "NELBO takes over (0 = no curriculum = duo_base; Duo config: 200000)")
-    curriculum_start: int = _f(0, ge=0, help="step at which tau starts its log-linear decay (Duo config: 100000)")
-    gamma_min: float | None = _f(None, help="curriculum: Gaussian log-noise-ratio gamma at t = 0 (Duo OWT: "
+    curriculum_start: int = option(0, ge=0, help="step at which tau starts its log-linear decay (Duo config: 100000)")
+    gamma_min: float | None = option(None, help="curriculum: Gaussian log-noise-ratio gamma at t = 0 (Duo OWT: "
                                  "-3.5); None = solve T(gamma_min) = curriculum_alpha_max for this vocabulary")
-    gamma_max: float | None = _f(None, help="curriculum: gamma at t = 1 (Duo OWT: -1.75); None = solve "
+    gamma_max: float | None = option(None, help="curriculum: gamma at t = 1 (Duo OWT: -1.75); None = solve "
                                  "T(gamma_max) = curriculum_alpha_min")
-    curriculum_alpha_max: float = _f(0.928, gt=0.0, lt=1.0, help="alpha at gamma_min when derived (= T(-3.5) for GPT-2)")
-    curriculum_alpha_min: float = _f(0.038, gt=0.0, lt=1.0, help="alpha at gamma_max when derived (= T(-1.75) for GPT-2)")
-    tau_start: float = _f(1e-1, gt=0.0, help="curriculum: softmax temperature until curriculum_start (Duo: 10^-1)")
-    tau_end: float = _f(1e-2, gt=0.0, help="curriculum: softmax temperature reached at curriculum_end (Duo: 10^-2)")
+    curriculum_alpha_max: float = option(0.928, gt=0.0, lt=1.0, help="alpha at gamma_min when derived (= T(-3.5) for GPT-2)")
+    curriculum_alpha_min: float = option(0.038, gt=0.0, lt=1.0, help="alpha at gamma_max when derived (= T(-1.75) for GPT-2)")
+    tau_start: float = option(1e-1, gt=0.0, help="curriculum: softmax temperature until curriculum_start (Duo: 10^-1)")
+    tau_end: float = option(1e-2, gt=0.0, help="curriculum: softmax temperature reached at curriculum_end (Duo: 10^-2)")
 
     def validate(self):
         if (self.gamma_min is None) != (self.gamma_max is None):

@@ -44,17 +44,17 @@ from bench.config import BackboneConfig, ConfigError
 from bench.method import Batch, LossOutput, Method, token_mean
 from bench.numerics import gaussian_argmax_probability, interp
 from bench.options import Options
-from bench.options import option as _f
+from bench.options import option
 
 
 @dataclass
 class FLMOptions(Options):
-    output_cap: float = _f(0.0, ge=0.0, help="output-logit soft-cap c: logits <- c tanh(logits / c) "
+    output_cap: float = option(0.0, ge=0.0, help="output-logit soft-cap c: logits <- c tanh(logits / c) "
                            "(0 = off; S-FLM 'flm_caps' uses 30)")
-    attn_softcap: float = _f(0.0, ge=0.0, help="attention-logit soft-cap (0 = off; upstream FLM uses 50)")
-    lut_points: int = _f(10_000, gt=1, help="gamma grid points of the alpha <-> gamma table (reference: 1e4)")
-    gh_nodes: int = _f(100, gt=1, help="Gauss-Hermite nodes for P_gamma (reference: 100)")
-    velocity_eps: float = _f(1e-5, ge=0.0, help="the + eps in the velocity denominator 1 - gamma + eps (reference 1e-5)")
+    attn_softcap: float = option(0.0, ge=0.0, help="attention-logit soft-cap (0 = off; upstream FLM uses 50)")
+    lut_points: int = option(10_000, gt=1, help="gamma grid points of the alpha <-> gamma table (reference: 1e4)")
+    gh_nodes: int = option(100, gt=1, help="Gauss-Hermite nodes for P_gamma (reference: 100)")
+    velocity_eps: float = option(1e-5, ge=0.0, help="the + eps in the velocity denominator 1 - gamma + eps (reference 1e-5)")
 
 
 # --------------------------------------------------------------------------- alpha <-> gamma

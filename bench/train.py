@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -315,6 +316,14 @@ class _Timer(Callback):
             loss = outputs["loss"] if isinstance(outputs, dict) else outputs
             self.last_loss = loss.detach()  # float() here would sync the host every step
 
+    # The last loss travels with the checkpoint: a run resumed at its final step (killed after
+    # training, before its store row was written) reports the same final loss as the original.
+    def state_dict(self):
+        return {"last_loss": float(self.last_loss)}
+
+    def load_state_dict(self, state_dict):
+        self.last_loss = float(state_dict.get("last_loss", float("nan")))
+
 
 def precision_for(cfg: TrainConfig) -> str:
     if cfg.precision != "auto":
@@ -361,10 +370,11 @@ def fit(method: Method, backbone: torch.nn.Module, data: TaskData, cfg: TrainCon
     # The loader iterator is created (and its first batch prefetched) before any training
     # hook runs, so the stream must know its rank and resume step now.
     stream.rank, stream.world = trainer.global_rank, trainer.world_size
-    if last.exists():
-        stream.start_step = int(torch.load(last, map_location="cpu", weights_only=False, mmap=True)["global_step"])
+    resume = _resume_from(run_dir / "ckpt")
+    if resume is not None:
+        stream.start_step = resume[1]
     try:
-        trainer.fit(module, train_dataloaders=loader, ckpt_path=str(last) if last.exists() else None,
+        trainer.fit(module, train_dataloaders=loader, ckpt_path=str(resume[0]) if resume else None,
                     weights_only=False)  # our own checkpoint (RNG states are numpy objects)
         module.check_finite(weights=True)  # before weights.pt (the periodic check may not have run)
     except TrainingDiverged as e:
@@ -390,6 +400,28 @@ def fit(method: Method, backbone: torch.nn.Module, data: TaskData, cfg: TrainCon
     trainer.save_checkpoint(last)  # the final step is resumable too (collective under DDP: every rank calls it)
     return TrainResult(trainer.global_step, seconds, done / seconds if seconds > 0 else float("nan"),
                        float(timer.last_loss), weights, trainer.is_global_zero)
+
+
+def _resume_from(ckpt_dir: Path) -> tuple[Path, int] | None:
+    """The newest readable checkpoint (``last.ckpt``, else the newest ``step*.ckpt``) and its
+    step. An unreadable one (truncated: a torn copy, a full disk without atomic rename) is
+    renamed ``*.corrupt`` with a one-line warning, and the next one is tried; None: start anew."""
+    steps = sorted(ckpt_dir.glob("step*.ckpt"), key=lambda f: f.stat().st_mtime, reverse=True)
+    for path in [ckpt_dir / "last.ckpt", *steps]:
+        if not path.is_file():
+            continue
+        try:
+            step = int(torch.load(path, map_location="cpu", weights_only=False, mmap=True)["global_step"])
+        except Exception as e:  # noqa: BLE001 - any unreadable checkpoint is skipped the same way
+            try:
+                path.rename(path.with_name(path.name + ".corrupt"))
+            except OSError:  # DDP: another rank moved it first
+                pass
+            print(f"sflm: warning: {path}: unreadable checkpoint ({type(e).__name__}), moved to "
+                  f"{path.name}.corrupt; trying an earlier one", file=sys.stderr, flush=True)
+            continue
+        return path, step
+    return None
 
 
 def load_weights(method: Method, backbone: torch.nn.Module, path: str | Path) -> dict:
