@@ -46,10 +46,10 @@ def alpha_star_markdown(model_alpha: bool = False, n_trials: int = 100_000) -> s
             "vectors in d dimensions, the target embedding is the nearest neighbour of "
             "SLERP(z_0, e_x, alpha) with probability >= 1 - delta. `P[target nearest]` is a "
             f"Monte-Carlo estimate at alpha*(delta) ({n_trials:,} trials per row, the exact "
-            "Beta-law reduction of the codebook; `sflm.schedule.check_alpha_star`), +- one "
+            "Beta-law reduction of the codebook; `sflm.alpha_star.check_alpha_star`), +- one "
             "standard error. `no` marks rows where the paper's approximation (pi/2 starting "
             "angle, union bound) undershoots; `python -m bench.report --alpha-model` adds the "
-            "alpha that solves the condition exactly (`sflm.schedule.alpha_star_model`).",
+            "alpha that solves the condition exactly (`sflm.alpha_star.alpha_star_model`).",
             "",
             md_table(t),
             "",

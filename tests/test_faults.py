@@ -390,3 +390,64 @@ def test_disk_full_while_checkpointing_and_writing_the_report(tmp_path, small_fs
     r = subprocess.run(rep, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert {f.name for f in out.iterdir() if f.is_file()} == set(before)
+
+
+# --------------------------------------------------------------------------- a SLURM node fails
+
+
+def _slurm_trainings(rd: Path) -> dict[str, tuple[int, int]]:
+    """Train-cell id prefix -> (fits, resumed fits), from the SLURM train jobs' logs."""
+    state = json.loads((rd / "sweeps" / "faults" / "state.json").read_text())
+    out: dict[str, list[int]] = {}
+    for jid, info in state["jobs"].items():
+        if info.get("kind") != "train":
+            continue
+        c = out.setdefault(info["cells"][0][:10], [0, 0])
+        for log in (rd / "logs" / jid).glob("*_log.err"):
+            err = log.read_text(errors="replace")
+            c[0] += err.count("GPU available:")
+            c[1] += err.count("Restoring states from the checkpoint")
+    return {k: (a, b) for k, (a, b) in out.items()}
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_slurm_node_down_mid_training(tmp_path, slurm_cluster):
+    """`scontrol update state=down` on the node running a train job (SLURM kills the job and
+    requeues or fails it), then `state=resume`: a re-run of the driver completes the sweep,
+    training resumed from the last checkpoint, never from scratch, one row per (cell, metric).
+    Values are not compared with the local reference: one CPU thread per SLURM task."""
+    rd = tmp_path / "results"
+    path = _sweep(tmp_path, rd, kind="slurm", extra=", time_min: 10, cpus_per_task: 1, mem_gb: 1")
+    p = _plan(path)
+    mdlm = p.train_cells[0]
+    r = subprocess.run([sys.executable, "-m", "bench.sweep", str(path), "--no-progress", "--no-wait"], cwd=ROOT,
+                       env=ENV, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    state = json.loads((rd / "sweeps" / "faults" / "state.json").read_text())
+    jobs = sorted(state["jobs"])
+    wait_until(lambda: (mdlm.run_dir / "ckpt" / "last.ckpt").exists(), 600, "MDLM's first checkpoint on SLURM")
+    out = run("squeue", "-h", "-j", ",".join(jobs), "-t", "R", "-o", "%N").stdout.split()
+    node = out[0] if out else run("sinfo", "-h", "-N", "-o", "%N").stdout.split()[0]
+    assert run("scontrol", "update", f"nodename={node}", "state=down", "reason=sflm-fault-test").returncode == 0
+    try:
+        wait_until(lambda: not run("squeue", "-h", "-j", ",".join(jobs), "-t", "R", "-o", "%i").stdout.strip(),
+                   120, "the jobs on the downed node to stop")
+    finally:
+        assert run("scontrol", "update", f"nodename={node}", "state=resume").returncode == 0
+    try:
+        _complete(path)
+    finally:
+        state = json.loads((rd / "sweeps" / "faults" / "state.json").read_text())
+        run("scancel", *sorted(state["jobs"]))
+    rows = _rows(rd)
+    keys = [(r["cell_id"], r["metric"]) for r in rows]
+    want = {c.id for c in (*p.train_cells, *p.sample_cells)}
+    tr = _slurm_trainings(rd)
+    counts = {"rows_lost": len(want - {k[0] for k in keys}), "duplicate_rows": len(keys) - len(set(keys)),
+              "duplicate_trainings": sum(max(0, (n - r) - 1) for n, r in tr.values()),
+              "unloadable_checkpoints": len(_unloadable(rd)), "values_differing": 0}
+    _note("SLURM node down mid-job", counts)
+    assert counts == {"rows_lost": 0, "duplicate_rows": 0, "duplicate_trainings": 0, "unloadable_checkpoints": 0,
+                      "values_differing": 0}, (counts, tr)
+    assert tr[mdlm.id[:10]][1] >= 1, tr  # MDLM resumed from its checkpoint

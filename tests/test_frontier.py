@@ -105,3 +105,20 @@ def test_window_option(tmp_path):
                  "--frontier-window", "2.0", "6.0", "1000"]) == 0
     md = (out / "owt_frontier.md").read_text()
     assert f"| mdlm ancestral | 8 | {np.sqrt(30 * 60):.1f}" in md
+
+
+def test_an_empty_window_falls_back_to_every_cell(tmp_path):
+    """Short smoke samples (L = 64: H <= ln 64 = 4.16) never reach the paper's window: the
+    figures then show every cell and the Markdown says so."""
+    from bench.report.cli import main
+
+    s = Store(tmp_path)
+    for i, (T, H, p) in enumerate(((0.8, 3.0, 3000.0), (1.0, 3.4, 9000.0))):
+        s.write_cell(f"m{i}", _rows("mdlm", "ancestral", 8, T, H, p))
+    s.write_cell("data", [dict(r, kind="reference") for r in _rows("data", "data", None, None, 3.2, 25.0)])
+    out = tmp_path / "rep"
+    assert main(["--results-dir", str(tmp_path), "--out", str(out)]) == 0
+    md = (out / "owt_frontier.md").read_text()
+    assert "No model cell lies inside the window (4.5 <= H <= 6" in md
+    assert f"| mdlm ancestral | 8 | {np.sqrt(3000 * 9000):.1f}" in md
+    assert (out / "owt_gen_ppl_vs_entropy_nfe8.png").is_file()

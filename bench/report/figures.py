@@ -16,14 +16,19 @@ from bench.report.common import model_label, rows, subsets
 
 
 def save_figure(fig, stem: Path) -> list[Path]:
-    """Write ``fig`` as ``stem.png`` and ``stem.pdf`` (atomically) and close it."""
+    """Write ``fig`` as ``stem.png`` and ``stem.pdf`` (atomically) and close it. The PDF carries
+    no creation date, so the same rows give byte-identical files."""
     import matplotlib.pyplot as plt
 
     paths = []
     for ext in ("png", "pdf"):
         p = stem.with_name(f"{stem.name}.{ext}")
+        meta = {"CreationDate": None} if ext == "pdf" else {}
         atomic.write_with(
-            p, lambda t, ext=ext: fig.savefig(t, format=ext, dpi=150, bbox_inches="tight")
+            p,
+            lambda t, ext=ext, meta=meta: fig.savefig(
+                t, format=ext, dpi=150, bbox_inches="tight", metadata=meta
+            ),
         )
         paths.append(p)
     plt.close(fig)

@@ -184,7 +184,7 @@ def frontier_markdown(task: str, c: pd.DataFrame, window: Window) -> str:
         "Gen. PPL = per-sample exp(mean NLL) under the reference LM up to the first end-of-text, "
         "averaged over samples (paper appendix); `pooled` = exp(total NLL / total tokens) over "
         "all samples (the reference code's). Entropy = per-sample unigram entropy (nats) over "
-        f"the L generated ids, averaged. Window: {window.h_min} <= H <= {window.h_max}, "
+        f"the L generated ids, averaged. Window: {window.h_min:g} <= H <= {window.h_max:g}, "
         f"Gen. PPL <= {window.ppl_max:g}.",
         "",
     ]
@@ -296,16 +296,33 @@ def _add_arguments(ap: argparse.ArgumentParser) -> None:
                     default=None, help="Gen. PPL / entropy window (default 4.5 6.0 500, the paper's)")
 
 
+def effective_window(c: pd.DataFrame, window: Window) -> tuple[Window, str]:
+    """``window``, or, when no cell of a model lies inside it (e.g. a short-L smoke run, whose
+    entropies are all below 4.5 nats: ln L bounds them), every cell's range, with a note."""
+    m = c[~c["is_data"]]
+    if not len(m) or window.contains(m["H"], m["PPL"]).any():
+        return window, ""
+    h = c["H"].astype(float)
+    wide = Window(float(h.min()) - 0.05, float(h.max()) + 0.05, float("inf"))
+    return wide, (f"No model cell lies inside the window ({window.h_min} <= H <= {window.h_max}, "
+                  f"Gen. PPL <= {window.ppl_max:g}): the figures and scalars below use every cell "
+                  "(pass --frontier-window HMIN HMAX PPLMAX to set one).")
+
+
 def _render(df: pd.DataFrame, out: Path, args) -> list[Path]:
     w = getattr(args, "frontier_window", None)
-    window = Window(*w) if w else Window()
+    asked = Window(*w) if w else Window()
     filled = rows(df, kind=None)
     paths = []
     for task in sorted(filled.loc[filled["task_kind"] == KIND, "task"].dropna().unique()):
         c = frontier_cells(task, df)
         if not len(c):
             continue
-        paths.append(atomic.write_text(out / f"{task}_frontier.md", frontier_markdown(task, c, window)))
+        window, note = effective_window(c, asked)
+        text = frontier_markdown(task, c, window)
+        if note:
+            text = text.replace("\n\n", f"\n\n{note}\n\n", 1)
+        paths.append(atomic.write_text(out / f"{task}_frontier.md", text))
         paths += frontier_figures(task, c, out, window)
     return paths
 
