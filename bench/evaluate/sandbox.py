@@ -115,7 +115,8 @@ class SandboxConfig:
         base_dir: parent of the private run directories ('' = the system temp dir).
         workers: programs run at once by :meth:`Sandbox.run_many` (0 = min(4 x cores, 32)):
             a run is mostly interpreter start-up and namespace set-up latency, so several per
-            core keep the CPUs busy (1,319 programs on 2 busy cores: 32 s with 4, 22 s with 8).
+            core keep the CPUs busy (1,319 programs on 2 busy cores: 32 s with 4, 22 s with 8;
+            24-26 s with 8 under bubblewrap's view, docs/gsm8k-sandbox.md).
         runner: dotted name of a standard-library-only module whose ``run_program(src)`` the
             child calls on each program instead of its plain ``exec`` ('' = none), e.g.
             ``bench.evaluate.gsm8k_reference`` (the paper harness's namespace). Canaries and
