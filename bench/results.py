@@ -46,7 +46,7 @@ COLUMNS = [
     "subset", "kind", "train_cell", "wall_s",
     # what the report reads about the row's task and method (REPORT_COLUMNS)
     "task_kind", "task_title", "stand_in_for", "subset_rank", "metric_rank",
-    "nfe_is_length", "temperature_free", "default_decoding",
+    "nfe_is_length", "temperature_free", "default_decoding", "task_protocol",
 ]
 #: Columns added after the first stores were written: :meth:`Store.read` lists one only when a
 #: row has it, so an older store reads (and exports to results.csv) exactly as before.
@@ -59,7 +59,9 @@ COLUMNS = [
 #:   secondary metric, empty otherwise; sample rows;
 #: - ``nfe_is_length`` (NFE is the generated length, AR), ``temperature_free`` (the decoding
 #:   ignores the temperature; the planner samples it at T = 1 only), ``default_decoding`` (the
-#:   decoding is the method's default, what the paper ran when it names none); sample rows.
+#:   decoding is the method's default, what the paper ran when it names none); sample rows;
+#: - ``task_protocol``: the task options that decide which items and which grader a number comes
+#:   from (Sudoku ``generator=fast|reference``; GSM8K ``grader=...; separator=...``); every row.
 REPORT_COLUMNS = COLUMNS[COLUMNS.index("task_kind"):]
 
 
@@ -290,7 +292,7 @@ def read(results_dir: str | Path) -> pd.DataFrame:
 def task_columns(task) -> dict:
     """The :data:`REPORT_COLUMNS` every row of ``task`` carries (a :class:`bench.data.base.Task`)."""
     return {"task_kind": task.report_kind, "task_title": task.title or task.name,
-            "stand_in_for": task.stand_in_for}
+            "stand_in_for": task.stand_in_for, "task_protocol": task.protocol()}
 
 
 def sample_columns(task, method, decoding: str, subset: str, metric: str) -> dict:
@@ -316,6 +318,9 @@ _LEGACY_PROGRAM_TASKS = ("gsm8k", "arith_standin")
 _LEGACY_TITLE = {"gsm8k": "GSM8K"}
 _LEGACY_STAND_IN = {"arith_standin": "GSM8K"}
 _LEGACY_NFE_IS_LENGTH = ("ar",)
+# before the protocol options existed there was one generator and one grader
+_LEGACY_PROTOCOL = {"sudoku": "generator=fast", "gsm8k": "grader=standard; separator=newline",
+                    "arith_standin": "grader=standard; separator=newline"}
 _LEGACY_TEMPERATURE_FREE = {("ar", "greedy"), ("sflm", "top1")}
 _LEGACY_DEFAULT_DECODING = {"ar": "sample", "mdlm": "ancestral", "candi": "cached",
                             "duo": "ancestral", "flm": "euler", "sflm": "exact"}
@@ -358,6 +363,7 @@ def with_report_columns(df: pd.DataFrame) -> pd.DataFrame:
                               for m, d in zip(methods, decodings)], True),
         "default_decoding": ([_LEGACY_DEFAULT_DECODING.get(m) == d
                               for m, d in zip(methods, decodings)], True),
+        "task_protocol": ([_LEGACY_PROTOCOL.get(t, "") for t in tasks], False),
     }
     for col, (values, sample_only) in per_row.items():
         values = [v if k or not sample_only else None for v, k in zip(values, sample)]

@@ -77,6 +77,7 @@ PAPER_FIRST = {  # level -> first 3 validation (puzzle, solution), row-major dig
 PAPER_VALID_SHA256 = {
     "easy": "7c4c3c25cd801604c8a089ffdc8533f0a5f584a8a5eb717cc266c9c9281d1fd3",
     "medium": "f7a04054811f8ebb128321486e620844c1f08178c216beb09220741e11dafac6",
+    "hard": "964f6dcdd0106df48b53e4aea57aa0b934218375c4d3c04859f4a902baf2dc5e",
 }
 
 

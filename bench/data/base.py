@@ -71,6 +71,11 @@ class Task:
         self.cfg = cfg
         self.opts = build(self.Options, cfg.options, where="task.options")
 
+    def protocol(self) -> str:
+        """The options that decide which items and which grader a number comes from, as one
+        short string every row carries (``task_protocol``); "" when the task has none."""
+        return ""
+
     def groups(self) -> list[str]:
         """Evaluation groups (Sudoku: difficulties). Results rows carry the group name."""
         raise NotImplementedError

@@ -111,6 +111,10 @@ class ProgramTask(Task):
         self.last_rows: list[dict] = []
 
     # -- pieces subclasses use -----------------------------------------------------------
+    def protocol(self) -> str:
+        sep = {"\n": "newline", "\\n": "backslash-n"}.get(self.opts.separator, repr(self.opts.separator))
+        return f"grader={self.opts.grader}; separator={sep}"
+
     def prompt_data(self, questions: list[str], golds: list, ids: list) -> TaskData:
         """``[BOS] question separator`` then PAD to ``seq_len`` (the separator is the task's
         ``separator`` option, as in training); the prompt is clean, the rest is for the

@@ -134,6 +134,9 @@ class SudokuTask(Task):
         self.seq_len = seq_len(self.n)
         self.prompt_len = prompt_len(self.n)
 
+    def protocol(self) -> str:
+        return f"generator={self.opts.generator}"
+
     def groups(self) -> list[str]:
         return list(self.cfg.difficulties)
 
