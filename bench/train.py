@@ -406,6 +406,8 @@ def _resume_from(ckpt_dir: Path) -> tuple[Path, int] | None:
     """The newest readable checkpoint (``last.ckpt``, else the newest ``step*.ckpt``) and its
     step. An unreadable one (truncated: a torn copy, a full disk without atomic rename) is
     renamed ``*.corrupt`` with a one-line warning, and the next one is tried; None: start anew."""
+    for tmp in ckpt_dir.glob(".*.tmp"):  # a killed writer's partial save (bench/atomic.py); the
+        tmp.unlink(missing_ok=True)  # cell lock (bench.locks) says no other process writes here
     steps = sorted(ckpt_dir.glob("step*.ckpt"), key=lambda f: f.stat().st_mtime, reverse=True)
     for path in [ckpt_dir / "last.ckpt", *steps]:
         if not path.is_file():

@@ -263,6 +263,7 @@ def test_training_job_killed_while_writing_a_checkpoint(tmp_path, reference):
     _assert_clean(c)
     tr = _trainings(rd)
     assert tr[mdlm.id[:10]][1] == 1, tr  # resumed, not restarted
+    assert not list(mdlm.run_dir.glob("ckpt/.*.tmp"))  # the killed save's temp file is cleaned up
 
 
 # --------------------------------------------------------------------------- two drivers
