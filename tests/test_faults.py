@@ -62,11 +62,12 @@ def summary(tmp_path_factory):
             print(f"  {fault}: " + ", ".join(f"{k} {v}" for k, v in c.items()))
 
 
-def _note(fault: str, counts: dict) -> None:
-    s = SUMMARY.setdefault(fault, {"trials": 0, "rows_lost": 0, "duplicate_rows": 0,
+def _note(fault: str, counts: dict, injected: int = 1) -> None:
+    s = SUMMARY.setdefault(fault, {"trials": 0, "faults_injected": 0, "rows_lost": 0, "duplicate_rows": 0,
                                    "duplicate_trainings": 0, "unloadable_checkpoints": 0,
                                    "values_differing": 0})
     s["trials"] += 1
+    s["faults_injected"] += injected
     for k in ("rows_lost", "duplicate_rows", "duplicate_trainings", "unloadable_checkpoints",
               "values_differing"):
         s[k] += counts[k]
@@ -138,7 +139,7 @@ def _unloadable(rd: Path) -> list[str]:
 
 
 def _check(fault: str, rd: Path, reference: dict, *, fits: dict[str, int] | None = None,
-           max_resumes: int = 0, since: set[str] = frozenset()) -> dict:
+           max_resumes: int = 0, since: set[str] = frozenset(), injected: int = 1) -> dict:
     """Compare the store at ``rd`` with ``reference``; count the faults' damage, note it in the
     summary, and return the counts (the caller asserts). ``fits``: expected trainings per
     train-cell id prefix in the job folders not in ``since`` (None: exactly one fresh fit per
@@ -158,7 +159,7 @@ def _check(fault: str, rd: Path, reference: dict, *, fits: dict[str, int] | None
               "duplicate_trainings": dup, "unloadable_checkpoints": len(_unloadable(rd)),
               "values_differing": len(differ), "extra_rows": sorted(set(got) - set(reference)),
               "detail": {"lost": lost, "differ": differ, "trainings": tr, "unloadable": _unloadable(rd)}}
-    _note(fault, counts)
+    _note(fault, counts, injected)
     return counts
 
 
@@ -209,7 +210,7 @@ def test_driver_killed_at_random_points(tmp_path, reference):
             d.kill()  # SIGKILL: no handler, no clean-up
             d.wait()
         _complete(path)
-        c = _check("driver SIGKILL", base / "results", reference["values"], max_resumes=0)
+        c = _check("driver SIGKILL", base / "results", reference["values"], max_resumes=0, injected=2)
         _assert_clean(c)
 
 
@@ -253,13 +254,14 @@ def test_training_job_killed_while_writing_a_checkpoint(tmp_path, reference):
     wait_until(lambda: (ar.run_dir / "ckpt" / "last.ckpt").exists(), 600, "AR's first checkpoint")
     time.sleep(random.Random(1515).uniform(0.0, 3.0))
     holder = locks.holder(locks.train_lock_path(ar.run_dir))
-    if holder is not None:
+    if holder is not None:  # else AR's job already finished: one fault fewer
         os.kill(holder["pid"], signal.SIGKILL)
     _, err = d.communicate(timeout=900)
     assert d.returncode == 1 and "mdlm" in err, err  # the killed job is reported as failed
     assert not (mdlm.run_dir / "weights.pt").exists()
     _complete(path)
-    c = _check("training job SIGKILL (mid-checkpoint write)", rd, reference["values"], max_resumes=2)
+    c = _check("training job SIGKILL (mid-checkpoint write)", rd, reference["values"], max_resumes=2,
+               injected=1 + (holder is not None))
     _assert_clean(c)
     tr = _trainings(rd)
     assert tr[mdlm.id[:10]][1] == 1, tr  # resumed, not restarted

@@ -41,7 +41,8 @@ def _rows(method, decoding, nfe, temperature, H, ppl, *, variant="base", t_free=
             "kind": "sample", "subset": "standin-x", "nfe": nfe, "temperature": temperature,
             "train_steps": 10, "seed": 0, "task_kind": "frontier", "task_title": "OpenWebText",
             "stand_in_for": stand_in, "nfe_is_length": False, "temperature_free": t_free,
-            "default_decoding": True, "n": 16}
+            "default_decoding": True, "n": 16,
+            "task_protocol": "corpus=standin-x; L=64; ref=tiny-lm; eot=paper"}
     return [
         {**base, "metric": "gen_ppl", "value": ppl, "ci_low": ppl * 0.9, "ci_high": ppl * 1.1,
          "metric_rank": 0},
@@ -74,6 +75,7 @@ def test_report_writes_the_frontier_files(tmp_path):
     assert "(%)" not in (out / "owt.md").read_text() and "owt_frontier.md" in (out / "owt.md").read_text()
     assert "stand-in corpus, not OpenWebText" in md
     assert "H = 5.400, Gen. PPL = 25.0" in md
+    assert "Protocol: `corpus=standin-x; L=64; ref=tiny-lm; eot=paper`" in md  # names the scorer
     table = [ln for ln in md.splitlines() if ln.startswith("| mdlm ancestral | 32 |")]
     assert table and "| 60.0 [54.0, 66.0] |" in table[0]  # H_data = 5.4 is a cell: exact value
     assert "| duo ancestral | 8 | outside the window |" in md

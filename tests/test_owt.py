@@ -193,6 +193,7 @@ def test_evaluate_and_data_reference(tmp_path, data_dir, offline_tok):
     assert set(m) >= {"gen_ppl", "gen_ppl_pooled", "entropy"}
     assert m["entropy"].value == pytest.approx(-(1 / 32 * np.log(1 / 32) + 31 / 32 * np.log(31 / 32)))
     assert m["gen_ppl"].n == 4 and task.last_rows[0]["ref_model"] == "tiny"
+    assert task.protocol() == "corpus=standin-c; L=32; ref=tiny; eot=paper"  # every row says it
     data = {v.metric: v for v in task.data_reference(3)}
     assert data["entropy"].n == 3 and data["entropy"].value > 2.0
     with pytest.raises(ValueError, match=r"\(N, 32\)"):

@@ -385,6 +385,14 @@ class OWTTask(Task):
                 raise ConfigError(f"task.options.tokenizer_source: {e}") from None
         return self._tok
 
+    def protocol(self) -> str:
+        """Every row names the corpus, the length, the Gen. PPL reference LM (as resolved once
+        loaded; set ``ref_model`` explicitly in a sweep so train and sample rows agree) and the
+        end-of-text masking."""
+        o = self.opts
+        ref = self._genppl.ref.name if self._genppl is not None and self._genppl.ref else o.ref_model
+        return f"corpus={self.label}; L={self.seq_len}; ref={ref}; eot={o.gen_ppl_mode}"
+
     def groups(self) -> list[str]:
         return [self.label]
 

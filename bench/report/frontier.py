@@ -125,6 +125,7 @@ def frontier_cells(task: str, df: pd.DataFrame) -> pd.DataFrame:
             "t_free": bool(flag(g["temperature_free"]).any()),
             "length_bound": bool(flag(g["nfe_is_length"]).any()),
             "is_data": is_data, "stand_in_for": first.get("stand_in_for") or "",
+            "protocol": first.get("task_protocol") or "",
         })
     return pd.DataFrame(out)
 
@@ -188,6 +189,9 @@ def frontier_markdown(task: str, c: pd.DataFrame, window: Window) -> str:
         f"Gen. PPL <= {window.ppl_max:g}.",
         "",
     ]
+    protocols = sorted({p for p in c["protocol"] if isinstance(p, str) and p})
+    if protocols:  # corpus, L, reference LM, end-of-text masking (bench/data/owt.py)
+        out += ["Protocol: " + "; ".join(f"`{p}`" for p in protocols) + ".", ""]
     if data is not None:
         out += [f"Held-out data (same length, same scorer): H = {data[0]:.3f}, "
                 f"Gen. PPL = {data[1]:.1f}.", ""]
