@@ -30,6 +30,15 @@ def main(argv: list[str] | None = None) -> int:
             sec.add_arguments(ap)
     paper_arguments(ap)
     args = ap.parse_args(argv)
+    try:
+        return _report(args, extra)
+    except OSError as e:  # a full disk or a read-only folder: earlier files stay as they were
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"error: {where}{e.strerror or e}", file=sys.stderr)
+        return 1
+
+
+def _report(args, extra) -> int:
     if args.paper or args.figure or args.list:
         return paper_main(args)
     store = Path(args.results_dir) / "store"
