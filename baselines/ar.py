@@ -66,8 +66,18 @@ class AR(Method):
         return prompt_mask.shape[1] - self.generation_start(prompt_mask)
 
     @torch.no_grad()
-    def sample(self, backbone, prompt, prompt_mask, *, nfe=0, temperature=1.0, decoding="default",
-               float64=True, generator=None):
+    def sample(
+        self,
+        backbone,
+        prompt,
+        prompt_mask,
+        *,
+        nfe=0,
+        temperature=1.0,
+        decoding="default",
+        float64=True,
+        generator=None,
+    ):
         decoding = self.resolve_decoding(decoding)
         x = prompt.clone()
         x[~prompt_mask] = 0
@@ -78,7 +88,7 @@ class AR(Method):
             if cache is None:
                 logits = self.call(backbone, x[:, :i])[:, -1].float()
             else:  # prefill once, then only position i - 1 (its keys / values are new)
-                inp = x[:, :i] if i == start else x[:, i - 1:i]
+                inp = x[:, :i] if i == start else x[:, i - 1 : i]
                 logits = self.call(backbone, inp, cache=cache)[:, -1].float()
             if decoding == "greedy":
                 nxt = logits.argmax(-1)

@@ -55,8 +55,7 @@ from bench.backbones.dit import build_dit
 from bench.config import BackboneConfig, ConfigError
 from bench.method import Batch, LossOutput, Method, gumbel_argmax, token_mean
 from bench.numerics import interp, log_linear_alpha, log_linear_dalpha, sigma_of_alpha
-from bench.options import Options
-from bench.options import option
+from bench.options import Options, option
 
 #: sigma grid of the error-rate table (`algo.py::CANDI.__init__`: torch.linspace(0.2, 4.0, 1000))
 SIGMA_GRID = (0.2, 4.0, 1000)
@@ -83,15 +82,30 @@ def inference_sigmas(n: int, sigma_min: float, sigma_max: float) -> Tensor:
 
 @dataclass
 class CANDIOptions(Options):
-    pure_gaussian: bool = option(False, help="paper's 'CANDI pure Gaussian': no discrete corruption, plain CE, "
-                                         "continuous steps only, argmax at the end")
-    mixed_coeff: float = option(0.5, ge=0.0, le=1.0, help="weight of the mask embedding in a corrupted input")
-    min_percentile: float = option(0.01, gt=0.0, lt=1.0, help="error rate r at discrete noise tau = 0")
-    max_percentile: float = option(0.25, gt=0.0, lt=1.0, help="error rate r at discrete noise tau = 1")
-    use_percentile_scheduling: bool = option(True, help="sampler sigmas via the percentile map (False: "
-                                                    "log-linear sigma_max -> sigma_min)")
-    sigma_min: float = option(0.01, gt=0.0, help="last sampler sigma when percentile scheduling is off")
-    sigma_max: float = option(2.0, gt=0.0, help="first sampler sigma when percentile scheduling is off")
+    pure_gaussian: bool = option(
+        False,
+        help="paper's 'CANDI pure Gaussian': no discrete corruption, plain CE, "
+        "continuous steps only, argmax at the end",
+    )
+    mixed_coeff: float = option(
+        0.5, ge=0.0, le=1.0, help="weight of the mask embedding in a corrupted input"
+    )
+    min_percentile: float = option(
+        0.01, gt=0.0, lt=1.0, help="error rate r at discrete noise tau = 0"
+    )
+    max_percentile: float = option(
+        0.25, gt=0.0, lt=1.0, help="error rate r at discrete noise tau = 1"
+    )
+    use_percentile_scheduling: bool = option(
+        True,
+        help="sampler sigmas via the percentile map (False: log-linear sigma_max -> sigma_min)",
+    )
+    sigma_min: float = option(
+        0.01, gt=0.0, help="last sampler sigma when percentile scheduling is off"
+    )
+    sigma_max: float = option(
+        2.0, gt=0.0, help="first sampler sigma when percentile scheduling is off"
+    )
     step_size: float = option(1.0, gt=0.0, help="scale of the cached sampler's continuous step")
     eps: float = option(1e-3, gt=0.0, lt=1.0, help="log-linear schedule floor: alpha_1 = eps")
 
@@ -143,8 +157,10 @@ class CANDI(Method):
         super().__init__(options, vocab_size, seq_len)
         o = self.opts
         if o.min_percentile >= o.max_percentile:
-            raise ConfigError(f"candi.options: min_percentile ({o.min_percentile}) must be < "
-                              f"max_percentile ({o.max_percentile})")
+            raise ConfigError(
+                f"candi.options: min_percentile ({o.min_percentile}) must be < "
+                f"max_percentile ({o.max_percentile})"
+            )
         if vocab_size < 2:
             raise ConfigError(f"candi: vocabulary size must be >= 2, got {vocab_size}")
         self.mask_id = vocab_size  # extra embedding row (`mask_index = len(tokenizer)`)
@@ -155,7 +171,8 @@ class CANDI(Method):
             raise ConfigError(
                 f"candi.options: [min_percentile, max_percentile] = [{o.min_percentile}, {o.max_percentile}] "
                 f"leaves the error rates [{lo:.3g}, {hi:.3g}] reachable for V={vocab_size} on sigma in "
-                f"[{SIGMA_GRID[0]}, {SIGMA_GRID[1]}]")
+                f"[{SIGMA_GRID[0]}, {SIGMA_GRID[1]}]"
+            )
         self.register_buffer("sigma_table", sig, persistent=False)
         self.register_buffer("rate_table", rate, persistent=False)
         if o.pure_gaussian:
@@ -173,13 +190,16 @@ class CANDI(Method):
     def sigma_of_rate(self, rate: Tensor) -> Tensor:
         """Inverse of r(sigma) by linear interpolation on the table (float64; as
         `sigma_from_time_vectorized`, with searchsorted)."""
-        return interp(rate.to(self.rate_table.device), self.rate_table, self.sigma_table,
-                      right=True).to(rate.device)
+        return interp(
+            rate.to(self.rate_table.device), self.rate_table, self.sigma_table, right=True
+        ).to(rate.device)
 
     def sigma_of_noise(self, tau: Tensor) -> Tensor:
         """sigma(tau) = r^-1(tau (max_p - min_p) + min_p) (`get_continuous_from_discrete_noise`)."""
         o = self.opts
-        return self.sigma_of_rate(tau.double() * (o.max_percentile - o.min_percentile) + o.min_percentile)
+        return self.sigma_of_rate(
+            tau.double() * (o.max_percentile - o.min_percentile) + o.min_percentile
+        )
 
     # -- network input / output ---------------------------------------------------------
     def embeddings(self, backbone) -> tuple[Tensor, Tensor]:
@@ -188,8 +208,15 @@ class CANDI(Method):
         w = backbone.embed.weight
         return F.normalize(w[: self.vocab_size], dim=-1), F.normalize(w[self.vocab_size], dim=0)
 
-    def net_input(self, e_hat: Tensor, m_hat: Tensor, tokens: Tensor, cont: Tensor, revealed: Tensor,
-                  sigma_c: Tensor) -> Tensor:
+    def net_input(
+        self,
+        e_hat: Tensor,
+        m_hat: Tensor,
+        tokens: Tensor,
+        cont: Tensor,
+        revealed: Tensor,
+        sigma_c: Tensor,
+    ) -> Tensor:
         """(B, L, d): Ehat[tokens] where revealed, else mixed * m_hat + (1 - mixed) c_in cont with
         c_in = 1/sqrt(1 + sigma_c^2) (`ContDIT.forward`). ``cont``: (B, L, d) embedding of the
         continuous state; ``sigma_c``: (B,) continuous noise level."""
@@ -237,7 +264,9 @@ class CANDI(Method):
         if self.opts.pure_gaussian:
             weight = torch.ones_like(alpha_t)  # plain CE (`nll_per_token`, pure_continuous)
         else:
-            weight = -log_linear_dalpha(self.opts.eps) / (1 - alpha_t)  # -alpha'_t / (1 - alpha_t) (MDLM eq. 10)
+            weight = -log_linear_dalpha(self.opts.eps) / (
+                1 - alpha_t
+            )  # -alpha'_t / (1 - alpha_t) (MDLM eq. 10)
         per_token = -logp_x0 * weight[:, None] * ~revealed  # revealed: forced one-hot, loss 0
         return token_mean(per_token, batch.loss_mask)
 
@@ -251,15 +280,26 @@ class CANDI(Method):
             sigmas = inference_sigmas(nfe + 1, self.opts.sigma_min, self.opts.sigma_max).to(device)
         return ts, sigmas, (1 - T_END) / nfe
 
-    def _log_probs(self, backbone, h: Tensor, t: Tensor, n: int, temperature: float, float64: bool) -> Tensor:
+    def _log_probs(
+        self, backbone, h: Tensor, t: Tensor, n: int, temperature: float, float64: bool
+    ) -> Tensor:
         logits = self.call(backbone, h, self.time_input(t).expand(n)).float()
         dtype = torch.float64 if float64 else torch.float32
         return torch.log_softmax(logits.to(dtype) / temperature, dim=-1)
 
     @torch.no_grad()
-    def iter_sample(self, backbone, prompt: Tensor, prompt_mask: Tensor, *, nfe: int, temperature: float = 1.0,
-                    decoding: str = "default", float64: bool = True,
-                    generator: torch.Generator | None = None) -> Iterator[CANDIState]:
+    def iter_sample(
+        self,
+        backbone,
+        prompt: Tensor,
+        prompt_mask: Tensor,
+        *,
+        nfe: int,
+        temperature: float = 1.0,
+        decoding: str = "default",
+        float64: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> Iterator[CANDIState]:
         """Run the sampler, yielding the state after each of the ``nfe`` steps.
 
         One step function per sampler (:meth:`_cached_step`, :meth:`_nocache_step`,
@@ -284,32 +324,64 @@ class CANDI(Method):
             x = torch.where(prompt_mask, prompt, x)
             yield CANDIState(k, tokens, clean, cont)
 
-    def _sampler_run(self, backbone, prompt, prompt_mask, nfe, temperature, float64, generator) -> _SamplerRun:
+    def _sampler_run(
+        self, backbone, prompt, prompt_mask, nfe, temperature, float64, generator
+    ) -> _SamplerRun:
         dtype = torch.float64 if float64 else torch.float32
         e_hat, m_hat = self.embeddings(backbone)
         ts, sigmas, dt = self.sampler_grid(nfe, prompt.device)
         # prior z ~ N(0, sigma(0.999)^2 I_V) (`prior_sample`; also when percentile scheduling is off)
         sigma_prior = self.sigma_of_noise(
-            torch.tensor(T_START, dtype=torch.float64, device=prompt.device)).to(dtype)
+            torch.tensor(T_START, dtype=torch.float64, device=prompt.device)
+        ).to(dtype)
         onehot_prompt = F.one_hot(prompt, self.vocab_size).to(dtype)
-        return _SamplerRun(backbone, prompt, prompt_mask, e_hat, m_hat, e_hat.to(dtype), ts, sigmas, dt,
-                           sigma_prior, temperature, float64, dtype, generator, onehot_prompt)
+        return _SamplerRun(
+            backbone,
+            prompt,
+            prompt_mask,
+            e_hat,
+            m_hat,
+            e_hat.to(dtype),
+            ts,
+            sigmas,
+            dt,
+            sigma_prior,
+            temperature,
+            float64,
+            dtype,
+            generator,
+            onehot_prompt,
+        )
 
     def _cached_prior(self, r: _SamplerRun) -> Tensor:
         """e_0 = z @ Ehat, drawn a few rows at a time so only the (n, L, d) cache stays (prompt
         positions use Ehat[prompt] directly)."""
         n, L = r.prompt.shape
         rows = max(1, PRIOR_CHUNK // (L * self.vocab_size))
-        return torch.cat([
-            (r.sigma_prior * torch.randn(min(rows, n - i), L, self.vocab_size, generator=r.generator,
-                                         device=r.prompt.device, dtype=r.dtype)) @ r.e_hat_s
-            for i in range(0, n, rows)])
+        return torch.cat(
+            [
+                (
+                    r.sigma_prior
+                    * torch.randn(
+                        min(rows, n - i),
+                        L,
+                        self.vocab_size,
+                        generator=r.generator,
+                        device=r.prompt.device,
+                        dtype=r.dtype,
+                    )
+                )
+                @ r.e_hat_s
+                for i in range(0, n, rows)
+            ]
+        )
 
     def _dense_prior(self, r: _SamplerRun, clean: Tensor) -> Tensor:
         """z in R^V: N(0, sigma_prior^2 I_V), one-hot at the prompt."""
         n, L = r.prompt.shape
-        z = r.sigma_prior * torch.randn(n, L, self.vocab_size, generator=r.generator,
-                                        device=r.prompt.device, dtype=r.dtype)
+        z = r.sigma_prior * torch.randn(
+            n, L, self.vocab_size, generator=r.generator, device=r.prompt.device, dtype=r.dtype
+        )
         return torch.where(clean[..., None], r.onehot_prompt, z)
 
     def _cached_step(self, r: _SamplerRun, k: int, x: Tensor, clean: Tensor, cache: Tensor):
@@ -320,7 +392,9 @@ class CANDI(Method):
         sigma_c = s_lo.expand(n)  # the network sees the *next* level (`_continuous_step*`)
         h = self.net_input(r.e_hat, r.m_hat, x, cache, clean, sigma_c)
         logp = self._log_probs(r.backbone, h, t, n, r.temperature, r.float64)
-        x_hat = torch.where(clean, x, gumbel_argmax(logp, r.generator, r.float64))  # one-sample estimate
+        x_hat = torch.where(
+            clean, x, gumbel_argmax(logp, r.generator, r.float64)
+        )  # one-sample estimate
         # `_continuous_step_cache`: e <- e - dt_sigma * (e - Ehat[x_hat]) / sigma_{k+1}^2 * step_size
         cache = cache - self.opts.step_size * (s_hi - s_lo) * (cache - r.e_hat_s[x_hat]) / s_lo**2
         # `_discrete_step_optimized`: unmask with prob (t - s)/t, s = t - dt (log-linear)
@@ -335,7 +409,9 @@ class CANDI(Method):
         n = x.shape[0]
         h = self.net_input(r.e_hat, r.m_hat, x, z @ r.e_hat_s, clean, s_lo.expand(n))
         p = self._log_probs(r.backbone, h, r.ts[k], n, r.temperature, r.float64).exp()
-        p = torch.where(clean[..., None], F.one_hot(x, self.vocab_size).to(p.dtype), p)  # forced one-hot
+        p = torch.where(
+            clean[..., None], F.one_hot(x, self.vocab_size).to(p.dtype), p
+        )  # forced one-hot
         return p, z - (s_hi - s_lo) * (z - p.to(r.dtype)) / s_lo**2
 
     def _nocache_step(self, r: _SamplerRun, k: int, x: Tensor, clean: Tensor, z: Tensor):
@@ -358,8 +434,16 @@ class CANDI(Method):
         tokens = z.argmax(-1)
         return torch.where(clean, x, tokens), clean, z, tokens
 
-    def _discrete_step(self, z: Tensor, p: Tensor, t: Tensor, dt: float, clean: Tensor,
-                       generator: torch.Generator | None, float64: bool) -> tuple[Tensor, Tensor, Tensor]:
+    def _discrete_step(
+        self,
+        z: Tensor,
+        p: Tensor,
+        t: Tensor,
+        dt: float,
+        clean: Tensor,
+        generator: torch.Generator | None,
+        float64: bool,
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """`_discrete_step`: draw from [p (t - s), s] over V + 1 classes (last = stay masked);
         a non-mask draw reveals the position with that token; clean positions keep theirs."""
         s = (t - dt).clamp_min(0.0)  # s < 0 on the last step when nfe < 100: unmask everything
@@ -373,9 +457,27 @@ class CANDI(Method):
         return z, new_clean, tokens
 
     @torch.no_grad()
-    def sample(self, backbone, prompt, prompt_mask, *, nfe, temperature=1.0, decoding="default",
-               float64=True, generator=None):
-        states = self.iter_sample(backbone, prompt, prompt_mask, nfe=nfe, temperature=temperature,
-                                  decoding=decoding, float64=float64, generator=generator)
+    def sample(
+        self,
+        backbone,
+        prompt,
+        prompt_mask,
+        *,
+        nfe,
+        temperature=1.0,
+        decoding="default",
+        float64=True,
+        generator=None,
+    ):
+        states = self.iter_sample(
+            backbone,
+            prompt,
+            prompt_mask,
+            nfe=nfe,
+            temperature=temperature,
+            decoding=decoding,
+            float64=float64,
+            generator=generator,
+        )
         last = collections.deque(states, maxlen=1)[0]
         return torch.where(prompt_mask, prompt, last.tokens)

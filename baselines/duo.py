@@ -52,46 +52,85 @@ from bench.numerics import (
     log_linear_dalpha,
     sigma_of_alpha,
 )
-from bench.options import Options
-from bench.options import option
+from bench.options import Options, option
 
 
 @dataclass
 class DuoOptions(Options):
     eps: float = option(1e-3, gt=0.0, lt=1.0, help="log-linear schedule floor: alpha_1 = eps")
-    loss_type: str = option("elbo", choices=("elbo", "low_var"),
-                        help="elbo = closed-form UDLM NELBO; low_var = NELBO without term1 (reference low_var)")
-    time_conditioning: bool = option(True, help="feed sigma = -log alpha_t to the network (duo_base: True)")
+    loss_type: str = option(
+        "elbo",
+        choices=("elbo", "low_var"),
+        help="elbo = closed-form UDLM NELBO; low_var = NELBO without term1 (reference low_var)",
+    )
+    time_conditioning: bool = option(
+        True, help="feed sigma = -log alpha_t to the network (duo_base: True)"
+    )
     # -- Duo-paper Gaussian curriculum (variant; curriculum_end = 0 is duo_base as the S-FLM paper ran it)
-    curriculum_end: int = option(0, ge=0, help="train step at which the Gaussian curriculum ends and the plain "
-                             "NELBO takes over (0 = no curriculum = duo_base; Duo config: 200000)")
-    curriculum_start: int = option(0, ge=0, help="step at which tau starts its log-linear decay (Duo config: 100000)")
-    gamma_min: float | None = option(None, help="curriculum: Gaussian log-noise-ratio gamma at t = 0 (Duo OWT: "
-                                 "-3.5); None = solve T(gamma_min) = curriculum_alpha_max for this vocabulary")
-    gamma_max: float | None = option(None, help="curriculum: gamma at t = 1 (Duo OWT: -1.75); None = solve "
-                                 "T(gamma_max) = curriculum_alpha_min")
-    curriculum_alpha_max: float = option(0.928, gt=0.0, lt=1.0, help="alpha at gamma_min when derived (= T(-3.5) for GPT-2)")
-    curriculum_alpha_min: float = option(0.038, gt=0.0, lt=1.0, help="alpha at gamma_max when derived (= T(-1.75) for GPT-2)")
-    tau_start: float = option(1e-1, gt=0.0, help="curriculum: softmax temperature until curriculum_start (Duo: 10^-1)")
-    tau_end: float = option(1e-2, gt=0.0, help="curriculum: softmax temperature reached at curriculum_end (Duo: 10^-2)")
+    curriculum_end: int = option(
+        0,
+        ge=0,
+        help="train step at which the Gaussian curriculum ends and the plain "
+        "NELBO takes over (0 = no curriculum = duo_base; Duo config: 200000)",
+    )
+    curriculum_start: int = option(
+        0, ge=0, help="step at which tau starts its log-linear decay (Duo config: 100000)"
+    )
+    gamma_min: float | None = option(
+        None,
+        help="curriculum: Gaussian log-noise-ratio gamma at t = 0 (Duo OWT: "
+        "-3.5); None = solve T(gamma_min) = curriculum_alpha_max for this vocabulary",
+    )
+    gamma_max: float | None = option(
+        None,
+        help="curriculum: gamma at t = 1 (Duo OWT: -1.75); None = solve "
+        "T(gamma_max) = curriculum_alpha_min",
+    )
+    curriculum_alpha_max: float = option(
+        0.928, gt=0.0, lt=1.0, help="alpha at gamma_min when derived (= T(-3.5) for GPT-2)"
+    )
+    curriculum_alpha_min: float = option(
+        0.038, gt=0.0, lt=1.0, help="alpha at gamma_max when derived (= T(-1.75) for GPT-2)"
+    )
+    tau_start: float = option(
+        1e-1, gt=0.0, help="curriculum: softmax temperature until curriculum_start (Duo: 10^-1)"
+    )
+    tau_end: float = option(
+        1e-2, gt=0.0, help="curriculum: softmax temperature reached at curriculum_end (Duo: 10^-2)"
+    )
 
     def validate(self):
         if (self.gamma_min is None) != (self.gamma_max is None):
-            raise ConfigError("gamma_min: set both gamma_min and gamma_max, or neither (derived from the vocabulary)")
+            raise ConfigError(
+                "gamma_min: set both gamma_min and gamma_max, or neither (derived from the vocabulary)"
+            )
         if self.gamma_min is not None and not self.gamma_min < self.gamma_max:
-            raise ConfigError(f"gamma_min: must be < gamma_max ({self.gamma_min} >= {self.gamma_max})")
+            raise ConfigError(
+                f"gamma_min: must be < gamma_max ({self.gamma_min} >= {self.gamma_max})"
+            )
         if not self.curriculum_alpha_min < self.curriculum_alpha_max:
-            raise ConfigError(f"curriculum_alpha_min: must be < curriculum_alpha_max "
-                              f"({self.curriculum_alpha_min} >= {self.curriculum_alpha_max})")
+            raise ConfigError(
+                f"curriculum_alpha_min: must be < curriculum_alpha_max "
+                f"({self.curriculum_alpha_min} >= {self.curriculum_alpha_max})"
+            )
         if self.curriculum_end and self.curriculum_start > self.curriculum_end:
-            raise ConfigError(f"curriculum_start: must be <= curriculum_end ({self.curriculum_start} > {self.curriculum_end})")
+            raise ConfigError(
+                f"curriculum_start: must be <= curriculum_end ({self.curriculum_start} > {self.curriculum_end})"
+            )
 
 
 # --------------------------------------------------------------------------- the objective
 
 
-def udlm_nelbo(log_p: Tensor, x_t: Tensor, x0: Tensor, alpha_t: Tensor, dalpha_t: Tensor,
-               vocab_size: int, low_var: bool = False) -> Tensor:
+def udlm_nelbo(
+    log_p: Tensor,
+    x_t: Tensor,
+    x0: Tensor,
+    alpha_t: Tensor,
+    dalpha_t: Tensor,
+    vocab_size: int,
+    low_var: bool = False,
+) -> Tensor:
     """Per-token continuous-time UDLM NELBO integrand (Duo eq. 9 / `DUO_BASE.nll_per_token`).
 
     Args:
@@ -103,7 +142,9 @@ def udlm_nelbo(log_p: Tensor, x_t: Tensor, x0: Tensor, alpha_t: Tensor, dalpha_t
     """
     V = vocab_size
     a = alpha_t
-    xbar_theta = V * a[..., None] * log_p.exp() + (1 - a[..., None])  # V alpha_t x_theta + (1 - alpha_t)
+    xbar_theta = V * a[..., None] * log_p.exp() + (
+        1 - a[..., None]
+    )  # V alpha_t x_theta + (1 - alpha_t)
     eq = (x0 == x_t).to(log_p.dtype)
     neq = 1 - eq
     xbar_xt = (1 - a) + V * a * eq
@@ -113,9 +154,11 @@ def udlm_nelbo(log_p: Tensor, x_t: Tensor, x0: Tensor, alpha_t: Tensor, dalpha_t
     c = (1 - a) / (V * a + 1 - a)
     offset = ((V - 1) * c * eq - neq / c) * torch.log(c)
     log_xbar_theta_xt = torch.log(xbar_theta_xt)
-    term2 = (-(eq * c + neq) * (torch.log(xbar_theta).sum(-1) - V * log_xbar_theta_xt)
-             - V * a / (1 - a) * (torch.log(xbar_theta_x0) - log_xbar_theta_xt) * neq
-             + offset)
+    term2 = (
+        -(eq * c + neq) * (torch.log(xbar_theta).sum(-1) - V * log_xbar_theta_xt)
+        - V * a / (1 - a) * (torch.log(xbar_theta_x0) - log_xbar_theta_xt) * neq
+        + offset
+    )
     return dalpha_t / (V * a) * (term1 - term2)
 
 
@@ -150,8 +193,15 @@ class _UDLMTerms(torch.autograd.Function):
         return grad, None, None, None
 
 
-def udlm_nelbo_from_logits(logits: Tensor, x_t: Tensor, x0: Tensor, alpha_t: Tensor, dalpha_t: Tensor,
-                           vocab_size: int, low_var: bool = False) -> Tensor:
+def udlm_nelbo_from_logits(
+    logits: Tensor,
+    x_t: Tensor,
+    x0: Tensor,
+    alpha_t: Tensor,
+    dalpha_t: Tensor,
+    vocab_size: int,
+    low_var: bool = False,
+) -> Tensor:
     """:func:`udlm_nelbo` of ``log_softmax(logits)``, equal up to float rounding, with the (B, L, V)
     work fused into :class:`_UDLMTerms` (training path). alpha_t, dalpha_t: (B, 1) or (B, L)."""
     V = vocab_size
@@ -167,9 +217,11 @@ def udlm_nelbo_from_logits(logits: Tensor, x_t: Tensor, x0: Tensor, alpha_t: Ten
     c = (1 - a) / (V * a + 1 - a)
     offset = ((V - 1) * c * eq - neq / c) * torch.log(c)
     log_xbar_theta_xt = torch.log(xbar_theta_xt)
-    term2 = (-(eq * c + neq) * (sum_log_xbar - V * log_xbar_theta_xt)
-             - V * a / (1 - a) * (torch.log(xbar_theta_x0) - log_xbar_theta_xt) * neq
-             + offset)
+    term2 = (
+        -(eq * c + neq) * (sum_log_xbar - V * log_xbar_theta_xt)
+        - V * a / (1 - a) * (torch.log(xbar_theta_x0) - log_xbar_theta_xt) * neq
+        + offset
+    )
     return dalpha_t / (V * a) * (term1 - term2)
 
 
@@ -187,13 +239,23 @@ def uniform_posterior_probs(x_hat: Tensor, x_t: Tensor, alpha_s: Tensor, alpha_t
     a_t, a_s = alpha_t[..., None], alpha_s[..., None]
     onehot = F.one_hot(x_t, V).to(x_hat.dtype)
     p_xt = x_hat.gather(-1, x_t[..., None])
-    num = (V * a_t * x_hat * onehot + (a_t / a_s - a_t) * onehot + (a_s - a_t) * x_hat
-           + (1 - a_t / a_s) * (1 - a_s) / V)
+    num = (
+        V * a_t * x_hat * onehot
+        + (a_t / a_s - a_t) * onehot
+        + (a_s - a_t) * x_hat
+        + (1 - a_t / a_s) * (1 - a_s) / V
+    )
     return num / (V * a_t * p_xt + 1 - a_t)
 
 
-def sample_uniform_posterior(log_p: Tensor, x_t: Tensor, alpha_s: Tensor, alpha_t: Tensor,
-                             generator: torch.Generator | None, float64: bool = True) -> Tensor:
+def sample_uniform_posterior(
+    log_p: Tensor,
+    x_t: Tensor,
+    alpha_s: Tensor,
+    alpha_t: Tensor,
+    generator: torch.Generator | None,
+    float64: bool = True,
+) -> Tensor:
     """Draw x_s ~ q(x_s | x_t, x_hat = softmax(log_p)) without forming the posterior.
 
     The posterior is the mixture (shared denominator den = V a_t x_hat[x_t] + 1 - a_t)
@@ -234,7 +296,9 @@ def duality_alpha(gamma: np.ndarray, vocab_size: int, n_gh: int = 100) -> np.nda
 
 
 @functools.lru_cache(maxsize=8)
-def curriculum_gamma_range(vocab_size: int, alpha_min: float, alpha_max: float) -> tuple[float, float]:
+def curriculum_gamma_range(
+    vocab_size: int, alpha_min: float, alpha_max: float
+) -> tuple[float, float]:
     """(gamma_min, gamma_max) with T(gamma_min) = alpha_max and T(gamma_max) = alpha_min.
 
     Duo's gamma range [-3.5, -1.75] was chosen for GPT-2 (V = 50257), where it spans
@@ -244,14 +308,17 @@ def curriculum_gamma_range(vocab_size: int, alpha_min: float, alpha_max: float) 
     from scipy.optimize import brentq
 
     def solve(a: float) -> float:
-        return brentq(lambda g: float(duality_alpha(np.array(g), vocab_size)) - a, -40.0, 40.0, xtol=1e-10)
+        return brentq(
+            lambda g: float(duality_alpha(np.array(g), vocab_size)) - a, -40.0, 40.0, xtol=1e-10
+        )
 
     return solve(alpha_max), solve(alpha_min)
 
 
 @functools.lru_cache(maxsize=8)
-def duality_table(vocab_size: int, gamma_min: float, gamma_max: float, n: int = 1000,
-                  n_gh: int = 100) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def duality_table(
+    vocab_size: int, gamma_min: float, gamma_max: float, n: int = 1000, n_gh: int = 100
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(gamma, alpha, dalpha/dgamma) on ``n`` points of [gamma_min, gamma_max], read by linear
     interpolation; dalpha/dgamma by central finite differences on the grid. (The Duo repo reads
     a 10^5-point table on [-5, -1] (`integral/gpt2.pkl`) by nearest neighbour, `algo.py::Integral`,
@@ -304,7 +371,11 @@ class Duo(Method):
 
     # -- training -----------------------------------------------------------------
     def loss(self, backbone, batch: Batch, t: Tensor | None) -> LossOutput:
-        if self.opts.curriculum_end and self.train_step < self.opts.curriculum_end and backbone.training:
+        if (
+            self.opts.curriculum_end
+            and self.train_step < self.opts.curriculum_end
+            and backbone.training
+        ):
             return self._curriculum_loss(backbone, batch, t)
         alpha_t = self.alpha(t)  # (B,)
         dalpha_t = torch.full_like(alpha_t, log_linear_dalpha(self.opts.eps))
@@ -312,11 +383,25 @@ class Duo(Method):
         logits = backbone(x_t, self.sigma(alpha_t)).float()
         low_var = self.opts.loss_type == "low_var"
         if self.fused_nelbo:
-            per_token = udlm_nelbo_from_logits(logits, x_t, batch.x, alpha_t[:, None], dalpha_t[:, None],
-                                               self.vocab_size, low_var=low_var)
+            per_token = udlm_nelbo_from_logits(
+                logits,
+                x_t,
+                batch.x,
+                alpha_t[:, None],
+                dalpha_t[:, None],
+                self.vocab_size,
+                low_var=low_var,
+            )
         else:
-            per_token = udlm_nelbo(torch.log_softmax(logits, -1), x_t, batch.x, alpha_t[:, None],
-                                   dalpha_t[:, None], self.vocab_size, low_var=low_var)
+            per_token = udlm_nelbo(
+                torch.log_softmax(logits, -1),
+                x_t,
+                batch.x,
+                alpha_t[:, None],
+                dalpha_t[:, None],
+                self.vocab_size,
+                low_var=low_var,
+            )
         return token_mean(per_token * ~batch.clean_mask, batch.loss_mask)
 
     def record_losses(self, t: Tensor, per_sample: Tensor, step: int) -> None:
@@ -336,7 +421,9 @@ class Duo(Method):
         o = self.opts
         if o.gamma_min is not None:
             return o.gamma_min, o.gamma_max
-        return curriculum_gamma_range(self.vocab_size, o.curriculum_alpha_min, o.curriculum_alpha_max)
+        return curriculum_gamma_range(
+            self.vocab_size, o.curriculum_alpha_min, o.curriculum_alpha_max
+        )
 
     def _curriculum_loss(self, backbone, batch: Batch, t: Tensor) -> LossOutput:
         """Duo Gaussian curriculum (duo `algo.py::DUO.nll` with `_process_model_input`):
@@ -348,15 +435,20 @@ class Duo(Method):
         o = self.opts
         dev = batch.x.device
         g_min, g_max = self.gamma_range()
-        g_tab, a_tab, da_tab = (torch.as_tensor(a, device=dev, dtype=torch.float32)
-                                for a in duality_table(self.vocab_size, g_min, g_max))
+        g_tab, a_tab, da_tab = (
+            torch.as_tensor(a, device=dev, dtype=torch.float32)
+            for a in duality_table(self.vocab_size, g_min, g_max)
+        )
         gamma = g_min + t.float() * (g_max - g_min)  # (B,)
         alpha_t = interp(gamma, g_tab, a_tab)
         dalpha_t = interp(gamma, g_tab, da_tab) * (g_max - g_min)
         onehot = F.one_hot(batch.x, self.vocab_size).float()
-        w = (torch.sigmoid(-gamma).sqrt()[:, None, None] * onehot
-             + torch.sigmoid(gamma).sqrt()[:, None, None] * torch.randn_like(onehot))
-        w = torch.where(batch.clean_mask[..., None], onehot * 1e3, w)  # clean positions: a sharp one-hot
+        w = torch.sigmoid(-gamma).sqrt()[:, None, None] * onehot + torch.sigmoid(gamma).sqrt()[
+            :, None, None
+        ] * torch.randn_like(onehot)
+        w = torch.where(
+            batch.clean_mask[..., None], onehot * 1e3, w
+        )  # clean positions: a sharp one-hot
         x_t = w.argmax(-1)
         span = max(o.curriculum_end - o.curriculum_start, 1)
         frac = min(max(self.train_step - o.curriculum_start, 0) / span, 1.0)
@@ -364,14 +456,30 @@ class Duo(Method):
         emb = backbone.embed.weight
         h = torch.softmax(w / tau, -1) @ emb.float()
         logits = backbone(h.to(emb.dtype), self.sigma(alpha_t)).float()
-        per_token = udlm_nelbo(torch.log_softmax(logits, -1), x_t, batch.x, alpha_t[:, None],
-                               dalpha_t[:, None], self.vocab_size)
+        per_token = udlm_nelbo(
+            torch.log_softmax(logits, -1),
+            x_t,
+            batch.x,
+            alpha_t[:, None],
+            dalpha_t[:, None],
+            self.vocab_size,
+        )
         return token_mean(per_token * ~batch.clean_mask, batch.loss_mask)
 
     # -- sampling -----------------------------------------------------------------
     @torch.no_grad()
-    def sample(self, backbone, prompt, prompt_mask, *, nfe, temperature=1.0, decoding="default",
-               float64=True, generator=None):
+    def sample(
+        self,
+        backbone,
+        prompt,
+        prompt_mask,
+        *,
+        nfe,
+        temperature=1.0,
+        decoding="default",
+        float64=True,
+        generator=None,
+    ):
         decoding = self.resolve_decoding(decoding)
         if nfe < 1:
             raise ValueError(f"duo: nfe must be >= 1, got {nfe}")
@@ -389,7 +497,8 @@ class Duo(Method):
             if last and decoding == "greedy":
                 x_new = log_p.argmax(-1)
             else:
-                x_new = sample_uniform_posterior(log_p, x, alpha_s[:, None], alpha_t[:, None],
-                                                 generator, float64)
+                x_new = sample_uniform_posterior(
+                    log_p, x, alpha_s[:, None], alpha_t[:, None], generator, float64
+                )
             x = torch.where(prompt_mask, prompt, x_new)
         return x

@@ -43,18 +43,27 @@ from bench.backbones.dit import Block, apply_rotary, build_dit
 from bench.config import BackboneConfig, ConfigError
 from bench.method import Batch, LossOutput, Method, token_mean
 from bench.numerics import gaussian_argmax_probability, interp
-from bench.options import Options
-from bench.options import option
+from bench.options import Options, option
 
 
 @dataclass
 class FLMOptions(Options):
-    output_cap: float = option(0.0, ge=0.0, help="output-logit soft-cap c: logits <- c tanh(logits / c) "
-                           "(0 = off; S-FLM 'flm_caps' uses 30)")
-    attn_softcap: float = option(0.0, ge=0.0, help="attention-logit soft-cap (0 = off; upstream FLM uses 50)")
-    lut_points: int = option(10_000, gt=1, help="gamma grid points of the alpha <-> gamma table (reference: 1e4)")
+    output_cap: float = option(
+        0.0,
+        ge=0.0,
+        help="output-logit soft-cap c: logits <- c tanh(logits / c) "
+        "(0 = off; S-FLM 'flm_caps' uses 30)",
+    )
+    attn_softcap: float = option(
+        0.0, ge=0.0, help="attention-logit soft-cap (0 = off; upstream FLM uses 50)"
+    )
+    lut_points: int = option(
+        10_000, gt=1, help="gamma grid points of the alpha <-> gamma table (reference: 1e4)"
+    )
     gh_nodes: int = option(100, gt=1, help="Gauss-Hermite nodes for P_gamma (reference: 100)")
-    velocity_eps: float = option(1e-5, ge=0.0, help="the + eps in the velocity denominator 1 - gamma + eps (reference 1e-5)")
+    velocity_eps: float = option(
+        1e-5, ge=0.0, help="the + eps in the velocity denominator 1 - gamma + eps (reference 1e-5)"
+    )
 
 
 # --------------------------------------------------------------------------- alpha <-> gamma
@@ -79,7 +88,10 @@ def _table(vocab_size: int, n_points: int, gh_nodes: int) -> tuple[np.ndarray, n
     """(gamma, alpha) on a uniform gamma grid, strictly increasing in both columns."""
     gamma = np.linspace(0.0, 1.0, n_points)
     alpha = np.clip(alpha_of_gamma(gamma, vocab_size, gh_nodes), 0.0, 1.0)
-    alpha[0], alpha[-1] = 0.0, 1.0  # exact endpoints (quadrature error ~1e-16 at V small, ~1e-4 at 5e4)
+    alpha[0], alpha[-1] = (
+        0.0,
+        1.0,
+    )  # exact endpoints (quadrature error ~1e-16 at V small, ~1e-4 at 5e4)
     alpha = np.maximum.accumulate(alpha)
     # strict monotonicity for the inverse (the reference adds 1e-10 (gamma - 1) for the same reason)
     alpha = (1 - 1e-10) * alpha + 1e-10 * gamma
@@ -105,7 +117,9 @@ class AlphaGammaTable:
     def _on(self, device) -> tuple[Tensor, Tensor]:
         key = str(device)
         if key not in self._dev:
-            self._dev[key] = tuple(torch.as_tensor(v, dtype=torch.float64, device=device) for v in self._np)
+            self._dev[key] = tuple(
+                torch.as_tensor(v, dtype=torch.float64, device=device) for v in self._np
+            )
         return self._dev[key]
 
     def a2g(self, alpha: Tensor) -> Tensor:
@@ -168,7 +182,9 @@ class FLM(Method):
         """p_theta logits for state z (B, L, V) at FLM time s (B,): the DiT sees z @ E and s."""
         emb = backbone.embed.weight
         with torch.autocast(device_type=z.device.type, enabled=False):
-            h = z.to(torch.float32) @ emb.to(torch.float32)  # FLMEmbeddingLayer: einsum in fp32, no softmax
+            h = z.to(torch.float32) @ emb.to(
+                torch.float32
+            )  # FLMEmbeddingLayer: einsum in fp32, no softmax
         h = h.to(emb.dtype)
         s = s.to(torch.float32)
         logits = (self.call(backbone, h, s) if count else backbone(h, s)).float()
@@ -184,27 +200,43 @@ class FLM(Method):
         z = (1 - gamma) * torch.randn_like(onehot) + gamma * onehot
         z = torch.where(batch.clean_mask[..., None], onehot, z)
         logits = self._logits(backbone, z, s)  # no time weighting; fused log-softmax + gather:
-        ce = F.cross_entropy(logits.flatten(0, 1), batch.x.flatten(), reduction="none").view_as(batch.x)
+        ce = F.cross_entropy(logits.flatten(0, 1), batch.x.flatten(), reduction="none").view_as(
+            batch.x
+        )
         return token_mean(ce * ~batch.clean_mask, batch.loss_mask)
 
     # -- sampling -----------------------------------------------------------------
     @staticmethod
-    def euler_step(z: Tensor, x_hat: Tensor, gamma: Tensor, gamma_next: Tensor, eps: float = 1e-5) -> Tensor:
+    def euler_step(
+        z: Tensor, x_hat: Tensor, gamma: Tensor, gamma_next: Tensor, eps: float = 1e-5
+    ) -> Tensor:
         """z + (gamma_next - gamma) (x_hat - z) / (1 - gamma + eps), in place on z
         (`samplers.py::flm_euler_step`); gamma, gamma_next: (B,)."""
         c = ((gamma_next - gamma) / (1 - gamma + eps)).to(z.dtype)[:, None, None]
         return z.mul_(1 - c).addcmul_(x_hat, c)
 
     @torch.no_grad()
-    def sample(self, backbone, prompt, prompt_mask, *, nfe, temperature=1.0, decoding="default",
-               float64=True, generator=None):
+    def sample(
+        self,
+        backbone,
+        prompt,
+        prompt_mask,
+        *,
+        nfe,
+        temperature=1.0,
+        decoding="default",
+        float64=True,
+        generator=None,
+    ):
         self.resolve_decoding(decoding)
         if nfe < 1:
             raise ValueError(f"flm: nfe must be >= 1, got {nfe}")
         n, L = prompt.shape
         dev = prompt.device
         dtype = torch.float64 if float64 else torch.float32
-        clean = F.one_hot(prompt[prompt_mask], self.vocab_size).to(dtype)  # (P, V): prompt rows only
+        clean = F.one_hot(prompt[prompt_mask], self.vocab_size).to(
+            dtype
+        )  # (P, V): prompt rows only
         z = torch.randn((n, L, self.vocab_size), generator=generator, device=dev, dtype=dtype)
         z[prompt_mask] = clean
         s = torch.linspace(0.0, 1.0, nfe + 1, device=dev, dtype=torch.float64)
@@ -215,6 +247,8 @@ class FLM(Method):
                 x = logits.argmax(-1)
                 break
             x_hat = torch.softmax(logits.to(dtype), dim=-1)
-            z = self.euler_step(z, x_hat, gamma[k].expand(n), gamma[k + 1].expand(n), self.opts.velocity_eps)
+            z = self.euler_step(
+                z, x_hat, gamma[k].expand(n), gamma[k + 1].expand(n), self.opts.velocity_eps
+            )
             z[prompt_mask] = clean  # prompt positions stay at their one-hot vertex
         return torch.where(prompt_mask, prompt, x)

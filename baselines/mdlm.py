@@ -43,7 +43,9 @@ NEG_INF = -1e6
 @dataclass
 class MDLMOptions(Options):
     eps: float = option(1e-3, gt=0.0, lt=1.0, help="log-linear schedule floor: alpha_1 = eps")
-    loss_type: str = option("elbo", choices=("elbo", "low_var"), help="elbo = 1/t-weighted NELBO; low_var = masked CE")
+    loss_type: str = option(
+        "elbo", choices=("elbo", "low_var"), help="elbo = 1/t-weighted NELBO; low_var = masked CE"
+    )
     time_conditioning: bool = option(False, help="feed sigma = -log alpha_t to the network")
 
 
@@ -68,8 +70,9 @@ class MDLM(Method):
         """Network time input sigma = -log alpha_t (`Diffusion._sigma_from_alphat`)."""
         return sigma_of_alpha(alpha_t, self.opts.time_conditioning)
 
-    def log_probs(self, backbone, x_t: Tensor, alpha_t: Tensor, temperature: float = 1.0,
-                  count: bool = False) -> Tensor:
+    def log_probs(
+        self, backbone, x_t: Tensor, alpha_t: Tensor, temperature: float = 1.0, count: bool = False
+    ) -> Tensor:
         """SUBS log p_theta(x_0 | x_t): (B, L, V+1); mask column -inf, carry-over on unmasked."""
         fn = self.call if count else (lambda b, *a: b(*a))
         # temperature on the raw logits, before SUBS masking (reference `TrainerBase.forward`)
@@ -91,7 +94,9 @@ class MDLM(Method):
         # at masked ones -log p(x_0) is the cross-entropy of the zero-masked logits (fused kernel)
         logits = backbone(x_t, self.sigma(alpha_t)).float()
         logits[..., self.mask_id] = NEG_INF  # zero masking
-        logp_x0 = -F.cross_entropy(logits.flatten(0, 1), batch.x.flatten(), reduction="none").view_as(batch.x)
+        logp_x0 = -F.cross_entropy(
+            logits.flatten(0, 1), batch.x.flatten(), reduction="none"
+        ).view_as(batch.x)
         if self.opts.loss_type == "elbo":
             # MDLM eq. 10: alpha'_t / (1 - alpha_t) * log p, alpha'_t = -(1 - eps)
             weight = -log_linear_dalpha(self.opts.eps) / (1 - alpha_t)
@@ -102,8 +107,18 @@ class MDLM(Method):
 
     # -- sampling -----------------------------------------------------------------
     @torch.no_grad()
-    def sample(self, backbone, prompt, prompt_mask, *, nfe, temperature=1.0, decoding="default",
-               float64=True, generator=None):
+    def sample(
+        self,
+        backbone,
+        prompt,
+        prompt_mask,
+        *,
+        nfe,
+        temperature=1.0,
+        decoding="default",
+        float64=True,
+        generator=None,
+    ):
         decoding = self.resolve_decoding(decoding)
         n, _ = prompt.shape
         dev = prompt.device

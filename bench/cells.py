@@ -46,16 +46,29 @@ def _method_backbone(tc: TrainCell, task):
 
 def _base_row(tc: TrainCell) -> dict:
     """The columns every row of a train cell's model carries."""
-    return {"sweep": tc.sweep, "task": tc.task["name"], "method": tc.method, "variant": tc.variant,
-            "backbone": tc.backbone["size"], "seed": tc.train["seed"], "config_hash": tc.id,
-            "train_cell": tc.id}
+    return {
+        "sweep": tc.sweep,
+        "task": tc.task["name"],
+        "method": tc.method,
+        "variant": tc.variant,
+        "backbone": tc.backbone["size"],
+        "seed": tc.train["seed"],
+        "config_hash": tc.id,
+        "train_cell": tc.id,
+    }
 
 
 def train_rows(tc: TrainCell, res, n_params: int, *, task) -> list[dict]:
     """The store rows of a finished train cell (``res``: :class:`bench.train.TrainResult`;
     ``task``: the instance, for the report columns it declares)."""
-    base = {**_base_row(tc), **task_columns(task), "kind": "train", "train_steps": res.steps,
-            "subset": "+".join(tc.groups), "wall_s": res.seconds}
+    base = {
+        **_base_row(tc),
+        **task_columns(task),
+        "kind": "train",
+        "train_steps": res.steps,
+        "subset": "+".join(tc.groups),
+        "wall_s": res.seconds,
+    }
     return [
         {**base, "metric": "train_steps_per_s", "value": res.steps_per_s, "n": res.steps},
         {**base, "metric": "train_final_loss", "value": res.final_loss, "n": res.steps},
@@ -63,15 +76,33 @@ def train_rows(tc: TrainCell, res, n_params: int, *, task) -> list[dict]:
     ]
 
 
-def sample_rows(c: SampleCell, metrics: list, *, method, task, train_steps: int, nfe: int | None,
-                wall_s: float) -> list[dict]:
+def sample_rows(
+    c: SampleCell, metrics: list, *, method, task, train_steps: int, nfe: int | None, wall_s: float
+) -> list[dict]:
     """The store rows of a scored sample cell: one per metric (``metrics``: MetricValues).
     ``method`` / ``task`` are the instances that produced them (for columns they declare)."""
-    base = {**_base_row(c.train), "kind": "sample", "train_steps": train_steps, "nfe": nfe,
-            "temperature": c.temperature, "decoding": c.decoding, "subset": c.subset, "wall_s": wall_s}
-    return [{**base, "metric": m.metric, "value": m.value, "n": m.n, "ci_low": m.ci_low, "ci_high": m.ci_high,
-             **sample_columns(task, method, c.decoding, c.subset, m.metric)}
-            for m in metrics]
+    base = {
+        **_base_row(c.train),
+        "kind": "sample",
+        "train_steps": train_steps,
+        "nfe": nfe,
+        "temperature": c.temperature,
+        "decoding": c.decoding,
+        "subset": c.subset,
+        "wall_s": wall_s,
+    }
+    return [
+        {
+            **base,
+            "metric": m.metric,
+            "value": m.value,
+            "n": m.n,
+            "ci_low": m.ci_low,
+            "ci_high": m.ci_high,
+            **sample_columns(task, method, c.decoding, c.subset, m.metric),
+        }
+        for m in metrics
+    ]
 
 
 def reference_rows(task, c: SampleCell, store: Store) -> None:
@@ -91,16 +122,38 @@ def reference_rows(task, c: SampleCell, store: Store) -> None:
     t0 = time.perf_counter()
     metrics = fn(c.n_samples)
     ranked = (task.headline_metric, *task.secondary_metrics)
-    base = {"sweep": c.train.sweep, "task": c.train.task["name"], "method": "data",
-            "variant": "held-out", "backbone": "", "config_hash": rid, "kind": "reference",
-            "subset": c.subset, "decoding": "data", "wall_s": time.perf_counter() - t0,
-            **task_columns(task), "nfe_is_length": False, "temperature_free": True,
-            "default_decoding": True,
-            "subset_rank": task.subset_order.index(c.subset) if c.subset in task.subset_order else None}
-    store.write_cell(rid, [{**base, "metric": m.metric, "value": m.value, "n": m.n,
-                            "ci_low": m.ci_low, "ci_high": m.ci_high,
-                            "metric_rank": ranked.index(m.metric) if m.metric in ranked else None}
-                           for m in metrics])
+    base = {
+        "sweep": c.train.sweep,
+        "task": c.train.task["name"],
+        "method": "data",
+        "variant": "held-out",
+        "backbone": "",
+        "config_hash": rid,
+        "kind": "reference",
+        "subset": c.subset,
+        "decoding": "data",
+        "wall_s": time.perf_counter() - t0,
+        **task_columns(task),
+        "nfe_is_length": False,
+        "temperature_free": True,
+        "default_decoding": True,
+        "subset_rank": task.subset_order.index(c.subset) if c.subset in task.subset_order else None,
+    }
+    store.write_cell(
+        rid,
+        [
+            {
+                **base,
+                "metric": m.metric,
+                "value": m.value,
+                "n": m.n,
+                "ci_low": m.ci_low,
+                "ci_high": m.ci_high,
+                "metric_rank": ranked.index(m.metric) if m.metric in ranked else None,
+            }
+            for m in metrics
+        ],
+    )
 
 
 # --------------------------------------------------------------------------- cell work
@@ -109,7 +162,9 @@ def reference_rows(task, c: SampleCell, store: Store) -> None:
 def owner_lock(tc: TrainCell):
     """The train cell's lock (:mod:`bench.locks`); a no-op on DDP ranks other than 0, which run
     the same job alongside rank 0 (SLURM_PROCID / RANK / LOCAL_RANK say which rank this is)."""
-    rank = next((int(os.environ[k]) for k in ("SLURM_PROCID", "RANK", "LOCAL_RANK") if os.environ.get(k)), 0)
+    rank = next(
+        (int(os.environ[k]) for k in ("SLURM_PROCID", "RANK", "LOCAL_RANK") if os.environ.get(k)), 0
+    )
     return locks.CellLock(locks.train_lock_path(tc.run_dir)) if rank == 0 else locks.NoLock()
 
 
@@ -129,14 +184,18 @@ def _train(tc: TrainCell, threads: int, progress: bool) -> str:
     tc.run_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(dataclasses.asdict(tc), tc.run_dir / "cell.json")
     task = _task(tc)
-    torch.manual_seed(int(tc.train["seed"]))  # the initial weights are a function of the cell, not of the process
+    torch.manual_seed(
+        int(tc.train["seed"])
+    )  # the initial weights are a function of the cell, not of the process
     method, backbone = _method_backbone(tc, task)
     train_cfg = tc.train_config()
     if threads:
         train_cfg.threads = threads
     data = task.train_data(tc.groups)
     n_params = sum(p.numel() for p in backbone.parameters())
-    res = fit(method, backbone, data, train_cfg, tc.run_dir, progress=progress, extra={"cell": tc.id})
+    res = fit(
+        method, backbone, data, train_cfg, tc.run_dir, progress=progress, extra={"cell": tc.id}
+    )
     if res.is_global_zero:  # DDP: every rank trains, rank 0 records
         store.write_cell(tc.id, train_rows(tc, res, n_params, task=task))
     return str(res.weights)
@@ -172,7 +231,9 @@ def _sample(tc: TrainCell, todo: list[SampleCell], store: Store, progress: bool)
     from tqdm import tqdm
 
     if not tc.weights.is_file():
-        raise FileNotFoundError(f"{tc.weights}: train cell {tc.label()} has no weights (did training fail?)")
+        raise FileNotFoundError(
+            f"{tc.weights}: train cell {tc.label()} has no weights (did training fail?)"
+        )
     dev = _device()
     task = _task(tc)
     method, backbone = _method_backbone(tc, task)
@@ -197,23 +258,41 @@ def _sample(tc: TrainCell, todo: list[SampleCell], store: Store, progress: bool)
             prompt, pmask = data.x[sl].to(dev), data.clean_mask[sl].to(dev)
             gen = torch.Generator(device=dev).manual_seed(c.seed * 1_000_003 + bi)
             method.nfe_counter = 0
-            ids = method.sample(backbone, prompt, pmask, nfe=c.nfe, temperature=c.temperature,
-                                decoding=c.decoding, float64=c.float64, generator=gen).cpu()
+            ids = method.sample(
+                backbone,
+                prompt,
+                pmask,
+                nfe=c.nfe,
+                temperature=c.temperature,
+                decoding=c.decoding,
+                float64=c.float64,
+                generator=gen,
+            ).cpu()
             nfe_used = method.nfe_counter
             atomic_torch_save({"ids": ids, "nfe": nfe_used}, path)
             outs.append(ids)
         samples = torch.cat(outs)
-        atomic_torch_save({"ids": samples, "cell": dataclasses.asdict(c)}, tc.run_dir / "samples" / f"{c.id}.pt")
+        atomic_torch_save(
+            {"ids": samples, "cell": dataclasses.asdict(c)}, tc.run_dir / "samples" / f"{c.id}.pt"
+        )
         metrics = task.evaluate(samples, data, c.subset)
-        rows = sample_rows(c, metrics, method=method, task=task, train_steps=meta["steps"], nfe=nfe_used,
-                           wall_s=time.perf_counter() - t0)
+        rows = sample_rows(
+            c,
+            metrics,
+            method=method,
+            task=task,
+            train_steps=meta["steps"],
+            nfe=nfe_used,
+            wall_s=time.perf_counter() - t0,
+        )
         store.write_cell(c.id, rows)
     reference_rows(task, todo[0], store)
     return len(todo)
 
 
-def run_train_then_samples(tc: TrainCell, cells: list[SampleCell], threads: int = 0,
-                           progress: bool = True) -> int:
+def run_train_then_samples(
+    tc: TrainCell, cells: list[SampleCell], threads: int = 0, progress: bool = True
+) -> int:
     """One local job: train (if needed), then sample every cell of this model, holding the
     train cell's lock throughout (raises :class:`bench.locks.CellBusy` if another process holds it)."""
     with owner_lock(tc):

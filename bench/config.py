@@ -39,7 +39,9 @@ class TaskConfig:
     """Which data a sweep trains and evaluates on."""
 
     name: str = option("sudoku", help="task name in bench.registry.TASKS")
-    grid: int = option(9, choices=(4, 6, 9), help="Sudoku side length: 9 (paper), 6 (2x3 boxes), 4 (2x2)")
+    grid: int = option(
+        9, choices=(4, 6, 9), help="Sudoku side length: 9 (paper), 6 (2x3 boxes), 4 (2x2)"
+    )
     difficulties: list[str] = option(
         factory=lambda: ["easy", "medium", "hard"],
         nonempty=True,
@@ -55,7 +57,9 @@ class TaskConfig:
     n_valid: int = option(2_000, gt=0, help="validation puzzles per difficulty")
     seed: int = option(42, help="generation seed (train and validation derive from it)")
     data_dir: str = option("", help="cache directory; '' = $SFLM_BENCH_DATA or ~/.cache/sflm-bench")
-    options: dict[str, Any] = option(factory=dict, help="the task's own options (its Options dataclass)")
+    options: dict[str, Any] = option(
+        factory=dict, help="the task's own options (its Options dataclass)"
+    )
 
 
 @dataclass
@@ -82,8 +86,12 @@ class TrainConfig:
     warmup_steps: int = option(2500, ge=0, help="linear warm-up, then constant")
     grad_clip: float = option(1.0, gt=0.0)
     ema: float = option(0.9999, ge=0.0, lt=1.0, help="EMA decay (0 = no averaging)")
-    precision: str = option("auto", choices=("auto", "32", "bf16-mixed"), help="auto: bf16 on GPU, fp32 on CPU")
-    antithetic: bool = option(True, help="stratified time sampling over the batch (diffusion methods)")
+    precision: str = option(
+        "auto", choices=("auto", "32", "bf16-mixed"), help="auto: bf16 on GPU, fp32 on CPU"
+    )
+    antithetic: bool = option(
+        True, help="stratified time sampling over the batch (diffusion methods)"
+    )
     checkpoint_every: int = option(1000, gt=0, help="steps between resumable checkpoints")
     seed: int = option(0)
     devices: int = option(1, gt=0, help="GPUs (or CPU processes) per node for DDP")
@@ -122,8 +130,12 @@ class ExecutorConfig:
     cpus_per_task: int = option(2, gt=0)
     mem_gb: int = option(8, gt=0)
     array_parallelism: int = option(16, gt=0, help="max concurrently running array tasks")
-    cells_per_task: int = option(0, ge=0, help="sample cells per array task (0 = spread a model's cells "
-                             "over at most array_parallelism tasks)")
+    cells_per_task: int = option(
+        0,
+        ge=0,
+        help="sample cells per array task (0 = spread a model's cells "
+        "over at most array_parallelism tasks)",
+    )
     max_parallel: int = option(2, gt=0, help="local executor: jobs running at once")
     log_dir: str = option("", help="'' = <results>/logs")
 
@@ -134,7 +146,9 @@ class MethodEntry:
 
     method: str = option(help="method name in bench.registry.METHODS")
     variant: str = option("", help="label for this option set ('' = 'base')")
-    options: dict[str, Any] = option(factory=dict, help="method options (the method's Options dataclass)")
+    options: dict[str, Any] = option(
+        factory=dict, help="method options (the method's Options dataclass)"
+    )
     decoding: list[str] | None = option(None, help="overrides sample.decoding for this method")
     train: dict[str, Any] = option(factory=dict, help="per-method train overrides (e.g. lr)")
 
@@ -151,8 +165,12 @@ class SweepConfig:
     sample: SampleConfig = option(factory=SampleConfig)
     executor: ExecutorConfig = option(factory=ExecutorConfig)
     methods: list[MethodEntry] = option(factory=list, nonempty=True)
-    seeds: list[int] = option(factory=list, each_ge=0, help="training seeds: every model is trained (and sampled) once per "
-                          "seed, overriding train.seed; the report gives mean +- sd over seeds. [] = train.seed only")
+    seeds: list[int] = option(
+        factory=list,
+        each_ge=0,
+        help="training seeds: every model is trained (and sampled) once per "
+        "seed, overriding train.seed; the report gives mean +- sd over seeds. [] = train.seed only",
+    )
 
 
 # --------------------------------------------------------------------------- building
@@ -237,13 +255,17 @@ def _check_rules(value: Any, meta: dict, where: str) -> None:
         if f"each_{key}" in meta:
             for i, v in enumerate(value):
                 if not ok(v, meta[f"each_{key}"]):
-                    raise ConfigError(f"{where}[{i}]: must be {sym} {meta[f'each_{key}']}, got {v!r}")
+                    raise ConfigError(
+                        f"{where}[{i}]: must be {sym} {meta[f'each_{key}']}, got {v!r}"
+                    )
     if "choices" in meta and value not in meta["choices"]:
         raise ConfigError(f"{where}: must be one of {list(meta['choices'])}, got {value!r}")
     if "each_choices" in meta:
         for i, v in enumerate(value):
             if v not in meta["each_choices"]:
-                raise ConfigError(f"{where}[{i}]: must be one of {list(meta['each_choices'])}, got {v!r}")
+                raise ConfigError(
+                    f"{where}[{i}]: must be one of {list(meta['each_choices'])}, got {v!r}"
+                )
     if meta.get("nonempty") and len(value) == 0:
         raise ConfigError(f"{where}: must not be empty")
 

@@ -47,7 +47,7 @@ def process_start(pid: int) -> int | None:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return int(stat[stat.rindex(")") + 2:].split()[19])
+    return int(stat[stat.rindex(")") + 2 :].split()[19])
 
 
 def alive(pid: int, start: int | None = None) -> bool:
@@ -63,7 +63,7 @@ def alive(pid: int, start: int | None = None) -> bool:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return True  # no /proc: kill(0) is all we know
-    fields = stat[stat.rindex(")") + 2:].split()
+    fields = stat[stat.rindex(")") + 2 :].split()
     return fields[0] != "Z" and (start is None or int(fields[19]) == start)
 
 
@@ -80,8 +80,9 @@ class CellBusy(RuntimeError):
 
     def __init__(self, path: Path, owner: dict):
         self.path, self.owner = Path(path), owner
-        super().__init__(f"{self.path}: held by {describe(owner)}; the cell is being computed there, "
-                         "not here")
+        super().__init__(
+            f"{self.path}: held by {describe(owner)}; the cell is being computed there, not here"
+        )
 
 
 def _read(f) -> dict:
@@ -124,9 +125,14 @@ class CellLock:
                     raise CellBusy(self.path, owner) from None
                 time.sleep(0.05)
         pid = os.getpid()
-        info = {"pid": pid, "host": socket.gethostname(), "start": process_start(pid), "pgid": os.getpgid(0),
-                "since": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "slurm_job": os.environ.get("SLURM_JOB_ID")}
+        info = {
+            "pid": pid,
+            "host": socket.gethostname(),
+            "start": process_start(pid),
+            "pgid": os.getpgid(0),
+            "since": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "slurm_job": os.environ.get("SLURM_JOB_ID"),
+        }
         f.seek(0)
         f.truncate()
         f.write(json.dumps(info))

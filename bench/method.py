@@ -72,8 +72,14 @@ def token_mean(per_token: Tensor, loss_mask: Tensor) -> LossOutput:
     return LossOutput(loss, per_sample.detach())
 
 
-def antithetic_times(n: int, *, eps: float = 1e-3, antithetic: bool = True,
-                     generator: torch.Generator | None = None, device: Any = "cpu") -> Tensor:
+def antithetic_times(
+    n: int,
+    *,
+    eps: float = 1e-3,
+    antithetic: bool = True,
+    generator: torch.Generator | None = None,
+    device: Any = "cpu",
+) -> Tensor:
     """(n,) times in [eps, 1]: one uniform draw inside each of the n strata, u_i = (U_i + i) / n
     with independent U_i (reference ``_sample_t``, s-sahoo/duo ``trainer_base.py`` / MDLM
     ``diffusion.py``), then t = (1 - eps) u + eps. Departure: under DDP each rank stratifies its
@@ -134,9 +140,18 @@ class Method(nn.Module):
         return backbone(*args, **kwargs)
 
     @torch.no_grad()
-    def sample(self, backbone: nn.Module, prompt: Tensor, prompt_mask: Tensor, *, nfe: int,
-               temperature: float = 1.0, decoding: str = "default", float64: bool = True,
-               generator: torch.Generator | None = None) -> Tensor:
+    def sample(
+        self,
+        backbone: nn.Module,
+        prompt: Tensor,
+        prompt_mask: Tensor,
+        *,
+        nfe: int,
+        temperature: float = 1.0,
+        decoding: str = "default",
+        float64: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
         """Generate (n, L) ids. ``prompt``: (n, L) ids whose ``prompt_mask`` positions are
         kept as given (conditional generation); other positions are generated."""
         raise NotImplementedError
@@ -152,14 +167,18 @@ class Method(nn.Module):
         if decoding == "default":
             return self.decodings[0]
         if decoding not in self.decodings:
-            raise ValueError(f"{self.name}: unknown decoding {decoding!r} (known: {list(self.decodings)})")
+            raise ValueError(
+                f"{self.name}: unknown decoding {decoding!r} (known: {list(self.decodings)})"
+            )
         return decoding
 
     def describe(self) -> dict:
         return {"method": self.name, **dataclasses.asdict(self.opts)}
 
 
-def gumbel_argmax(logits: Tensor, generator: torch.Generator | None, float64: bool = True) -> Tensor:
+def gumbel_argmax(
+    logits: Tensor, generator: torch.Generator | None, float64: bool = True
+) -> Tensor:
     """Sample from Cat(softmax(logits)) over the last axis with the Gumbel-max trick, in
     float64 when asked (float32 Gumbel noise truncates tails; Zheng et al. 2024)."""
     dtype = torch.float64 if float64 else torch.float32

@@ -58,9 +58,27 @@ SCALES: dict[str, dict] = {
     "sudoku": {"size": "tiny", "vocab": 12, "seq_len": 180, "batch": 256, "prompt_frac": 0.5},
     "tinygsm": {"size": "small", "vocab": 49_153, "seq_len": 512, "batch": 64, "prompt_frac": 0.5},
     "owt": {"size": "small", "vocab": 50_258, "seq_len": 1024, "batch": 32, "prompt_frac": 0.0},
-    "sudoku-cpu": {"size": "cpu-small", "vocab": 12, "seq_len": 180, "batch": 32, "prompt_frac": 0.5},
-    "tinygsm-cpu": {"size": "cpu-small", "vocab": 49_153, "seq_len": 256, "batch": 4, "prompt_frac": 0.5},
-    "owt-cpu": {"size": "cpu-small", "vocab": 50_258, "seq_len": 512, "batch": 2, "prompt_frac": 0.0},
+    "sudoku-cpu": {
+        "size": "cpu-small",
+        "vocab": 12,
+        "seq_len": 180,
+        "batch": 32,
+        "prompt_frac": 0.5,
+    },
+    "tinygsm-cpu": {
+        "size": "cpu-small",
+        "vocab": 49_153,
+        "seq_len": 256,
+        "batch": 4,
+        "prompt_frac": 0.5,
+    },
+    "owt-cpu": {
+        "size": "cpu-small",
+        "vocab": 50_258,
+        "seq_len": 512,
+        "batch": 2,
+        "prompt_frac": 0.0,
+    },
 }
 LEGACY = {"size": "cpu-small", "vocab": 12, "seq_len": 180, "batch": 32, "prompt_frac": 0.5}
 
@@ -84,8 +102,9 @@ def _make(method: str, options: dict, vocab: int, seq_len: int, size: str, devic
     return m.to(device), backbone
 
 
-def _sudoku_batch(n: int, vocab: int, seq_len: int, device: torch.device, seed: int = 0,
-                  prompt_frac: float = 0.5) -> Batch:
+def _sudoku_batch(
+    n: int, vocab: int, seq_len: int, device: torch.device, seed: int = 0, prompt_frac: float = 0.5
+) -> Batch:
     """Random ids; the first ``prompt_frac`` of each row given (clean), the rest scored."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randint(0, vocab, (n, seq_len), generator=g)
@@ -108,7 +127,9 @@ class _Bare:
 
     def loss(self, backbone, batch: Batch, t):
         logits = backbone(batch.x, t)
-        ce = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), batch.x.flatten(), reduction="none")
+        ce = torch.nn.functional.cross_entropy(
+            logits.flatten(0, 1).float(), batch.x.flatten(), reduction="none"
+        )
         m = batch.loss_mask.flatten().float()
         return types.SimpleNamespace(loss=(ce * m).sum() / m.sum().clamp_min(1.0))
 
@@ -129,8 +150,13 @@ def _train_step(method, backbone, opt, batch: Batch, args, device: torch.device)
 def _sample_once(method, backbone, batch: Batch, args, device: torch.device) -> None:
     method.nfe_counter = 0
     with _autocast(device, args.precision):
-        method.sample(backbone, batch.x, batch.clean_mask, nfe=args.nfe,
-                      generator=torch.Generator(device=device).manual_seed(0))
+        method.sample(
+            backbone,
+            batch.x,
+            batch.clean_mask,
+            nfe=args.nfe,
+            generator=torch.Generator(device=device).manual_seed(0),
+        )
 
 
 def _seconds_per_call(fn, warmup: int, reps: int, device: torch.device) -> float:
@@ -161,7 +187,9 @@ def bench_train(models, args, device) -> list[dict]:
     for label, name, opts in models:
         method, backbone = _make(name, opts, args.vocab, args.seq_len, args.size, device)
         entries.append((label, method, backbone))
-    batch = _sudoku_batch(args.batch, args.vocab, args.seq_len, device, prompt_frac=args.prompt_frac)
+    batch = _sudoku_batch(
+        args.batch, args.vocab, args.seq_len, device, prompt_frac=args.prompt_frac
+    )
     steps, peaks, times = {}, {}, {}
     for label, method, backbone in entries:
         backbone = backbone if backbone is not None else method.backbone
@@ -178,18 +206,25 @@ def bench_train(models, args, device) -> list[dict]:
     for r in range(args.rounds):
         for label, _, _ in entries:
             times[label].append(_seconds_per_call(steps[label], 0, args.steps, device))
-        _progress(f"train round {r + 1}/{args.rounds}: "
-                  + ", ".join(f"{k} {1 / v[-1]:.2f}" for k, v in times.items()))
+        _progress(
+            f"train round {r + 1}/{args.rounds}: "
+            + ", ".join(f"{k} {1 / v[-1]:.2f}" for k, v in times.items())
+        )
     rows = []
     for label, method, backbone in entries:
         backbone = backbone if backbone is not None else method.backbone
         ratio = [b / m for m, b in zip(times[label], times["bare"])]
-        rows.append({"bench": "train", "model": label,
-                     "steps_per_s": 1.0 / statistics.median(times[label]),
-                     "vs_bare": statistics.median(ratio),
-                     "overhead_x": statistics.median(m / b for m, b in zip(times[label], times["bare"])),
-                     "peak_step_MiB": None if peaks[label] is None else peaks[label] / 2**20,
-                     "n_params": sum(p.numel() for p in backbone.parameters())})
+        rows.append(
+            {
+                "bench": "train",
+                "model": label,
+                "steps_per_s": 1.0 / statistics.median(times[label]),
+                "vs_bare": statistics.median(ratio),
+                "overhead_x": statistics.median(m / b for m, b in zip(times[label], times["bare"])),
+                "peak_step_MiB": None if peaks[label] is None else peaks[label] / 2**20,
+                "n_params": sum(p.numel() for p in backbone.parameters()),
+            }
+        )
     _relative(rows, "steps_per_s")
     return rows
 
@@ -199,16 +234,26 @@ def bench_sample(models, args, device) -> list[dict]:
     for label, name, opts in models:
         method, backbone = _make(name, opts, args.vocab, args.seq_len, args.size, device)
         backbone.eval()
-        batch = _sudoku_batch(args.sample_batch, args.vocab, args.seq_len, device,
-                              prompt_frac=args.prompt_frac)
+        batch = _sudoku_batch(
+            args.sample_batch, args.vocab, args.seq_len, device, prompt_frac=args.prompt_frac
+        )
 
         run = functools.partial(_sample_once, method, backbone, batch, args, device)
         dt = _seconds_per_call(run, 1, max(1, args.sample_reps), device)
         generated = int((~batch.clean_mask).sum())
-        rows.append({"bench": "sample", "model": label, "nfe": method.nfe_counter,
-                     "seqs_per_s": args.sample_batch / dt, "tokens_per_s": generated / dt,
-                     "s_per_call": dt / max(1, method.nfe_counter)})
-        _progress(f"sample {label}: {args.sample_batch / dt:.1f} seqs/s at {method.nfe_counter} calls")
+        rows.append(
+            {
+                "bench": "sample",
+                "model": label,
+                "nfe": method.nfe_counter,
+                "seqs_per_s": args.sample_batch / dt,
+                "tokens_per_s": generated / dt,
+                "s_per_call": dt / max(1, method.nfe_counter),
+            }
+        )
+        _progress(
+            f"sample {label}: {args.sample_batch / dt:.1f} seqs/s at {method.nfe_counter} calls"
+        )
     _relative(rows, "seqs_per_s")
     return rows
 
@@ -218,8 +263,10 @@ def bench_velocity(args, device) -> list[dict]:
     V, d, L, B = args.vel_vocab, args.vel_dim, args.vel_len, args.vel_batch
     method, backbone = _make("sflm", {}, V, L, args.vel_size, device)
     if backbone.embed.weight.shape[-1] != d:
-        raise ConfigError(f"--vel-dim {d}: the {args.vel_size!r} DiT has width "
-                          f"{backbone.embed.weight.shape[-1]} (pick --vel-size to match)")
+        raise ConfigError(
+            f"--vel-dim {d}: the {args.vel_size!r} DiT has width "
+            f"{backbone.embed.weight.shape[-1]} (pick --vel-size to match)"
+        )
     backbone.eval()
     forward_s: list[float] = []
     real_call = method.call
@@ -241,8 +288,14 @@ def bench_velocity(args, device) -> list[dict]:
         _sync(device)
         t0 = time.perf_counter()
         with _autocast(device, args.precision):
-            method.sample(backbone, prompt, pmask, nfe=nfe, float64=not args.vel_float32,
-                          generator=torch.Generator(device=device).manual_seed(0))
+            method.sample(
+                backbone,
+                prompt,
+                pmask,
+                nfe=nfe,
+                float64=not args.vel_float32,
+                generator=torch.Generator(device=device).manual_seed(0),
+            )
         _sync(device)
         return time.perf_counter() - t0
 
@@ -256,15 +309,27 @@ def bench_velocity(args, device) -> list[dict]:
     step = (total - sum(forward_s)) / args.vel_steps
     buf = B * L * V * (4 if args.vel_float32 else 8)
     extra = None if None in peaks.values() else max(0, peaks["sampler"] - peaks["forward_only"])
-    row = {"bench": "velocity", "vocab": V, "dim": d, "seq_len": L, "batch": B, "size": args.vel_size,
-           "dtype": "float32" if args.vel_float32 else "float64", "forward_s": fwd, "step_s": step,
-           "step_over_forward": step / fwd, "peak_forward_only_bytes": peaks["forward_only"],
-           "peak_sampler_bytes": peaks["sampler"],
-           "velocity_extra_blv_buffers": None if extra is None else extra / buf,
-           "note": "peaks are above the memory in use before the run (CUDA: allocator; CPU: resident set, "
-                   "VmHWM reset through /proc/self/clear_refs); the velocity's extra is the sampler's "
-                   "peak minus the decode-only run's, in float (B, L, V) buffers of the sampling dtype"}
-    _progress(f"velocity: step {step * 1e3:.1f} ms vs forward {fwd * 1e3:.1f} ms ({step / fwd:.2f}x)")
+    row = {
+        "bench": "velocity",
+        "vocab": V,
+        "dim": d,
+        "seq_len": L,
+        "batch": B,
+        "size": args.vel_size,
+        "dtype": "float32" if args.vel_float32 else "float64",
+        "forward_s": fwd,
+        "step_s": step,
+        "step_over_forward": step / fwd,
+        "peak_forward_only_bytes": peaks["forward_only"],
+        "peak_sampler_bytes": peaks["sampler"],
+        "velocity_extra_blv_buffers": None if extra is None else extra / buf,
+        "note": "peaks are above the memory in use before the run (CUDA: allocator; CPU: resident set, "
+        "VmHWM reset through /proc/self/clear_refs); the velocity's extra is the sampler's "
+        "peak minus the decode-only run's, in float (B, L, V) buffers of the sampling dtype",
+    }
+    _progress(
+        f"velocity: step {step * 1e3:.1f} ms vs forward {fwd * 1e3:.1f} ms ({step / fwd:.2f}x)"
+    )
     return [row]
 
 
@@ -340,24 +405,48 @@ def _table(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.perf", description=__doc__.split("\n")[0])
-    ap.add_argument("benches", nargs="*", default=["train", "sample", "velocity"],
-                    help="any of train, sample, velocity (default: all)")
+    ap.add_argument(
+        "benches",
+        nargs="*",
+        default=["train", "sample", "velocity"],
+        help="any of train, sample, velocity (default: all)",
+    )
     ap.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda")
-    ap.add_argument("--precision", default="auto", choices=("auto", "32", "bf16-mixed"),
-                    help="auto: bf16-mixed autocast on CUDA, fp32 on CPU (as the trainer)")
-    ap.add_argument("--models", default="", help="comma-separated labels (default: all of "
-                    + ", ".join(m[0] for m in MODELS) + ")")
-    ap.add_argument("--scale", choices=tuple(SCALES), help="preset size / |V| / L / batch: "
-                    + "; ".join(f"{k} = {v['size']}, |V| {v['vocab']}, L {v['seq_len']}, batch {v['batch']}"
-                                for k, v in SCALES.items()) + " (explicit flags override it)")
-    ap.add_argument("--size", help="DiT size for train/sample (default cpu-small; tiny = paper Sudoku)")
+    ap.add_argument(
+        "--precision",
+        default="auto",
+        choices=("auto", "32", "bf16-mixed"),
+        help="auto: bf16-mixed autocast on CUDA, fp32 on CPU (as the trainer)",
+    )
+    ap.add_argument(
+        "--models",
+        default="",
+        help="comma-separated labels (default: all of " + ", ".join(m[0] for m in MODELS) + ")",
+    )
+    ap.add_argument(
+        "--scale",
+        choices=tuple(SCALES),
+        help="preset size / |V| / L / batch: "
+        + "; ".join(
+            f"{k} = {v['size']}, |V| {v['vocab']}, L {v['seq_len']}, batch {v['batch']}"
+            for k, v in SCALES.items()
+        )
+        + " (explicit flags override it)",
+    )
+    ap.add_argument(
+        "--size", help="DiT size for train/sample (default cpu-small; tiny = paper Sudoku)"
+    )
     ap.add_argument("--vocab", type=int, help="train/sample vocabulary (default Sudoku: 12)")
     ap.add_argument("--seq-len", type=int, help="train/sample length (default 9x9 Sudoku: 180)")
     ap.add_argument("--batch", type=int, help="train batch (default 32)")
     ap.add_argument("--sample-batch", type=int, help="sampling batch (default: --batch)")
-    ap.add_argument("--prompt-frac", type=float, help="fraction of each row given as prompt (default 0.5)")
+    ap.add_argument(
+        "--prompt-frac", type=float, help="fraction of each row given as prompt (default 0.5)"
+    )
     ap.add_argument("--steps", type=int, default=20, help="timed train steps per model and round")
-    ap.add_argument("--rounds", type=int, default=1, help="round-robin timing rounds (ratios: median)")
+    ap.add_argument(
+        "--rounds", type=int, default=1, help="round-robin timing rounds (ratios: median)"
+    )
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--nfe", type=int, default=16, help="sampling NFE")
     ap.add_argument("--sample-reps", type=int, default=2)
@@ -365,9 +454,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vel-dim", type=int, default=768)
     ap.add_argument("--vel-len", type=int, default=512)
     ap.add_argument("--vel-batch", type=int, default=1)
-    ap.add_argument("--vel-size", default="small", help="DiT size of the velocity benchmark's denoiser")
+    ap.add_argument(
+        "--vel-size", default="small", help="DiT size of the velocity benchmark's denoiser"
+    )
     ap.add_argument("--vel-steps", type=int, default=3, help="timed velocity steps")
-    ap.add_argument("--vel-float32", action="store_true", help="sample in float32 (default float64)")
+    ap.add_argument(
+        "--vel-float32", action="store_true", help="sample in float32 (default float64)"
+    )
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
     ap.add_argument("--out", help="write results JSON here (atomically)")
     ap.add_argument("--md", help="also write the tables as Markdown here (atomically)")
@@ -380,11 +473,16 @@ def main(argv: list[str] | None = None) -> int:
 
     unknown = [b for b in args.benches if b not in ("train", "sample", "velocity")]
     if unknown:
-        print(f"error: unknown benchmark {unknown[0]!r} (known: train, sample, velocity)", file=sys.stderr)
+        print(
+            f"error: unknown benchmark {unknown[0]!r} (known: train, sample, velocity)",
+            file=sys.stderr,
+        )
         return 2
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
-    if args.device not in ("cpu", "cuda") or (args.device == "cuda" and not torch.cuda.is_available()):
+    if args.device not in ("cpu", "cuda") or (
+        args.device == "cuda" and not torch.cuda.is_available()
+    ):
         print(f"error: --device {args.device!r} is not available here", file=sys.stderr)
         return 2
     if args.precision == "auto":
@@ -392,8 +490,10 @@ def main(argv: list[str] | None = None) -> int:
     labels = [s for s in args.models.split(",") if s] or [m[0] for m in MODELS]
     bad = [s for s in labels if s not in {m[0] for m in MODELS}]
     if bad:
-        print(f"error: --models: unknown model {bad[0]!r} (known: {', '.join(m[0] for m in MODELS)})",
-              file=sys.stderr)
+        print(
+            f"error: --models: unknown model {bad[0]!r} (known: {', '.join(m[0] for m in MODELS)})",
+            file=sys.stderr,
+        )
         return 2
     models = [m for m in MODELS if m[0] in labels]
     if args.threads:
@@ -410,20 +510,45 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    env = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
-           "torch": torch.__version__, "threads": torch.get_num_threads(), "precision": args.precision,
-           "argv": sys.argv[1:] if argv is None else argv}
-    env["scale"] = {k: getattr(args, k) for k in ("scale", "size", "vocab", "seq_len", "batch",
-                                                   "sample_batch", "prompt_frac", "nfe")}
+    env = {
+        "device": torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else platform.processor() or "cpu",
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "precision": args.precision,
+        "argv": sys.argv[1:] if argv is None else argv,
+    }
+    env["scale"] = {
+        k: getattr(args, k)
+        for k in (
+            "scale",
+            "size",
+            "vocab",
+            "seq_len",
+            "batch",
+            "sample_batch",
+            "prompt_frac",
+            "nfe",
+        )
+    }
     env["loadavg_1min"] = _loadavg()
-    md = [f"`python -m bench.perf {' '.join(env['argv'])}`", "",
-          "Scale: " + ", ".join(f"{k} {v}" for k, v in env["scale"].items())
-          + f"; 1-min load average at the end: {env['loadavg_1min']}"]
+    md = [
+        f"`python -m bench.perf {' '.join(env['argv'])}`",
+        "",
+        "Scale: "
+        + ", ".join(f"{k} {v}" for k, v in env["scale"].items())
+        + f"; 1-min load average at the end: {env['loadavg_1min']}",
+    ]
     for bench in ("train", "sample", "velocity"):
         sel = [r for r in rows if r["bench"] == bench]
         if sel:
-            md += ["", f"## {bench} ({env['device']}, {args.precision}, {env['threads']} threads)", "",
-                   _table(sel)]
+            md += [
+                "",
+                f"## {bench} ({env['device']}, {args.precision}, {env['threads']} threads)",
+                "",
+                _table(sel),
+            ]
     print("\n".join(md))
     if args.md:
         atomic.write_text(Path(args.md), "\n".join(md) + "\n")

@@ -39,14 +39,40 @@ from bench import atomic
 
 #: the results-table columns (README "Results"), then extensions (flat, never nested).
 COLUMNS = [
-    "cell_id", "sweep", "task", "method", "variant", "backbone", "train_steps",
-    "nfe", "temperature", "decoding", "seed", "metric", "value", "ci_low", "ci_high", "n",
-    "git_sha", "config_hash", "created_at",
+    "cell_id",
+    "sweep",
+    "task",
+    "method",
+    "variant",
+    "backbone",
+    "train_steps",
+    "nfe",
+    "temperature",
+    "decoding",
+    "seed",
+    "metric",
+    "value",
+    "ci_low",
+    "ci_high",
+    "n",
+    "git_sha",
+    "config_hash",
+    "created_at",
     # extensions
-    "subset", "kind", "train_cell", "wall_s",
+    "subset",
+    "kind",
+    "train_cell",
+    "wall_s",
     # what the report reads about the row's task and method (REPORT_COLUMNS)
-    "task_kind", "task_title", "stand_in_for", "subset_rank", "metric_rank",
-    "nfe_is_length", "temperature_free", "default_decoding", "task_protocol",
+    "task_kind",
+    "task_title",
+    "stand_in_for",
+    "subset_rank",
+    "metric_rank",
+    "nfe_is_length",
+    "temperature_free",
+    "default_decoding",
+    "task_protocol",
 ]
 #: Columns added after the first stores were written: :meth:`Store.read` lists one only when a
 #: row has it, so an older store reads (and exports to results.csv) exactly as before.
@@ -62,7 +88,7 @@ COLUMNS = [
 #:   decoding is the method's default, what the paper ran when it names none); sample rows;
 #: - ``task_protocol``: the task options that decide which items and which grader a number comes
 #:   from (Sudoku ``generator=fast|reference``; GSM8K ``grader=...; separator=...``); every row.
-REPORT_COLUMNS = COLUMNS[COLUMNS.index("task_kind"):]
+REPORT_COLUMNS = COLUMNS[COLUMNS.index("task_kind") :]
 
 
 @lru_cache(maxsize=1)
@@ -74,10 +100,18 @@ def git_provenance() -> tuple[str, bool]:
         return env.rstrip("+"), env.endswith("+")
     root = Path(__file__).resolve().parent.parent
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                             timeout=10).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                                    capture_output=True, text=True, timeout=10).stdout.strip())
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = bool(
+            subprocess.run(
+                ["git", "status", "--porcelain", "--untracked-files=no"],
+                cwd=root,
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.strip()
+        )
     except (OSError, subprocess.SubprocessError):
         return "unknown", False
     return sha or "unknown", dirty
@@ -123,12 +157,16 @@ def check_rows(rows, cell_id: str) -> None:
         if nested:
             raise BadStoreFile(f"wrong schema: row {i} has non-scalar values in {nested}")
         if r.get("cell_id") != cell_id:
-            raise BadStoreFile(f"wrong schema: row {i} has cell_id {r.get('cell_id')!r}, not {cell_id!r}")
+            raise BadStoreFile(
+                f"wrong schema: row {i} has cell_id {r.get('cell_id')!r}, not {cell_id!r}"
+            )
         if not isinstance(r.get("metric"), str) or not r["metric"]:
             raise BadStoreFile(f"wrong schema: row {i} has no metric name")
         v = r.get("value")
         if isinstance(v, bool) or not isinstance(v, (int, float, type(None))):
-            raise BadStoreFile(f"wrong schema: row {i} ({r['metric']}) has a non-numeric value {v!r}")
+            raise BadStoreFile(
+                f"wrong schema: row {i} ({r['metric']}) has a non-numeric value {v!r}"
+            )
         metrics.append(r["metric"])
     if len(set(metrics)) != len(metrics):
         raise BadStoreFile(f"wrong schema: duplicate metrics {metrics}")
@@ -142,7 +180,9 @@ def parse_store_file(raw: bytes, cell_id: str) -> tuple[list[dict], bool]:
     except UnicodeDecodeError:
         raise BadStoreFile("not UTF-8 text") from None
     except json.JSONDecodeError as e:
-        raise BadStoreFile(f"invalid or truncated JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+        raise BadStoreFile(
+            f"invalid or truncated JSON ({e.msg} at line {e.lineno} column {e.colno})"
+        ) from None
     if isinstance(data, list):  # version 1: written before checksums, trusted if the schema holds
         check_rows(data, cell_id)
         return data, False
@@ -154,7 +194,9 @@ def parse_store_file(raw: bytes, cell_id: str) -> tuple[list[dict], bool]:
     if missing:
         raise BadStoreFile(f"wrong schema: missing {missing}")
     if data["cell_id"] != cell_id:
-        raise BadStoreFile(f"wrong schema: file of cell {data['cell_id']!r} under the name of {cell_id!r}")
+        raise BadStoreFile(
+            f"wrong schema: file of cell {data['cell_id']!r} under the name of {cell_id!r}"
+        )
     if rows_checksum(data["rows"]) != data["sha256"]:
         raise BadStoreFile("checksum mismatch (the rows changed after they were written)")
     check_rows(data["rows"], cell_id)
@@ -195,7 +237,9 @@ class Store:
             rows, _ = parse_store_file(raw, p.stem)
         except BadStoreFile as e:
             if not self._quarantine(p, str(e), st.st_ino) and retry:
-                return self._load(p, retry=False)  # replaced by a writer meanwhile: read the new one
+                return self._load(
+                    p, retry=False
+                )  # replaced by a writer meanwhile: read the new one
             return None
         self._valid[p.name] = (key, rows)
         return rows
@@ -215,8 +259,12 @@ class Store:
         except FileNotFoundError:  # another reader moved it first
             where = "already moved aside by another process"
         if say:
-            print(f"warning: {p}: bad results file, {reason}; {where}; its cell counts as not done "
-                  "and will be computed again", file=sys.stderr, flush=True)
+            print(
+                f"warning: {p}: bad results file, {reason}; {where}; its cell counts as not done "
+                "and will be computed again",
+                file=sys.stderr,
+                flush=True,
+            )
         return True
 
     def verify(self, move: bool = False) -> tuple[list[tuple[Path, str]], int, int]:
@@ -257,13 +305,20 @@ class Store:
             if unknown:
                 raise ValueError(f"cell {cell_id}: unknown result columns {sorted(unknown)}")
             full.append(row)
-        full = json.loads(json.dumps(full, default=float))  # what a reader will see (numpy -> float)
+        full = json.loads(
+            json.dumps(full, default=float)
+        )  # what a reader will see (numpy -> float)
         try:
             check_rows(full, cell_id)  # never write what a read would reject
         except BadStoreFile as e:
             raise ValueError(f"cell {cell_id}: {e}") from None
-        payload = {"format": FORMAT, "version": VERSION, "cell_id": cell_id, "sha256": rows_checksum(full),
-                   "rows": full}
+        payload = {
+            "format": FORMAT,
+            "version": VERSION,
+            "cell_id": cell_id,
+            "sha256": rows_checksum(full),
+            "rows": full,
+        }
         return atomic.write_text(self.path(cell_id), json.dumps(payload, indent=1))
 
     def rows(self, cell_id: str) -> list[dict]:
@@ -279,7 +334,9 @@ class Store:
             for p in sorted(self.dir.glob("*.json")):
                 rows.extend(self._load(p) or [])  # a bad file: warned about, moved aside, skipped
         present = {c for r in rows for c in REPORT_COLUMNS if c in r}
-        return pd.DataFrame(rows, columns=[c for c in COLUMNS if c not in REPORT_COLUMNS or c in present])
+        return pd.DataFrame(
+            rows, columns=[c for c in COLUMNS if c not in REPORT_COLUMNS or c in present]
+        )
 
 
 def read(results_dir: str | Path) -> pd.DataFrame:
@@ -291,8 +348,12 @@ def read(results_dir: str | Path) -> pd.DataFrame:
 
 def task_columns(task) -> dict:
     """The :data:`REPORT_COLUMNS` every row of ``task`` carries (a :class:`bench.data.base.Task`)."""
-    return {"task_kind": task.report_kind, "task_title": task.title or task.name,
-            "stand_in_for": task.stand_in_for, "task_protocol": task.protocol()}
+    return {
+        "task_kind": task.report_kind,
+        "task_title": task.title or task.name,
+        "stand_in_for": task.stand_in_for,
+        "task_protocol": task.protocol(),
+    }
 
 
 def sample_columns(task, method, decoding: str, subset: str, metric: str) -> dict:
@@ -319,11 +380,20 @@ _LEGACY_TITLE = {"gsm8k": "GSM8K"}
 _LEGACY_STAND_IN = {"arith_standin": "GSM8K"}
 _LEGACY_NFE_IS_LENGTH = ("ar",)
 # before the protocol options existed there was one generator and one grader
-_LEGACY_PROTOCOL = {"sudoku": "generator=fast", "gsm8k": "grader=standard; separator=newline",
-                    "arith_standin": "grader=standard; separator=newline"}
+_LEGACY_PROTOCOL = {
+    "sudoku": "generator=fast",
+    "gsm8k": "grader=standard; separator=newline",
+    "arith_standin": "grader=standard; separator=newline",
+}
 _LEGACY_TEMPERATURE_FREE = {("ar", "greedy"), ("sflm", "top1")}
-_LEGACY_DEFAULT_DECODING = {"ar": "sample", "mdlm": "ancestral", "candi": "cached",
-                            "duo": "ancestral", "flm": "euler", "sflm": "exact"}
+_LEGACY_DEFAULT_DECODING = {
+    "ar": "sample",
+    "mdlm": "ancestral",
+    "candi": "cached",
+    "duo": "ancestral",
+    "flm": "euler",
+    "sflm": "exact",
+}
 
 
 def with_report_columns(df: pd.DataFrame) -> pd.DataFrame:
@@ -341,8 +411,10 @@ def with_report_columns(df: pd.DataFrame) -> pd.DataFrame:
         return df
     o = df[old]
     sample = (o["kind"] == "sample").tolist()
-    headline = {task: next((m for m in _LEGACY_HEADLINE if m in set(g["metric"])), None)
-                for task, g in o[o["kind"] == "sample"].groupby("task")}
+    headline = {
+        task: next((m for m in _LEGACY_HEADLINE if m in set(g["metric"])), None)
+        for task, g in o[o["kind"] == "sample"].groupby("task")
+    }
 
     def metric_rank(task, metric):
         if metric == headline.get(task):
@@ -351,18 +423,29 @@ def with_report_columns(df: pd.DataFrame) -> pd.DataFrame:
 
     tasks, methods, decodings = o["task"].tolist(), o["method"].tolist(), o["decoding"].tolist()
     per_row = {  # column -> value per row, sample rows only where marked
-        "task_kind": (["program" if t in _LEGACY_PROGRAM_TASKS else "generic" for t in tasks],
-                      False),
+        "task_kind": (
+            ["program" if t in _LEGACY_PROGRAM_TASKS else "generic" for t in tasks],
+            False,
+        ),
         "task_title": ([_LEGACY_TITLE.get(t, t) for t in tasks], False),
         "stand_in_for": ([_LEGACY_STAND_IN.get(t, "") for t in tasks], False),
         "metric_rank": ([metric_rank(t, m) for t, m in zip(tasks, o["metric"])], True),
-        "subset_rank": ([_LEGACY_SUBSET_ORDER.index(s) if s in _LEGACY_SUBSET_ORDER else None
-                         for s in o["subset"]], True),
+        "subset_rank": (
+            [
+                _LEGACY_SUBSET_ORDER.index(s) if s in _LEGACY_SUBSET_ORDER else None
+                for s in o["subset"]
+            ],
+            True,
+        ),
         "nfe_is_length": ([m in _LEGACY_NFE_IS_LENGTH for m in methods], True),
-        "temperature_free": ([(m, d) in _LEGACY_TEMPERATURE_FREE
-                              for m, d in zip(methods, decodings)], True),
-        "default_decoding": ([_LEGACY_DEFAULT_DECODING.get(m) == d
-                              for m, d in zip(methods, decodings)], True),
+        "temperature_free": (
+            [(m, d) in _LEGACY_TEMPERATURE_FREE for m, d in zip(methods, decodings)],
+            True,
+        ),
+        "default_decoding": (
+            [_LEGACY_DEFAULT_DECODING.get(m) == d for m, d in zip(methods, decodings)],
+            True,
+        ),
         "task_protocol": ([_LEGACY_PROTOCOL.get(t, "") for t in tasks], False),
     }
     for col, (values, sample_only) in per_row.items():
@@ -377,12 +460,21 @@ def with_report_columns(df: pd.DataFrame) -> pd.DataFrame:
 def main(argv: list[str] | None = None) -> int:
     """``python -m bench.results verify [--results-dir DIR] [--move]``: exit 1 if any store file
     is bad, 0 if none, 2 on usage errors or a missing store."""
-    ap = argparse.ArgumentParser(prog="python -m bench.results", description="Check the results store.")
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.results", description="Check the results store."
+    )
     sub = ap.add_subparsers(dest="command", required=True)
-    v = sub.add_parser("verify", help="validate every store file (JSON, schema, checksum); list the bad ones")
-    v.add_argument("--results-dir", default="results", help="results folder holding store/ (default: results)")
-    v.add_argument("--move", action="store_true",
-                   help="also move bad files to store/corrupt/ (what any sweep or report does when it reads them)")
+    v = sub.add_parser(
+        "verify", help="validate every store file (JSON, schema, checksum); list the bad ones"
+    )
+    v.add_argument(
+        "--results-dir", default="results", help="results folder holding store/ (default: results)"
+    )
+    v.add_argument(
+        "--move",
+        action="store_true",
+        help="also move bad files to store/corrupt/ (what any sweep or report does when it reads them)",
+    )
     args = ap.parse_args(argv)
     store = Store(args.results_dir)
     if not store.dir.is_dir():
@@ -392,8 +484,10 @@ def main(argv: list[str] | None = None) -> int:
     for p, reason in bad:
         print(f"bad: {p}: {reason}" + (f" (moved to {store.corrupt_dir}/)" if args.move else ""))
     aside = len(list(store.corrupt_dir.glob("*.json"))) if store.corrupt_dir.is_dir() else 0
-    print(f"{store.dir}: {n} files checked, {len(bad)} bad, {legacy} without checksum (written before "
-          f"checksums; valid), {aside} in {store.corrupt_dir.name}/")
+    print(
+        f"{store.dir}: {n} files checked, {len(bad)} bad, {legacy} without checksum (written before "
+        f"checksums; valid), {aside} in {store.corrupt_dir.name}/"
+    )
     return 1 if bad else 0
 
 

@@ -46,7 +46,9 @@ class CellStatus:
     error: str | None = None
 
 
-def statuses(p: Plan, state: dict | None = None, jobs: dict[str, JobState] | None = None) -> list[CellStatus]:
+def statuses(
+    p: Plan, state: dict | None = None, jobs: dict[str, JobState] | None = None
+) -> list[CellStatus]:
     """One status per cell, in plan order (a train cell, then its sample cells). ``state``: the
     sweep state file (default: read it); ``jobs``: SLURM's answer for its jobs (default: ask
     squeue / sacct when they exist; ``{}``: do not ask)."""
@@ -58,30 +60,50 @@ def statuses(p: Plan, state: dict | None = None, jobs: dict[str, JobState] | Non
         cells.append(("train", tc, store.has(tc.id) and tc.weights.is_file()))
         cells += [("sample", s, store.has(s.id)) for s in p.samples_of(tc)]
     if jobs is None:
-        wanted = [state["cells"][c.id] for _, c, done in cells if not done and c.id in state["cells"]]
+        wanted = [
+            state["cells"][c.id] for _, c, done in cells if not done and c.id in state["cells"]
+        ]
         jobs = query(wanted) if wanted and shutil.which("squeue") else {}
     out = []
     owners: dict[str, dict | None] = {}  # train cell id -> holder of its lock
     for kind, c, done in cells:
-        st = CellStatus(kind, c.id, c.label(), "done" if done else "pending", state["cells"].get(c.id),
-                        "" if done else "not submitted")
+        st = CellStatus(
+            kind,
+            c.id,
+            c.label(),
+            "done" if done else "pending",
+            state["cells"].get(c.id),
+            "" if done else "not submitted",
+        )
         if not done and not st.job:
             _local_status(st, kind, c, state, owners)
         if not done and st.job:
             base = st.job.split("_")[0]
             js = jobs.get(st.job)
             recorded = state["jobs"].get(base, {}).get("name")
-            if js is not None and js.state != "VANISHED" and recorded and js.name and js.name != recorded:
+            if (
+                js is not None
+                and js.state != "VANISHED"
+                and recorded
+                and js.name
+                and js.name != recorded
+            ):
                 js = JobState("VANISHED", False)  # the id now belongs to someone else's job
             if js is None:
                 st.detail = "unknown (SLURM not queried)"
             elif js.live:
-                st.state = "running" if js.state in ("RUNNING", "COMPLETING", "CONFIGURING") else "pending"
-                st.detail = js.state + (f" ({js.reason})" if js.reason and js.reason != "None" else "")
+                st.state = (
+                    "running" if js.state in ("RUNNING", "COMPLETING", "CONFIGURING") else "pending"
+                )
+                st.detail = js.state + (
+                    f" ({js.reason})" if js.reason and js.reason != "None" else ""
+                )
             else:
                 st.state = "failed"
-                st.detail = {"VANISHED": "job vanished from SLURM",
-                             "COMPLETED": "job completed without a result"}.get(js.state, js.state)
+                st.detail = {
+                    "VANISHED": "job vanished from SLURM",
+                    "COMPLETED": "job completed without a result",
+                }.get(js.state, js.state)
                 paths = log_paths(state, st.job)
                 st.log = str(paths[0]) if paths else None
                 st.error = last_error_line(paths)
@@ -124,9 +146,13 @@ def _local_status(st: CellStatus, kind: str, c, state: dict, owners: dict) -> No
         except (OSError, json.JSONDecodeError):
             result = {}
         st.state = "failed"
-        st.detail = f"local job pid {rec.get('pid')} " + ("stopped" if result.get("stopped") else "ended")
+        st.detail = f"local job pid {rec.get('pid')} " + (
+            "stopped" if result.get("stopped") else "ended"
+        )
         st.log = str(folder / "log.err")
-        st.error = result.get("error") or last_error_line([folder / "log.err"]) or "no result (killed?)"
+        st.error = (
+            result.get("error") or last_error_line([folder / "log.err"]) or "no result (killed?)"
+        )
 
 
 def count_done(p: Plan) -> int:
@@ -149,8 +175,10 @@ def status_table(p: Plan) -> str:
             lines.append(f"{'':28s} log:   {r.log or '-'}")
             lines.append(f"{'':28s} error: {r.error or '-'}")
     counts = {s: sum(r.state == s for r in rows) for s in STATES}
-    lines.append(", ".join(f"{n} {s}" for s, n in counts.items()) + f" (of {len(rows)} cells); "
-                 f"state: {state_dir(p.cfg) / 'state.json'}")
+    lines.append(
+        ", ".join(f"{n} {s}" for s, n in counts.items()) + f" (of {len(rows)} cells); "
+        f"state: {state_dir(p.cfg) / 'state.json'}"
+    )
     return "\n".join(lines)
 
 
@@ -161,16 +189,22 @@ def dry_run(p: Plan) -> str:
     store = Store(cfg.results_dir)
     kind = cfg.executor.kind
     ex = settings(cfg.executor) if kind == "slurm" else cfg.executor
-    lines = [f"sweep {cfg.name}: {len(p.train_cells)} train cells, {len(p.sample_cells)} sample cells; "
-             f"executor {kind}"]
+    lines = [
+        f"sweep {cfg.name}: {len(p.train_cells)} train cells, {len(p.sample_cells)} sample cells; "
+        f"executor {kind}"
+    ]
     opts = cfg.task.options if isinstance(cfg.task.options, dict) else vars(cfg.task.options)
     # the task's options say which data and grader the rows use (e.g. Sudoku generator: reference)
     lines.append(f"  task: {cfg.task.name}" + "".join(f"; {k}={v}" for k, v in opts.items()))
     if kind == "slurm":
-        facts = ", ".join(f"{k}={getattr(ex, k)}" for k in ("partition", "account", "qos") if getattr(ex, k))
-        lines.append(f"  cluster: {facts or 'default partition/account'}; time limit {ex.time_min} min; "
-                     f"gpus/node {ex.gpus_per_node}; cpus/task {ex.cpus_per_task}; mem {ex.mem_gb} GB/task; "
-                     f"array parallelism {ex.array_parallelism}")
+        facts = ", ".join(
+            f"{k}={getattr(ex, k)}" for k in ("partition", "account", "qos") if getattr(ex, k)
+        )
+        lines.append(
+            f"  cluster: {facts or 'default partition/account'}; time limit {ex.time_min} min; "
+            f"gpus/node {ex.gpus_per_node}; cpus/task {ex.cpus_per_task}; mem {ex.mem_gb} GB/task; "
+            f"array parallelism {ex.array_parallelism}"
+        )
     n_train = n_arrays = n_tasks = n_cells = 0
     gpu_h = cpu_h = 0.0
     hours = ex.time_min / 60
@@ -191,18 +225,29 @@ def dry_run(p: Plan) -> str:
             n_tasks += len(chunks)
             gpu_h += hours * sr["gpus_per_node"] * len(chunks)
             cpu_h += hours * sr["cpus_per_task"] * len(chunks)
-            res = (f"nodes={r['nodes']} tasks/node={r['tasks_per_node']} gpus/node={r['gpus_per_node']}"
-                   if not trained else "trained")
-            lines.append(f"  {'train' if not trained else 'done ':5s} {tc.label():40s} {res}; "
-                         f"{len(todo)} sample cells in {len(chunks)} array task(s)")
+            res = (
+                f"nodes={r['nodes']} tasks/node={r['tasks_per_node']} gpus/node={r['gpus_per_node']}"
+                if not trained
+                else "trained"
+            )
+            lines.append(
+                f"  {'train' if not trained else 'done ':5s} {tc.label():40s} {res}; "
+                f"{len(todo)} sample cells in {len(chunks)} array task(s)"
+            )
         else:
             n_train += 1
-            lines.append(f"  job   {tc.label():40s} {'train + ' if not trained else ''}{len(todo)} sample cells")
+            lines.append(
+                f"  job   {tc.label():40s} {'train + ' if not trained else ''}{len(todo)} sample cells"
+            )
         n_cells += len(todo)
     if kind == "slurm":
-        lines.append(f"jobs: {n_train} train job(s), {n_arrays} sampling array(s) with {n_tasks} task(s) "
-                     f"for {n_cells} sample cell(s)")
-        lines.append(f"cost upper bound (time limit x resources): {gpu_h:.1f} GPU-hours, {cpu_h:.1f} CPU-hours")
+        lines.append(
+            f"jobs: {n_train} train job(s), {n_arrays} sampling array(s) with {n_tasks} task(s) "
+            f"for {n_cells} sample cell(s)"
+        )
+        lines.append(
+            f"cost upper bound (time limit x resources): {gpu_h:.1f} GPU-hours, {cpu_h:.1f} CPU-hours"
+        )
     else:
         lines.append(f"jobs: {n_train} local job(s) for {n_cells} sample cell(s)")
     lines.append("nothing submitted (--dry-run)")

@@ -53,9 +53,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--no-wait", action="store_true", help="slurm: submit and exit (default: watch until done)"
     )
-    ap.add_argument("--cancel", action="store_true", help="stop the sweep's running jobs (any executor) and exit")
-    ap.add_argument("--stop-on-interrupt", action="store_true",
-                    help="on Ctrl-C / SIGTERM stop the jobs this driver started (default: they keep running)")
+    ap.add_argument(
+        "--cancel",
+        action="store_true",
+        help="stop the sweep's running jobs (any executor) and exit",
+    )
+    ap.add_argument(
+        "--stop-on-interrupt",
+        action="store_true",
+        help="on Ctrl-C / SIGTERM stop the jobs this driver started (default: they keep running)",
+    )
     args = ap.parse_args(argv)
     try:
         cfg = load_sweep(args.sweep)
@@ -101,7 +108,11 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # one line, even if Ctrl-C is pressed again
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signum = signal.SIGINT if isinstance(e, KeyboardInterrupt) else signal.SIGTERM
-        print(_interrupted(p, kind, started, args.stop_on_interrupt, signum), file=sys.stderr, flush=True)
+        print(
+            _interrupted(p, kind, started, args.stop_on_interrupt, signum),
+            file=sys.stderr,
+            flush=True,
+        )
         return 128 + signum
     finally:
         if signal.getsignal(signal.SIGTERM) is _raise_terminated:
@@ -125,18 +136,24 @@ def _interrupted(p, kind: str, started: list, stop: bool, signum: int) -> str:
     """The one line an interrupted driver prints (with ``stop``: after stopping its jobs)."""
     name = f"sweep {p.cfg.name}: interrupted ({signal.Signals(signum).name})"
     if kind == "debug":
-        return (f"{name}; the debug executor ran the job in this process, so it stopped (checkpoints are "
-                "kept); re-run the same command to resume")
+        return (
+            f"{name}; the debug executor ran the job in this process, so it stopped (checkpoints are "
+            "kept); re-run the same command to resume"
+        )
     if kind == "slurm":
         jobs = _live_slurm_jobs(p)
         if stop and jobs:
             slurm_cluster.scancel(jobs)
             return f"{name}; cancelled SLURM job(s) {', '.join(jobs)}; re-run the same command to resume"
         if jobs is None:
-            return (f"{name}; submitted SLURM jobs keep running: re-run the same command to keep watching, "
-                    "--status to see them, --cancel to stop them")
-        return (f"{name}; {len(jobs)} SLURM job(s) keep running or queued ({', '.join(jobs) or '-'}): re-run "
-                "the same command to keep watching, --status to see them, --cancel to stop them")
+            return (
+                f"{name}; submitted SLURM jobs keep running: re-run the same command to keep watching, "
+                "--status to see them, --cancel to stop them"
+            )
+        return (
+            f"{name}; {len(jobs)} SLURM job(s) keep running or queued ({', '.join(jobs) or '-'}): re-run "
+            "the same command to keep watching, --status to see them, --cancel to stop them"
+        )
     mine = {j.pid for j in started}
     live = [(tc, o) for tc, o in local.live_jobs(p) if not stop or o.get("pid") in mine]
     if stop:
@@ -149,14 +166,18 @@ def _interrupted(p, kind: str, started: list, stop: bool, signum: int) -> str:
                     pass
         stopped = [str(o.get("pid")) for _, o, what in outcome if what in ("stopped", "gone")]
         left = [str(o.get("pid")) for _, o, what in outcome if what == "still running"]
-        return (f"{name}; stopped the {len(stopped)} local job(s) it started (pids {', '.join(stopped) or '-'}"
-                f"{'; still stopping: ' + ', '.join(left) if left else ''}); training saved its checkpoint, "
-                "re-run the same command to resume")
+        return (
+            f"{name}; stopped the {len(stopped)} local job(s) it started (pids {', '.join(stopped) or '-'}"
+            f"{'; still stopping: ' + ', '.join(left) if left else ''}); training saved its checkpoint, "
+            "re-run the same command to resume"
+        )
     if not live:
         return f"{name}; no job is running; re-run the same command to resume"
     pids = ", ".join(str(o.get("pid")) for _, o in live)
-    return (f"{name}; {len(live)} local job(s) keep running (pids {pids}): re-run the same command to "
-            "re-attach, --status to see them, --cancel to stop them")
+    return (
+        f"{name}; {len(live)} local job(s) keep running (pids {pids}): re-run the same command to "
+        "re-attach, --status to see them, --cancel to stop them"
+    )
 
 
 def _live_slurm_jobs(p) -> list[str] | None:

@@ -71,7 +71,9 @@ class StepBatches(IterableDataset):
 
     def _perm(self, epoch: int) -> np.ndarray:
         if epoch not in self._perms:
-            self._perms = {epoch: np.random.default_rng([self.seed, epoch]).permutation(len(self.data))}
+            self._perms = {
+                epoch: np.random.default_rng([self.seed, epoch]).permutation(len(self.data))
+            }
         return self._perms[epoch]
 
     def indices(self, step: int) -> np.ndarray:
@@ -107,11 +109,19 @@ class TrainModule(L.LightningModule):
     def __init__(self, method: Method, backbone: torch.nn.Module, cfg: TrainConfig):
         super().__init__()
         self.method, self.backbone, self.cfg = method, backbone, cfg
-        self.ema = AveragedModel(backbone, avg_fn=ema_avg_fn(cfg.ema), use_buffers=True) if cfg.ema > 0 else None
-        if self.ema is not None:  # not trained: DDP would otherwise report them as unused parameters
+        self.ema = (
+            AveragedModel(backbone, avg_fn=ema_avg_fn(cfg.ema), use_buffers=True)
+            if cfg.ema > 0
+            else None
+        )
+        if (
+            self.ema is not None
+        ):  # not trained: DDP would otherwise report them as unused parameters
             self.ema.requires_grad_(False)
         self.stream: StepBatches | None = None
-        self._first_bad: torch.Tensor | None = None  # step of the first non-finite loss (-1: none), on device
+        self._first_bad: torch.Tensor | None = (
+            None  # step of the first non-finite loss (-1: none), on device
+        )
         self._bad_loss: torch.Tensor | None = None  # that loss value
 
     def _note_nonfinite(self, loss: torch.Tensor) -> None:
@@ -131,7 +141,10 @@ class TrainModule(L.LightningModule):
         step = -1 if self._first_bad is None else int(self._first_bad)
         reason = f"non-finite loss ({float(self._bad_loss)})" if step >= 0 else ""
         if weights and not reason:
-            params = [*self.backbone.parameters(), *(self.ema.parameters() if self.ema is not None else ())]
+            params = [
+                *self.backbone.parameters(),
+                *(self.ema.parameters() if self.ema is not None else ()),
+            ]
             if params and not bool(torch.stack([torch.isfinite(p).all() for p in params]).all()):
                 step, reason = self.global_step, "non-finite weights"
         bad = bool(reason)
@@ -169,27 +182,38 @@ class TrainModule(L.LightningModule):
             self.ema.update_parameters(self.backbone)
 
     def configure_optimizers(self):
-        opt = make_adamw(self.backbone.parameters(), lr=self.cfg.lr, betas=tuple(self.cfg.betas),
-                         weight_decay=self.cfg.weight_decay,
-                         device=next(self.backbone.parameters()).device)
+        opt = make_adamw(
+            self.backbone.parameters(),
+            lr=self.cfg.lr,
+            betas=tuple(self.cfg.betas),
+            weight_decay=self.cfg.weight_decay,
+            device=next(self.backbone.parameters()).device,
+        )
         warm = self.cfg.warmup_steps
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0
+        )
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     def on_train_start(self):
         # fit() positions the stream before trainer.fit: Lightning creates the loader
         # iterator and prefetches the first batch before this hook runs.
         if self.stream is not None and self.stream.start_step != self.global_step:
-            raise RuntimeError(f"data stream starts at step {self.stream.start_step}, "
-                               f"trainer at {self.global_step}")
+            raise RuntimeError(
+                f"data stream starts at step {self.stream.start_step}, "
+                f"trainer at {self.global_step}"
+            )
 
     # RNG states travel with the checkpoint so that a resumed run draws the same noise.
     def on_save_checkpoint(self, checkpoint):
         # Every save (periodic, last, on stop / SIGTERM, final) passes here before anything is
         # written: a non-finite state is refused, so the last good checkpoint stays.
         self.check_finite(weights=True)
-        checkpoint["rng"] = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
-                             "python": random.getstate()}
+        checkpoint["rng"] = {
+            "torch": torch.get_rng_state(),
+            "numpy": np.random.get_state(),
+            "python": random.getstate(),
+        }
         if torch.cuda.is_available():
             checkpoint["rng"]["cuda"] = torch.cuda.get_rng_state_all()
 
@@ -261,8 +285,12 @@ class TrainingDiverged(RuntimeError):
 def write_failure(run_dir: str | Path, reason: str, step: int, **extra) -> Path:
     """Record why a run failed: ``<run_dir>/failed.json`` = {"reason": one line, "step": int,
     "time": ISO-8601 UTC, ...extra}, written atomically. :func:`fit` removes it when it starts."""
-    info = {"reason": reason, "step": step, "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            **extra}
+    info = {
+        "reason": reason,
+        "step": step,
+        "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **extra,
+    }
     path = Path(run_dir) / FAILED_FILE
     atomic.write_text(path, json.dumps(info, indent=2, sort_keys=True))
     return path
@@ -286,7 +314,12 @@ class _AtomicCheckpointIO(TorchCheckpointIO):
     (SIGKILL after the grace period) leaves the previous last.ckpt intact."""
 
     def save_checkpoint(self, checkpoint, path, storage_options=None):
-        atomic.write_with(path, lambda tmp: super(_AtomicCheckpointIO, self).save_checkpoint(checkpoint, tmp, storage_options))
+        atomic.write_with(
+            path,
+            lambda tmp: super(_AtomicCheckpointIO, self).save_checkpoint(
+                checkpoint, tmp, storage_options
+            ),
+        )
 
 
 # --------------------------------------------------------------------------- fit
@@ -335,8 +368,17 @@ def atomic_torch_save(obj, path: Path) -> None:
     atomic.write_with(path, lambda tmp: torch.save(obj, tmp))
 
 
-def fit(method: Method, backbone: torch.nn.Module, data: TaskData, cfg: TrainConfig, run_dir: str | Path,
-        *, progress: bool = True, extra: dict | None = None, callbacks: list | None = None) -> TrainResult:
+def fit(
+    method: Method,
+    backbone: torch.nn.Module,
+    data: TaskData,
+    cfg: TrainConfig,
+    run_dir: str | Path,
+    *,
+    progress: bool = True,
+    extra: dict | None = None,
+    callbacks: list | None = None,
+) -> TrainResult:
     """Train ``backbone`` with ``method`` on ``data`` for ``cfg.steps`` optimiser steps.
 
     Resumes from ``run_dir/ckpt/last.ckpt`` when present. Writes ``run_dir/weights.pt``
@@ -354,18 +396,35 @@ def fit(method: Method, backbone: torch.nn.Module, data: TaskData, cfg: TrainCon
     stream = StepBatches(data, cfg.batch_size, cfg.seed)
     module.stream = stream
     loader = DataLoader(stream, batch_size=None, num_workers=0)
-    ckpt_cb = ModelCheckpoint(dirpath=run_dir / "ckpt", filename="step{step}", every_n_train_steps=cfg.checkpoint_every,
-                              save_last=True, save_top_k=1, auto_insert_metric_name=False)
+    ckpt_cb = ModelCheckpoint(
+        dirpath=run_dir / "ckpt",
+        filename="step{step}",
+        every_n_train_steps=cfg.checkpoint_every,
+        save_last=True,
+        save_top_k=1,
+        auto_insert_metric_name=False,
+    )
     timer = _Timer()
     accelerator = "gpu" if torch.cuda.is_available() else "cpu"
     strategy = "ddp" if cfg.devices * cfg.num_nodes > 1 else "auto"  # gloo on CPU, nccl on GPU
     last = run_dir / "ckpt" / "last.ckpt"
     trainer = L.Trainer(
-        max_steps=cfg.steps, accelerator=accelerator, devices=cfg.devices, num_nodes=cfg.num_nodes,
-        strategy=strategy, precision=precision_for(cfg), gradient_clip_val=cfg.grad_clip,
-        callbacks=[ckpt_cb, timer, _SaveOnSigterm(last), *(callbacks or [])], logger=False,
-        enable_progress_bar=progress, enable_model_summary=False, plugins=[_AtomicCheckpointIO()],
-        limit_val_batches=0, num_sanity_val_steps=0, default_root_dir=run_dir, log_every_n_steps=50,
+        max_steps=cfg.steps,
+        accelerator=accelerator,
+        devices=cfg.devices,
+        num_nodes=cfg.num_nodes,
+        strategy=strategy,
+        precision=precision_for(cfg),
+        gradient_clip_val=cfg.grad_clip,
+        callbacks=[ckpt_cb, timer, _SaveOnSigterm(last), *(callbacks or [])],
+        logger=False,
+        enable_progress_bar=progress,
+        enable_model_summary=False,
+        plugins=[_AtomicCheckpointIO()],
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        default_root_dir=run_dir,
+        log_every_n_steps=50,
     )
     # The loader iterator is created (and its first batch prefetched) before any training
     # hook runs, so the stream must know its rank and resume step now.
@@ -374,17 +433,31 @@ def fit(method: Method, backbone: torch.nn.Module, data: TaskData, cfg: TrainCon
     if resume is not None:
         stream.start_step = resume[1]
     try:
-        trainer.fit(module, train_dataloaders=loader, ckpt_path=str(resume[0]) if resume else None,
-                    weights_only=False)  # our own checkpoint (RNG states are numpy objects)
+        trainer.fit(
+            module,
+            train_dataloaders=loader,
+            ckpt_path=str(resume[0]) if resume else None,
+            weights_only=False,
+        )  # our own checkpoint (RNG states are numpy objects)
         module.check_finite(weights=True)  # before weights.pt (the periodic check may not have run)
     except TrainingDiverged as e:
-        good = int(torch.load(last, map_location="cpu", weights_only=False, mmap=True)["global_step"]) \
-            if last.exists() else None
+        good = (
+            int(torch.load(last, map_location="cpu", weights_only=False, mmap=True)["global_step"])
+            if last.exists()
+            else None
+        )
         kept = f"kept {last} (step {good})" if good is not None else "no checkpoint was written"
         msg = f"{run_dir.name}: training diverged: {e.reason} at step {e.step}; stopped at step {e.at_step}, {kept}"
         if trainer.is_global_zero:
-            write_failure(run_dir, f"{e.reason} at step {e.step}", e.step, kind="diverged", stopped_at=e.at_step,
-                          checkpoint=str(last) if good is not None else None, checkpoint_step=good)
+            write_failure(
+                run_dir,
+                f"{e.reason} at step {e.step}",
+                e.step,
+                kind="diverged",
+                stopped_at=e.at_step,
+                checkpoint=str(last) if good is not None else None,
+                checkpoint_step=good,
+            )
         raise TrainingDiverged(e.step, e.reason, e.at_step, msg) from None
     seconds = time.perf_counter() - (timer.t0 or time.perf_counter())
     done = trainer.global_step - timer.steps0
@@ -397,9 +470,17 @@ def fit(method: Method, backbone: torch.nn.Module, data: TaskData, cfg: TrainCon
             "extra": extra or {},
         }
         atomic_torch_save(payload, weights)
-    trainer.save_checkpoint(last)  # the final step is resumable too (collective under DDP: every rank calls it)
-    return TrainResult(trainer.global_step, seconds, done / seconds if seconds > 0 else float("nan"),
-                       float(timer.last_loss), weights, trainer.is_global_zero)
+    trainer.save_checkpoint(
+        last
+    )  # the final step is resumable too (collective under DDP: every rank calls it)
+    return TrainResult(
+        trainer.global_step,
+        seconds,
+        done / seconds if seconds > 0 else float("nan"),
+        float(timer.last_loss),
+        weights,
+        trainer.is_global_zero,
+    )
 
 
 def _resume_from(ckpt_dir: Path) -> tuple[Path, int] | None:
@@ -413,14 +494,20 @@ def _resume_from(ckpt_dir: Path) -> tuple[Path, int] | None:
         if not path.is_file():
             continue
         try:
-            step = int(torch.load(path, map_location="cpu", weights_only=False, mmap=True)["global_step"])
+            step = int(
+                torch.load(path, map_location="cpu", weights_only=False, mmap=True)["global_step"]
+            )
         except Exception as e:  # noqa: BLE001 - any unreadable checkpoint is skipped the same way
             try:
                 path.rename(path.with_name(path.name + ".corrupt"))
             except OSError:  # DDP: another rank moved it first
                 pass
-            print(f"sflm: warning: {path}: unreadable checkpoint ({type(e).__name__}), moved to "
-                  f"{path.name}.corrupt; trying an earlier one", file=sys.stderr, flush=True)
+            print(
+                f"sflm: warning: {path}: unreadable checkpoint ({type(e).__name__}), moved to "
+                f"{path.name}.corrupt; trying an earlier one",
+                file=sys.stderr,
+                flush=True,
+            )
             continue
         return path, step
     return None

@@ -33,8 +33,13 @@ def normalize(x: Tensor, eps: float = EPS) -> Tensor:
     return x / x.norm(dim=-1, keepdim=True).clamp_min(eps)
 
 
-def uniform_sphere(shape: tuple[int, ...], *, generator: torch.Generator | None = None,
-                   device: torch.device | str | None = None, dtype: torch.dtype = torch.float32) -> Tensor:
+def uniform_sphere(
+    shape: tuple[int, ...],
+    *,
+    generator: torch.Generator | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> Tensor:
     """Uniform samples on S^{d-1}, ``shape = (..., d)``: Gaussian draws normalised (Muller 1959)."""
     eps = torch.randn(shape, generator=generator, device=device, dtype=dtype)
     return normalize(eps)
@@ -43,7 +48,9 @@ def uniform_sphere(shape: tuple[int, ...], *, generator: torch.Generator | None 
 def _safe_ratio(num: Tensor, den: Tensor, limit: float = 1.0) -> Tensor:
     """num / den where den > 0, else ``limit``; no NaN in the forward or backward pass."""
     ok = den > 0
-    return torch.where(ok, num / torch.where(ok, den, torch.ones_like(den)), torch.full_like(num, limit))
+    return torch.where(
+        ok, num / torch.where(ok, den, torch.ones_like(den)), torch.full_like(num, limit)
+    )
 
 
 def geodesic_distance(p: Tensor, q: Tensor) -> Tensor:
@@ -91,7 +98,9 @@ def slerp(p: Tensor, q: Tensor, t: Tensor | float) -> Tensor:
     return exp_map(p, t * log_map(p, q))
 
 
-def conditional_velocity(z_t: Tensor, z_1: Tensor, alpha: Tensor | float, dalpha: Tensor | float) -> Tensor:
+def conditional_velocity(
+    z_t: Tensor, z_1: Tensor, alpha: Tensor | float, dalpha: Tensor | float
+) -> Tensor:
     """u_{t|1}(z_t | z_1) = alpha'_t / (1 - alpha_t) log_{z_t}(z_1) (paper eq. spherical-conditional-vf,
     derived in appendix "Deriving the Conditional Velocity Fields"): the time derivative of
     z_t = SLERP(z_0, z_1, alpha_t). ``alpha`` / ``dalpha`` broadcast to ``z_t.shape[:-1]``."""

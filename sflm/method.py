@@ -57,44 +57,93 @@ from sflm.schedule import AdaptiveSchedule, Schedule, make_base_schedule
 
 @dataclass
 class SFLMOptions(Options):
-    schedule: str = option("linear", choices=("linear", "cos2"),
-                       help="base schedule: linear alpha = 1 - t, or cos2 alpha = sin^2(pi/2 (1 - t)) (paper tab:noise-schedules)")
-    alpha_max: float | str = option("star", help="clean-weight cap of the truncated schedule: a number in (0, 1] "
-                                "(1 = untruncated) or 'star' = alpha*(delta) for this vocabulary and width (eq. alpha-crit)")
-    delta: float = option(0.1, gt=0.0, lt=1.0, help="delta of alpha*(delta) when alpha_max = 'star'")
-    alpha_trunc_inverted: float | None = option(None, ge=0.0, lt=1.0,
-                                            help="the paper's inverted alpha_trunc (TinyGSM ablation; = 1 - clean-weight cap, "
-                                            "e.g. 0.879 = 1 - alpha*(0.1)); sets alpha_max = 1 - value (leave alpha_max at 'star')")
-    eps: float = option(1e-3, gt=0.0, lt=1.0, help="schedule floor: alpha at t = 1 (reference noise.eps)")
-    adaptive: bool = option(False, help="adaptive noise schedule (paper Alg. 'Adaptive noise schedule refit')")
-    adaptive_refit_every: int = option(50, gt=0, help="R: refit every R optimiser steps (paper / scripts: 50)")
-    adaptive_buffer: int = option(0, ge=0, help="(t, loss) pairs kept; 0 = R x global batch (paper)")
-    adaptive_warmup: int = option(1000, ge=0, help="W: steps before pairs are recorded (paper: 1000)")
-    adaptive_ema: float = option(0.9, ge=0.0, lt=1.0, help="beta: EMA of successive schedules (paper / scripts: 0.9)")
-    adaptive_uniform_mix: float = option(1e-3, gt=0.0, le=1.0, help="mu: uniform mix of the importance (paper: 1e-3)")
+    schedule: str = option(
+        "linear",
+        choices=("linear", "cos2"),
+        help="base schedule: linear alpha = 1 - t, or cos2 alpha = sin^2(pi/2 (1 - t)) (paper tab:noise-schedules)",
+    )
+    alpha_max: float | str = option(
+        "star",
+        help="clean-weight cap of the truncated schedule: a number in (0, 1] "
+        "(1 = untruncated) or 'star' = alpha*(delta) for this vocabulary and width (eq. alpha-crit)",
+    )
+    delta: float = option(
+        0.1, gt=0.0, lt=1.0, help="delta of alpha*(delta) when alpha_max = 'star'"
+    )
+    alpha_trunc_inverted: float | None = option(
+        None,
+        ge=0.0,
+        lt=1.0,
+        help="the paper's inverted alpha_trunc (TinyGSM ablation; = 1 - clean-weight cap, "
+        "e.g. 0.879 = 1 - alpha*(0.1)); sets alpha_max = 1 - value (leave alpha_max at 'star')",
+    )
+    eps: float = option(
+        1e-3, gt=0.0, lt=1.0, help="schedule floor: alpha at t = 1 (reference noise.eps)"
+    )
+    adaptive: bool = option(
+        False, help="adaptive noise schedule (paper Alg. 'Adaptive noise schedule refit')"
+    )
+    adaptive_refit_every: int = option(
+        50, gt=0, help="R: refit every R optimiser steps (paper / scripts: 50)"
+    )
+    adaptive_buffer: int = option(
+        0, ge=0, help="(t, loss) pairs kept; 0 = R x global batch (paper)"
+    )
+    adaptive_warmup: int = option(
+        1000, ge=0, help="W: steps before pairs are recorded (paper: 1000)"
+    )
+    adaptive_ema: float = option(
+        0.9, ge=0.0, lt=1.0, help="beta: EMA of successive schedules (paper / scripts: 0.9)"
+    )
+    adaptive_uniform_mix: float = option(
+        1e-3, gt=0.0, le=1.0, help="mu: uniform mix of the importance (paper: 1e-3)"
+    )
     adaptive_n_grid: int = option(1000, gt=2, help="grid points of the refit (reference: 1000)")
     adaptive_n_knots: int = option(20, gt=1, help="SplineTransformer knots (reference: 20)")
     adaptive_degree: int = option(3, gt=0, help="spline degree (reference: 3)")
     adaptive_ridge: float = option(1e-3, ge=0.0, help="Ridge alpha (reference: 1e-3)")
-    renorm: bool = option(False, help="re-project the embedding table onto the sphere after each optimiser step "
-                      "(paper: worse; off)")
-    backbone: str = option("dit", choices=("dit", "sarch"), help="denoiser: the shared DiT or the S-arch (paper sec. 3.3)")
-    input_scale: str = option("unit", choices=("unit", "sqrt_d"),
-                          help="DiT input: unit-norm z_t (reference SphereDiT) or z_t sqrt(d) (unit variance per coordinate)")
-    time_conditioning: bool = option(True, help="feed sigma = -log alpha_t to the network (reference: true)")
-    top_k: int = option(10, gt=0, help="k of the 'topk' decoding (paper appendix sweeps k; k >= 10 ~ exact)")
-    final_decode: str = option("argmax", choices=("argmax", "sample"),
-                           help="last step: argmax (reference noise_removal=greedy) or a draw from softmax(logits / T)")
-    slerp_float64: bool = option(True, help="training SLERP in float64 (reference algo.slerp_precision)")
+    renorm: bool = option(
+        False,
+        help="re-project the embedding table onto the sphere after each optimiser step "
+        "(paper: worse; off)",
+    )
+    backbone: str = option(
+        "dit",
+        choices=("dit", "sarch"),
+        help="denoiser: the shared DiT or the S-arch (paper sec. 3.3)",
+    )
+    input_scale: str = option(
+        "unit",
+        choices=("unit", "sqrt_d"),
+        help="DiT input: unit-norm z_t (reference SphereDiT) or z_t sqrt(d) (unit variance per coordinate)",
+    )
+    time_conditioning: bool = option(
+        True, help="feed sigma = -log alpha_t to the network (reference: true)"
+    )
+    top_k: int = option(
+        10, gt=0, help="k of the 'topk' decoding (paper appendix sweeps k; k >= 10 ~ exact)"
+    )
+    final_decode: str = option(
+        "argmax",
+        choices=("argmax", "sample"),
+        help="last step: argmax (reference noise_removal=greedy) or a draw from softmax(logits / T)",
+    )
+    slerp_float64: bool = option(
+        True, help="training SLERP in float64 (reference algo.slerp_precision)"
+    )
 
     def validate(self) -> None:
         if isinstance(self.alpha_max, str):
             if self.alpha_max != "star":
-                raise ConfigError(f"alpha_max: must be a number in (0, 1] or 'star', got {self.alpha_max!r}")
+                raise ConfigError(
+                    f"alpha_max: must be a number in (0, 1] or 'star', got {self.alpha_max!r}"
+                )
         elif not 0.0 < self.alpha_max <= 1.0:
             raise ConfigError(f"alpha_max: must be in (0, 1], got {self.alpha_max!r}")
         if self.alpha_trunc_inverted is not None and self.alpha_max != "star":
-            raise ConfigError("alpha_trunc_inverted: set either alpha_max or alpha_trunc_inverted, not both")
+            raise ConfigError(
+                "alpha_trunc_inverted: set either alpha_max or alpha_trunc_inverted, not both"
+            )
 
     def clean_weight_cap(self, vocab_size: int, dim: int) -> float:
         """The canonical cap on alpha (clean weight) this configuration trains on."""
@@ -111,8 +160,11 @@ class SFLM(Method):
     decodings = ("exact", "stochastic", "top1", "topk")
     temperature_free = ("top1",)
     #: extra option sets the shared conformance suite runs (tests/test_conformance.py)
-    conformance_variants = [{}, {"backbone": "sarch"},
-                            {"adaptive": True, "adaptive_warmup": 200, "adaptive_refit_every": 25}]
+    conformance_variants = [
+        {},
+        {"backbone": "sarch"},
+        {"adaptive": True, "adaptive_warmup": 200, "adaptive_refit_every": 25},
+    ]
     #: sort-8 at d = 64: alpha*(0.1) = 0.264; caps of ~0.15-0.26 learned fastest in CPU trial runs
     learnability_options = {"alpha_max": 0.2}
 
@@ -124,9 +176,16 @@ class SFLM(Method):
         self.adaptive = None
         if o.adaptive:
             self.adaptive = AdaptiveSchedule(
-                buffer_size=o.adaptive_buffer, refit_every=o.adaptive_refit_every, warmup=o.adaptive_warmup,
-                ema=o.adaptive_ema, uniform_mix=o.adaptive_uniform_mix, n_grid=o.adaptive_n_grid,
-                n_knots=o.adaptive_n_knots, degree=o.adaptive_degree, ridge=o.adaptive_ridge)
+                buffer_size=o.adaptive_buffer,
+                refit_every=o.adaptive_refit_every,
+                warmup=o.adaptive_warmup,
+                ema=o.adaptive_ema,
+                uniform_mix=o.adaptive_uniform_mix,
+                n_grid=o.adaptive_n_grid,
+                n_knots=o.adaptive_n_knots,
+                degree=o.adaptive_degree,
+                ridge=o.adaptive_ridge,
+            )
         self.dim: int | None = None
         self.alpha_cap: float | None = None
         self.base_schedule: Schedule | None = None
@@ -138,7 +197,9 @@ class SFLM(Method):
             net = SArch(self.vocab_size, size)
         else:
             net = DiT(self.vocab_size, self.vocab_size, size)
-            torch.nn.init.normal_(net.embed.weight, std=1.0 / math.sqrt(size.d_model))  # reference model.init=ngpt
+            torch.nn.init.normal_(
+                net.embed.weight, std=1.0 / math.sqrt(size.d_model)
+            )  # reference model.init=ngpt
         self.setup_schedule(size.d_model)
         return net
 
@@ -177,7 +238,9 @@ class SFLM(Method):
     def alpha(self, t: Tensor) -> Tensor:
         """Clean weight alpha_t of the (truncated / adaptive) schedule."""
         if self.schedule is None:
-            raise RuntimeError("sflm: schedule not set up (call build_backbone or setup_schedule first)")
+            raise RuntimeError(
+                "sflm: schedule not set up (call build_backbone or setup_schedule first)"
+            )
         return self.schedule.alpha(t)
 
     def sigma(self, alpha_t: Tensor) -> Tensor:
@@ -201,10 +264,14 @@ class SFLM(Method):
         alpha_t = self.alpha(t.double()).to(x.device)  # (B,)
         dtype = torch.float64 if self.opts.slerp_float64 else e_hat.dtype
         z0 = uniform_sphere(e_hat.shape, device=x.device, dtype=dtype)
-        z_t = slerp(z0, e_hat.to(dtype), alpha_t.to(dtype)[:, None]).to(e_hat.dtype)  # eq. spherical-conditional-flow
+        z_t = slerp(z0, e_hat.to(dtype), alpha_t.to(dtype)[:, None]).to(
+            e_hat.dtype
+        )  # eq. spherical-conditional-flow
         z_t = torch.where(batch.clean_mask[..., None], e_hat, z_t)
         logits = backbone(self.net_input(z_t, backbone), self.sigma(alpha_t)).float()
-        nll = F.cross_entropy(logits.flatten(0, 1), x.flatten(), reduction="none").view_as(x)  # eq. ce-loss
+        nll = F.cross_entropy(logits.flatten(0, 1), x.flatten(), reduction="none").view_as(
+            x
+        )  # eq. ce-loss
         return token_mean(nll, batch.loss_mask)
 
     @torch.no_grad()
@@ -227,8 +294,18 @@ class SFLM(Method):
         return decoding
 
     @torch.no_grad()
-    def sample(self, backbone, prompt, prompt_mask, *, nfe, temperature=1.0, decoding="default",
-               float64=True, generator=None):
+    def sample(
+        self,
+        backbone,
+        prompt,
+        prompt_mask,
+        *,
+        nfe,
+        temperature=1.0,
+        decoding="default",
+        float64=True,
+        generator=None,
+    ):
         decoding = self.resolve_decoding(decoding)
         table = self._ensure(backbone)
         n = prompt.shape[0]
@@ -239,6 +316,15 @@ class SFLM(Method):
             sigma = self.sigma(a.reshape(1).expand(n))
             return self.call(backbone, self.net_input(z.to(table.dtype), backbone), sigma)
 
-        return sample_sphere_flow(call, table, alphas, prompt, prompt_mask,
-                                  decoding=parse_decoding(decoding, self.opts.top_k), temperature=temperature,
-                                  final=self.opts.final_decode, float64=float64, generator=generator)
+        return sample_sphere_flow(
+            call,
+            table,
+            alphas,
+            prompt,
+            prompt_mask,
+            decoding=parse_decoding(decoding, self.opts.top_k),
+            temperature=temperature,
+            final=self.opts.final_decode,
+            float64=float64,
+            generator=generator,
+        )

@@ -39,8 +39,9 @@ def _omega_over_sin(c: Tensor, eps: float) -> Tensor:
     return w.masked_fill_(near_zero, 1.0)
 
 
-def exact_velocity(z: Tensor, probs: Tensor, embeddings: Tensor, *, eps: float = EPS,
-                   chunk: int | None = None) -> Tensor:
+def exact_velocity(
+    z: Tensor, probs: Tensor, embeddings: Tensor, *, eps: float = EPS, chunk: int | None = None
+) -> Tensor:
     """sum_v p_v log_z(e_v): the exact velocity direction (paper eq. flm-marginal-vf / Alg. Sampling).
 
     Args:
@@ -64,24 +65,34 @@ def exact_velocity(z: Tensor, probs: Tensor, embeddings: Tensor, *, eps: float =
     step = n if chunk is None else max(1, int(chunk))
     out = torch.empty_like(zf)
     for a in range(0, n, step):
-        zc, pc = zf[a:a + step], pf[a:a + step]
+        zc, pc = zf[a : a + step], pf[a : a + step]
         c = zc @ embeddings.T  # (N, V) cosines
         c.clamp_(-1.0, 1.0)
         ps = _omega_over_sin(c, eps).mul_(pc)  # p_v w_v / sin w_v
-        coef = torch.bmm(ps.unsqueeze(1), c.unsqueeze(2)).squeeze(2)  # sum_v p_v S_v C_v, no (N, V) temp
+        coef = torch.bmm(ps.unsqueeze(1), c.unsqueeze(2)).squeeze(
+            2
+        )  # sum_v p_v S_v C_v, no (N, V) temp
         del c
-        out[a:a + step] = ps @ embeddings - zc * coef
+        out[a : a + step] = ps @ embeddings - zc * coef
     return out.reshape(*lead, d)
 
 
-def stochastic_velocity(z: Tensor, logits: Tensor, embeddings: Tensor, *,
-                        generator: torch.Generator | None = None, float64: bool = True) -> Tensor:
+def stochastic_velocity(
+    z: Tensor,
+    logits: Tensor,
+    embeddings: Tensor,
+    *,
+    generator: torch.Generator | None = None,
+    float64: bool = True,
+) -> Tensor:
     """log_z(e_hat_{x^}) with x^ ~ softmax(logits) (Gumbel-max; paper Alg. "Stochastic sampling")."""
     idx = gumbel_argmax(logits, generator, float64)
     return log_map(z, embeddings[idx].to(z.dtype))
 
 
-def topk_velocity(z: Tensor, logits: Tensor, embeddings: Tensor, k: int, *, eps: float = EPS) -> Tensor:
+def topk_velocity(
+    z: Tensor, logits: Tensor, embeddings: Tensor, k: int, *, eps: float = EPS
+) -> Tensor:
     """Exact velocity restricted to the k largest logits, renormalised with a softmax over them
     (reference ``SFMSampler._select_topk``). k = 1: log_z(e_hat_argmax); k >= V: exact velocity."""
     V = logits.shape[-1]
@@ -124,7 +135,9 @@ def parse_decoding(name: str, default_k: int) -> Decoding:
         return Decoding("topk", default_k)
     if name.startswith("top") and name[3:].isdigit() and int(name[3:]) >= 1:
         return Decoding("topk", int(name[3:]))
-    raise ValueError(f"sflm: unknown decoding {name!r} (known: exact, stochastic, top1, topk, top<k>)")
+    raise ValueError(
+        f"sflm: unknown decoding {name!r} (known: exact, stochastic, top1, topk, top<k>)"
+    )
 
 
 def sample_sphere_flow(
@@ -181,7 +194,9 @@ def sample_sphere_flow(
             elif final == "sample":
                 x = gumbel_argmax(logits / temperature, generator, float64)
             else:
-                raise ValueError(f"sflm sampler: unknown final decode {final!r} (known: argmax, sample)")
+                raise ValueError(
+                    f"sflm sampler: unknown final decode {final!r} (known: argmax, sample)"
+                )
             break
         logits = logits / temperature
         if decoding.velocity == "exact":

@@ -73,7 +73,9 @@ class SArchBlock(nn.Module):
         sqk = (self.s_qk * (1.0 / self.b)).view(1, H, 1, dk)
         q, k = sqk * justnorm(q), sqk * justnorm(k)
         y = F.scaled_dot_product_attention(q, k, v, scale=math.sqrt(dk))
-        h_att = F.dropout(self.att_out(y.transpose(1, 2).reshape(B, L, d)), self.dropout, self.training)
+        h_att = F.dropout(
+            self.att_out(y.transpose(1, 2).reshape(B, L, d)), self.dropout, self.training
+        )
         delta_a, delta_m = self.delta(t_emb).chunk(2, dim=-1)
         a_norm = justnorm(h)
         h = justnorm(a_norm + self._gate(self.gamma_attn, delta_a) * (justnorm(h_att) - a_norm))
@@ -96,8 +98,9 @@ class SArch(nn.Module):
         self.embed = nn.Embedding(vocab_size, d)
         nn.init.normal_(self.embed.weight, std=self.b)  # "ngpt" init
         self.time = TimestepEmbedder(size.cond_dim)
-        self.blocks = nn.ModuleList(SArchBlock(d, size.n_heads, size.cond_dim, size.dropout)
-                                    for _ in range(size.n_blocks))
+        self.blocks = nn.ModuleList(
+            SArchBlock(d, size.n_heads, size.cond_dim, size.dropout) for _ in range(size.n_blocks)
+        )
         self.lm_head = nn.Linear(d, vocab_size, bias=False)
         self.s_z = nn.Parameter(self.b * torch.ones(vocab_size))  # init value 1, scale b
         self._init_matrices()

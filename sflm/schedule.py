@@ -84,7 +84,9 @@ class TruncatedSchedule(Schedule):
 
     def __init__(self, base: Schedule, alpha_min: float, alpha_max: float, eps: float = 1e-3):
         if not 0.0 <= alpha_min < alpha_max <= 1.0:
-            raise ValueError(f"truncation needs 0 <= alpha_min < alpha_max <= 1, got {alpha_min}, {alpha_max}")
+            raise ValueError(
+                f"truncation needs 0 <= alpha_min < alpha_max <= 1, got {alpha_min}, {alpha_max}"
+            )
         self.base, self.eps = base, eps
         lo, hi = base.range
         self.scale = (alpha_max - alpha_min) / (hi - lo)
@@ -97,7 +99,9 @@ class TruncatedSchedule(Schedule):
         return self.scale * self.base.dalpha(t)
 
 
-def make_base_schedule(name: str, eps: float, alpha_min: float | None, alpha_max: float) -> Schedule:
+def make_base_schedule(
+    name: str, eps: float, alpha_min: float | None, alpha_max: float
+) -> Schedule:
     """``linear`` | ``cos2``, truncated to [alpha_min (default eps), alpha_max] unless that is the
     whole base range."""
     base: Schedule
@@ -142,9 +146,20 @@ class AdaptiveSchedule(nn.Module):
     upstream in 308d78e; docs/methods/sflm.md).
     """
 
-    def __init__(self, base: Schedule | None = None, *, buffer_size: int = 0, refit_every: int = 50,
-                 warmup: int = 1000, ema: float = 0.9, uniform_mix: float = 1e-3, n_grid: int = 1000,
-                 n_knots: int = 20, degree: int = 3, ridge: float = 1e-3):
+    def __init__(
+        self,
+        base: Schedule | None = None,
+        *,
+        buffer_size: int = 0,
+        refit_every: int = 50,
+        warmup: int = 1000,
+        ema: float = 0.9,
+        uniform_mix: float = 1e-3,
+        n_grid: int = 1000,
+        n_knots: int = 20,
+        degree: int = 3,
+        ridge: float = 1e-3,
+    ):
         super().__init__()
         self.base = base
         self.buffer_size, self.refit_every, self.warmup = buffer_size, refit_every, warmup
@@ -168,14 +183,22 @@ class AdaptiveSchedule(nn.Module):
         def arr(a):
             return None if a is None else torch.from_numpy(np.asarray(a, dtype=np.float64).copy())
 
-        return {"t_buf": arr(self.t_buf), "loss_buf": arr(self.loss_buf), "buf_pos": int(self.buf_pos),
-                "buf_filled": bool(self.buf_filled), "ema_vals": arr(self.ema_vals),
-                "alpha_vals": arr(self.alpha_vals), "refit_count": int(self.refit_count),
-                "n_grid": int(self.n_grid)}
+        return {
+            "t_buf": arr(self.t_buf),
+            "loss_buf": arr(self.loss_buf),
+            "buf_pos": int(self.buf_pos),
+            "buf_filled": bool(self.buf_filled),
+            "ema_vals": arr(self.ema_vals),
+            "alpha_vals": arr(self.alpha_vals),
+            "refit_count": int(self.refit_count),
+            "n_grid": int(self.n_grid),
+        }
 
     def set_extra_state(self, state: dict) -> None:
         if int(state.get("n_grid", self.n_grid)) != self.n_grid:
-            raise ValueError(f"adaptive schedule: checkpoint has n_grid={state['n_grid']}, options say {self.n_grid}")
+            raise ValueError(
+                f"adaptive schedule: checkpoint has n_grid={state['n_grid']}, options say {self.n_grid}"
+            )
 
         def arr(a):
             return None if a is None else torch.as_tensor(a).cpu().numpy().astype(np.float64)
@@ -229,8 +252,10 @@ class AdaptiveSchedule(nn.Module):
         t = self.t_buf if t is None else np.asarray(t, dtype=np.float64)
         loss = self.loss_buf if loss is None else np.asarray(loss, dtype=np.float64)
         # 1. loss profile: cubic spline basis + ridge (Alg. line 1)
-        model = make_pipeline(SplineTransformer(n_knots=self.n_knots, degree=self.degree, extrapolation="continue"),
-                              Ridge(alpha=self.ridge))
+        model = make_pipeline(
+            SplineTransformer(n_knots=self.n_knots, degree=self.degree, extrapolation="continue"),
+            Ridge(alpha=self.ridge),
+        )
         model.fit(t.reshape(-1, 1), loss)
         smooth = model.predict(self.grid.reshape(-1, 1))
         # 2. clamp the slope: the loss must grow with noise (Alg. line 2)
@@ -260,8 +285,10 @@ class AdaptiveSchedule(nn.Module):
             spline = PchipInterpolator(self.grid, self.alpha_vals)
             if derivative:
                 spline = spline.derivative()
-            self._coef[key] = (torch.as_tensor(spline.x, dtype=dtype, device=device),
-                               torch.as_tensor(spline.c, dtype=dtype, device=device))
+            self._coef[key] = (
+                torch.as_tensor(spline.x, dtype=dtype, device=device),
+                torch.as_tensor(spline.c, dtype=dtype, device=device),
+            )
         return self._coef[key]
 
     def _eval(self, t: Tensor, derivative: bool) -> Tensor:

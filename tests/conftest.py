@@ -20,9 +20,12 @@ SLURM_STATE_DIR = Path(os.environ.get("SFLM_SLURM_DIR", "/tmp/sflm-slurm"))
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    if (os.environ.get("SFLM_REQUIRE_SLURM") == "1" and report.skipped
-            and item.get_closest_marker("slurm") is not None
-            and "fake GPUs" not in str(report.longrepr)):
+    if (
+        os.environ.get("SFLM_REQUIRE_SLURM") == "1"
+        and report.skipped
+        and item.get_closest_marker("slurm") is not None
+        and "fake GPUs" not in str(report.longrepr)
+    ):
         report.outcome = "failed"
         report.longrepr = f"SFLM_REQUIRE_SLURM=1 but the SLURM test skipped: {report.longrepr}"
 
@@ -40,9 +43,13 @@ def slurm_cluster():
         try:
             r = run("sinfo", "-h", "-N", "-o", "%N %T", timeout=15)
         except subprocess.TimeoutExpired:
-            pytest.skip("SLURM cluster not up (sinfo hung 15 s): run `bash scripts/slurm-local-up.sh`")
+            pytest.skip(
+                "SLURM cluster not up (sinfo hung 15 s): run `bash scripts/slurm-local-up.sh`"
+            )
         states = [line.split()[-1].rstrip("*~#") for line in r.stdout.splitlines() if line.strip()]
-        if r.returncode != 0 or not any(s in {"idle", "mixed", "allocated", "completing"} for s in states):
+        if r.returncode != 0 or not any(
+            s in {"idle", "mixed", "allocated", "completing"} for s in states
+        ):
             pytest.skip(
                 f"SLURM cluster not up (sinfo rc={r.returncode}, nodes={states}, "
                 f"{r.stderr.strip()[:200]}): run `bash scripts/slurm-local-up.sh`"

@@ -13,8 +13,15 @@ def tiny_gpt2(vocab: int, n_positions: int = 64, seed: int = 0, eos: int | None 
     from transformers import GPT2Config, GPT2LMHeadModel
 
     eos = vocab - 1 if eos is None else eos
-    cfg = GPT2Config(vocab_size=vocab, n_positions=n_positions, n_embd=16, n_layer=2, n_head=2,
-                     bos_token_id=eos, eos_token_id=eos)
+    cfg = GPT2Config(
+        vocab_size=vocab,
+        n_positions=n_positions,
+        n_embd=16,
+        n_layer=2,
+        n_head=2,
+        bos_token_id=eos,
+        eos_token_id=eos,
+    )
     torch.manual_seed(seed)
     model = GPT2LMHeadModel(cfg).eval()
     with torch.no_grad():  # larger logits than the 0.02 init: per-token NLLs that differ clearly
@@ -32,5 +39,9 @@ def byte_tokenizer():
     tk = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tk.decoder = decoders.ByteLevel()
-    return PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<|endoftext|>",
-                                   eos_token="<|endoftext|>", unk_token="<|endoftext|>")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tk,
+        bos_token="<|endoftext|>",
+        eos_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+    )

@@ -22,8 +22,14 @@ def make_method(method, options: dict | None = None, vocab: int = 10, seq_len: i
     return cls(opts, vocab, seq_len)
 
 
-def make_model(method, options: dict | None = None, vocab: int = 10, seq_len: int = 16,
-               backbone=None, seed: int = 0):
+def make_model(
+    method,
+    options: dict | None = None,
+    vocab: int = 10,
+    seq_len: int = 16,
+    backbone=None,
+    seed: int = 0,
+):
     """``(method, backbone)``: :func:`make_method` plus its backbone (a ``BackboneConfig``;
     default the smallest preset, ``cpu-mini``: d = 64, 2 blocks, 4 heads), initialised under
     ``torch.manual_seed(seed)`` so that two calls give identical weights."""
@@ -33,7 +39,9 @@ def make_model(method, options: dict | None = None, vocab: int = 10, seq_len: in
 
     m = make_method(method, options, vocab, seq_len)
     torch.manual_seed(seed)
-    return m, m.build_backbone(backbone if backbone is not None else BackboneConfig(size="cpu-mini"))
+    return m, m.build_backbone(
+        backbone if backbone is not None else BackboneConfig(size="cpu-mini")
+    )
 
 
 def run(*cmd: str, timeout: float = 30) -> subprocess.CompletedProcess:
@@ -65,5 +73,12 @@ def train_sort_mdlm(run_dir, cfg, *, init_seed: int = 0, callbacks=()):
     method = MDLM(None, 10, 16)
     torch.manual_seed(init_seed)
     backbone = method.build_backbone(BackboneConfig(size="cpu-mini", dropout=0.1))
-    return fit(method, backbone, sort_data(200, seed=1), cfg, run_dir, progress=False,
-               callbacks=list(callbacks))
+    return fit(
+        method,
+        backbone,
+        sort_data(200, seed=1),
+        cfg,
+        run_dir,
+        progress=False,
+        callbacks=list(callbacks),
+    )

@@ -69,7 +69,9 @@ def test_sigma_map_inverts_error_rate(vocab):
     tau = torch.linspace(0, 1, 50, dtype=torch.float64)
     st = m.sigma_of_noise(tau)
     assert (st.diff() > 0).all()
-    assert torch.allclose(error_rate(st[[0, -1]], vocab), torch.tensor([0.01, 0.25], dtype=torch.float64), atol=2e-5)
+    assert torch.allclose(
+        error_rate(st[[0, -1]], vocab), torch.tensor([0.01, 0.25], dtype=torch.float64), atol=2e-5
+    )
 
 
 def test_bad_options_are_config_errors():
@@ -99,7 +101,9 @@ def test_hybrid_corruption_statistics():
         got = rev[:, 4:].float().mean().item()
         assert abs(got - expect) < 4 * math.sqrt(expect * (1 - expect) / rev[:, 4:].numel())
         assert rev[:, :4].all()
-    rev, _ = make_method(CANDI, {"pure_gaussian": True}, 10).corrupt(x0, clean, torch.full((len(x0),), 0.01))
+    rev, _ = make_method(CANDI, {"pure_gaussian": True}, 10).corrupt(
+        x0, clean, torch.full((len(x0),), 0.01)
+    )
     assert torch.equal(rev, clean)
 
 
@@ -115,7 +119,9 @@ def test_training_input_is_mixed_coefficient_noisy_onehot():
     t = torch.full((len(x0),), 0.6)
     torch.manual_seed(3)
     rev, sigma = m.corrupt(x0, torch.zeros_like(x0, dtype=torch.bool), t)
-    assert torch.allclose(sigma.double(), m.sigma_of_noise(1 - m.alpha(t.double())).float().double())
+    assert torch.allclose(
+        sigma.double(), m.sigma_of_noise(1 - m.alpha(t.double())).float().double()
+    )
     h = m.training_input(net, x0, rev, sigma).detach()
     assert torch.allclose(h[rev], E[x0[rev]])
     c_in = 1 / math.sqrt(1 + float(sigma[0]) ** 2)
@@ -168,7 +174,16 @@ def test_hybrid_sampler_with_oracle(decoding):
     V, nfe = 10, 12
     target, prompt, pmask = _prompt(V=V)
     m, net = make_method(CANDI, vocab=V), Oracle(target, V)
-    states = list(m.iter_sample(net, prompt, pmask, nfe=nfe, decoding=decoding, generator=torch.Generator().manual_seed(0)))
+    states = list(
+        m.iter_sample(
+            net,
+            prompt,
+            pmask,
+            nfe=nfe,
+            decoding=decoding,
+            generator=torch.Generator().manual_seed(0),
+        )
+    )
     assert len(states) == nfe == len(net.sigmas)
     prev = None
     for st in states:
@@ -194,10 +209,16 @@ def test_cached_unmasking_is_log_linear():
     ts = torch.linspace(0.999, 1e-5, nfe + 1, dtype=torch.float64)
     dt = (1 - 1e-5) / nfe
     surv = 1.0
-    for k, st in enumerate(m.iter_sample(net, target, pmask, nfe=nfe, generator=torch.Generator().manual_seed(2))):
+    for k, st in enumerate(
+        m.iter_sample(net, target, pmask, nfe=nfe, generator=torch.Generator().manual_seed(2))
+    ):
         surv *= max(0.0, 1 - dt / float(ts[k]))
         got = 1 - st.clean.float().mean().item()
-        assert abs(got - surv) < 4 * math.sqrt(max(surv * (1 - surv), 1e-4) / (n * L)) + 1e-3, (k, got, surv)
+        assert abs(got - surv) < 4 * math.sqrt(max(surv * (1 - surv), 1e-4) / (n * L)) + 1e-3, (
+            k,
+            got,
+            surv,
+        )
 
 
 def test_cached_continuous_step_contracts_to_the_sampled_embedding():
@@ -208,7 +229,9 @@ def test_cached_continuous_step_contracts_to_the_sampled_embedding():
     m, net = make_method(CANDI, {"step_size": step}, V), Oracle(target, V)
     _, sig, _ = m.sampler_grid(nfe, "cpu")
     E = net.embed.weight.detach().double()
-    states = list(m.iter_sample(net, prompt, pmask, nfe=nfe, generator=torch.Generator().manual_seed(0)))
+    states = list(
+        m.iter_sample(net, prompt, pmask, nfe=nfe, generator=torch.Generator().manual_seed(0))
+    )
     free = ~pmask
     prev = None
     for k, st in enumerate(states):
@@ -228,7 +251,9 @@ def test_pure_gaussian_never_reveals_and_follows_the_reference_step():
     m, net = make_method(CANDI, {"pure_gaussian": True}, V), Oracle(target, V)
     assert m.decodings == ("continuous",)
     _, sig, _ = m.sampler_grid(nfe, "cpu")
-    states = list(m.iter_sample(net, prompt, pmask, nfe=nfe, generator=torch.Generator().manual_seed(0)))
+    states = list(
+        m.iter_sample(net, prompt, pmask, nfe=nfe, generator=torch.Generator().manual_seed(0))
+    )
     E = net.embed.weight.detach()
     for h in net.inputs:  # h = a*m_hat + (1-a) c_in x @ E off the prompt
         assert torch.allclose(h[~pmask] @ E[V], torch.full(((~pmask).sum(),), a), atol=1e-5)
@@ -260,7 +285,9 @@ def test_prior_scale_and_float32_path(chunk, monkeypatch):
     z_std = h0.std().item() / (0.5 / math.sqrt(1 + float(sig[1]) ** 2))
     assert z_std == pytest.approx(float(m.sigma_of_noise(torch.tensor(0.999))), rel=0.03)
     assert st.tokens.shape == prompt.shape
-    out = m.sample(net, prompt, pmask, nfe=3, float64=False, generator=torch.Generator().manual_seed(0))
+    out = m.sample(
+        net, prompt, pmask, nfe=3, float64=False, generator=torch.Generator().manual_seed(0)
+    )
     assert out.dtype == torch.long and int(out.max()) < V and torch.equal(out[pmask], prompt[pmask])
 
 
@@ -326,7 +353,9 @@ def test_loss_equals_reference_replay(pure):
         reveal = (torch.where(move, torch.randint(0, V + 1, (B, L)), x0) == x0) | clean
     sigma = _ref_sigma((1 - alpha).double(), V).float()
     onehot = nn.functional.one_hot(x0, V).float()
-    xt = torch.where(reveal[..., None], onehot, onehot + sigma[:, None, None] * torch.randn_like(onehot))
+    xt = torch.where(
+        reveal[..., None], onehot, onehot + sigma[:, None, None] * torch.randn_like(onehot)
+    )
     W = net.embed.weight.detach()
     e_hat, mask_row = nn.functional.normalize(W[:-1], dim=-1), nn.functional.normalize(W[-1], dim=0)
     emb = xt @ e_hat
@@ -334,14 +363,18 @@ def test_loss_equals_reference_replay(pure):
     r = reveal[..., None].float()
     with torch.no_grad():
         logits = net(emb * r + (1 - r) * (a * mask_row + (1 - a) * emb * c_in), -torch.log(alpha))
-    lp = torch.log_softmax(logits, -1).gather(-1, x0[..., None]).squeeze(-1).masked_fill(reveal, 0.0)
+    lp = (
+        torch.log_softmax(logits, -1).gather(-1, x0[..., None]).squeeze(-1).masked_fill(reveal, 0.0)
+    )
     nll = -lp if pure else lp * -(1 - 1e-3) / (1 - alpha)[:, None]
     ref = float((nll * ~clean).sum() / (~clean).sum())
     assert ours == pytest.approx(ref, rel=1e-5)
 
 
-@pytest.mark.parametrize("decoding,nfe,temperature", [("cached", 7, 1.0), ("cached", 120, 0.7),
-                                                      ("nocache", 7, 0.7), ("continuous", 7, 1.0)])
+@pytest.mark.parametrize(
+    "decoding,nfe,temperature",
+    [("cached", 7, 1.0), ("cached", 120, 0.7), ("nocache", 7, 0.7), ("continuous", 7, 1.0)],
+)
 def test_sampler_equals_reference_replay(decoding, nfe, temperature):
     """Replaying the reference sampler with the same random draws (Gaussian prior, Gumbel-max
     categorical draws, unmasking uniforms, in this order) reproduces every step's state."""
@@ -352,12 +385,23 @@ def test_sampler_equals_reference_replay(decoding, nfe, temperature):
     pm = torch.zeros(n, L, dtype=torch.bool)
     pm[:, :4] = True
     prompt = torch.where(pm, prompt, 0)
-    states = list(m.iter_sample(net, prompt, pm, nfe=nfe, decoding=decoding, temperature=temperature,
-                                generator=torch.Generator().manual_seed(5)))
+    states = list(
+        m.iter_sample(
+            net,
+            prompt,
+            pm,
+            nfe=nfe,
+            decoding=decoding,
+            temperature=temperature,
+            generator=torch.Generator().manual_seed(5),
+        )
+    )
     g = torch.Generator().manual_seed(5)
     ts = torch.linspace(0.999, 1e-5, nfe + 1, dtype=torch.float64)
     sig, dt = _ref_sigma(ts, V), (1 - 1e-5) / nfe
-    z = _ref_sigma(torch.tensor(0.999, dtype=torch.float64), V) * torch.randn(n, L, V, generator=g, dtype=torch.float64)
+    z = _ref_sigma(torch.tensor(0.999, dtype=torch.float64), V) * torch.randn(
+        n, L, V, generator=g, dtype=torch.float64
+    )
     onehot_p = nn.functional.one_hot(prompt, V).double()
     clean = pm.clone()
     e_hat = nn.functional.normalize(net.embed.weight.detach()[:-1], dim=-1).double()
@@ -377,12 +421,16 @@ def test_sampler_equals_reference_replay(decoding, nfe, temperature):
                 assert torch.equal(x, states[k].tokens) and torch.equal(clean, states[k].clean), k
                 assert torch.allclose(cache, states[k].cont, atol=1e-5), k
                 continue
-            lp, _ = _ref_logp(net, x @ e_hat, x.argmax(-1), clean, sig[k + 1], t, temperature, 0.5, n)
+            lp, _ = _ref_logp(
+                net, x @ e_hat, x.argmax(-1), clean, sig[k + 1], t, temperature, 0.5, n
+            )
             p = lp.exp()
             x = x - (sig[k] - sig[k + 1]) * (x - p) / sig[k + 1] ** 2
             if decoding == "nocache":
                 s = t - dt
-                draw = gumbel_argmax(torch.log(torch.cat([p * (t - s), s.clamp_min(0).expand(n, L, 1)], -1)), g)
+                draw = gumbel_argmax(
+                    torch.log(torch.cat([p * (t - s), s.clamp_min(0).expand(n, L, 1)], -1)), g
+                )
                 old = x.argmax(-1)
                 tok = torch.where(clean | (draw == V), old, draw)
                 clean = clean | (draw != V)
@@ -390,6 +438,13 @@ def test_sampler_equals_reference_replay(decoding, nfe, temperature):
             x = torch.where(pm[..., None], onehot_p, x)
             assert torch.equal(clean, states[k].clean), k
             assert torch.allclose(x, states[k].cont, atol=1e-5), k
-    out = m.sample(net, prompt, pm, nfe=nfe, decoding=decoding, temperature=temperature,
-                   generator=torch.Generator().manual_seed(5))
+    out = m.sample(
+        net,
+        prompt,
+        pm,
+        nfe=nfe,
+        decoding=decoding,
+        temperature=temperature,
+        generator=torch.Generator().manual_seed(5),
+    )
     assert torch.equal(out, x if decoding == "cached" else x.argmax(-1))

@@ -54,14 +54,26 @@ def _plan(p):
 SMALL_TASK = "task: {name: sort, n_train: 8}\nsample: {nfe: [4]}\n"
 
 
-@pytest.mark.parametrize("methods,needle", [
-    ("[{method: nope}]", r"methods\[0\]\.method: unknown method 'nope'"),
-    ("[{method: mdlm, options: {eps: 2.0}}]", r"methods\[0\]\.options\.eps: must be < 1"),
-    ("[{method: mdlm}, {method: sflm, options: {alpha_max: 2.0}}]", r"methods\[1\]\.options\.alpha_max"),
-    ("[{method: mdlm, train: {lr: -1}}]", r"methods\[0\]\.train\.lr: must be > 0"),
-    ("[{method: mdlm, decoding: [bogus]}]", r"methods\[0\]\.decoding: mdlm: unknown decoding 'bogus'"),
-    ("[{method: sflm, decoding: [top0]}]", r"methods\[0\]\.decoding: sflm: unknown decoding 'top0'"),
-])
+@pytest.mark.parametrize(
+    "methods,needle",
+    [
+        ("[{method: nope}]", r"methods\[0\]\.method: unknown method 'nope'"),
+        ("[{method: mdlm, options: {eps: 2.0}}]", r"methods\[0\]\.options\.eps: must be < 1"),
+        (
+            "[{method: mdlm}, {method: sflm, options: {alpha_max: 2.0}}]",
+            r"methods\[1\]\.options\.alpha_max",
+        ),
+        ("[{method: mdlm, train: {lr: -1}}]", r"methods\[0\]\.train\.lr: must be > 0"),
+        (
+            "[{method: mdlm, decoding: [bogus]}]",
+            r"methods\[0\]\.decoding: mdlm: unknown decoding 'bogus'",
+        ),
+        (
+            "[{method: sflm, decoding: [top0]}]",
+            r"methods\[0\]\.decoding: sflm: unknown decoding 'top0'",
+        ),
+    ],
+)
 def test_the_planner_names_bad_methods_options_and_decodings(tmp_path, methods, needle):
     """Method entries are checked once, where the planner builds them (bench.config knows no
     method): the error names the file and the key."""
@@ -79,8 +91,10 @@ def test_the_planner_takes_the_methods_own_decoding_names(tmp_path):
     p = tmp_path / "s.yaml"
     p.write_text(SMALL_TASK + "methods: [{method: sflm, decoding: [top5, default, exact]}]\n")
     assert [c.decoding for c in _plan(p).sample_cells] == ["top5", "exact"]
-    p.write_text("task: {name: sort, n_train: 8}\nsample: {nfe: [4], decoding: [top3, greedy]}\n"
-                 "methods: [{method: sflm}, {method: mdlm}, {method: flm}]\n")
+    p.write_text(
+        "task: {name: sort, n_train: 8}\nsample: {nfe: [4], decoding: [top3, greedy]}\n"
+        "methods: [{method: sflm}, {method: mdlm}, {method: flm}]\n"
+    )
     got = {(c.train.method, c.decoding) for c in _plan(p).sample_cells}
     assert got == {("sflm", "top3"), ("mdlm", "greedy"), ("flm", "euler")}
 
@@ -99,6 +113,8 @@ def test_hash_is_stable_and_content_addressed():
     assert config_hash(a) == config_hash(b) != config_hash(c)
     # the same across processes (no reliance on Python's randomised hash())
     code = "from bench.config import *; print(config_hash(build(TrainConfig, {'lr': 1e-3, 'steps': 10})))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert out == config_hash(a)
     assert config_hash({"x": 1, "y": [1, 2]}) == config_hash({"y": [1, 2], "x": 1})

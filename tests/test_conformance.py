@@ -75,13 +75,21 @@ def test_sample_contract(name, variant, data):
         for nfe in (1, 5):
             method.nfe_counter = 0
             g = torch.Generator().manual_seed(7)
-            out = method.sample(backbone, prompt, pmask, nfe=nfe, temperature=1.0, decoding=decoding, generator=g)
+            out = method.sample(
+                backbone, prompt, pmask, nfe=nfe, temperature=1.0, decoding=decoding, generator=g
+            )
             assert out.shape == prompt.shape and out.dtype == torch.long
-            assert int(out.min()) >= 0 and int(out.max()) < method.vocab_size, "ids outside the task vocabulary"
+            assert int(out.min()) >= 0 and int(out.max()) < method.vocab_size, (
+                "ids outside the task vocabulary"
+            )
             assert torch.equal(out[pmask], prompt[pmask]), "prompt positions changed"
-            assert method.nfe_counter == method.nfe_for(nfe, pmask), f"{decoding}: wrong number of backbone calls"
+            assert method.nfe_counter == method.nfe_for(nfe, pmask), (
+                f"{decoding}: wrong number of backbone calls"
+            )
             g2 = torch.Generator().manual_seed(7)
-            again = method.sample(backbone, prompt, pmask, nfe=nfe, temperature=1.0, decoding=decoding, generator=g2)
+            again = method.sample(
+                backbone, prompt, pmask, nfe=nfe, temperature=1.0, decoding=decoding, generator=g2
+            )
             assert torch.equal(out, again), f"{decoding}: same seed gave different samples"
 
 
@@ -100,15 +108,32 @@ def test_temperature_changes_samples(name, variant, data):
     outs = []
     for T in (0.05, 100.0):
         g = torch.Generator().manual_seed(1)
-        outs.append(method.sample(backbone, data.x, data.clean_mask, nfe=4, temperature=T, decoding=decoding, generator=g))
+        outs.append(
+            method.sample(
+                backbone,
+                data.x,
+                data.clean_mask,
+                nfe=4,
+                temperature=T,
+                decoding=decoding,
+                generator=g,
+            )
+        )
     assert not torch.equal(outs[0], outs[1]), "temperature has no effect on sampling"
 
 
 #: the same training budget for every method (no per-method overrides: a fair, equal test).
 #: EMA 0.99 smooths the noisy curves of the uniform-state / continuous methods (Duo and FLM hover
 #: at 0.85-0.9 without it); early stopping at the target keeps fast learners at a few hundred steps.
-LEARNABILITY_TRAIN = {"steps": 3000, "batch_size": 256, "lr": 1e-3, "warmup_steps": 50, "ema": 0.99,
-                      "checkpoint_every": 10_000, "threads": 2}
+LEARNABILITY_TRAIN = {
+    "steps": 3000,
+    "batch_size": 256,
+    "lr": 1e-3,
+    "warmup_steps": 50,
+    "ema": 0.99,
+    "checkpoint_every": 10_000,
+    "threads": 2,
+}
 
 
 class _EvalStop(Callback):
@@ -127,8 +152,15 @@ class _EvalStop(Callback):
         net.eval()
         g = torch.Generator().manual_seed(0)
         decoding = self.method.decodings[0]
-        out = self.method.sample(net, self.valid.x, self.valid.clean_mask, nfe=self.nfe, temperature=1.0,
-                                 decoding=decoding, generator=g)
+        out = self.method.sample(
+            net,
+            self.valid.x,
+            self.valid.clean_mask,
+            nfe=self.nfe,
+            temperature=1.0,
+            decoding=decoding,
+            generator=g,
+        )
         net.train()
         acc = float((out == self.valid.x).all(-1).float().mean())
         self.history.append((step, acc))
@@ -150,5 +182,15 @@ def test_learns_sort8(name, variant, tmp_path):
     cfg = build(TrainConfig, LEARNABILITY_TRAIN)
     stop = _EvalStop(method, every=100, target=0.9)
     t0 = time.time()
-    fit(method, backbone, task.train_data(["sort8"]), cfg, tmp_path, progress=False, callbacks=[stop])
-    assert stop.best >= 0.9, f"{name} {variant}: best exact match {stop.best:.3f} after {time.time() - t0:.0f}s; curve {stop.history}"
+    fit(
+        method,
+        backbone,
+        task.train_data(["sort8"]),
+        cfg,
+        tmp_path,
+        progress=False,
+        callbacks=[stop],
+    )
+    assert stop.best >= 0.9, (
+        f"{name} {variant}: best exact match {stop.best:.3f} after {time.time() - t0:.0f}s; curve {stop.history}"
+    )

@@ -25,7 +25,7 @@ def _ref_rotary(x, base=1e4):
     L, dh = x.shape[-2], x.shape[-1]
     inv = 1.0 / base ** (torch.arange(0, dh, 2).float() / dh)
     emb = torch.cat([torch.outer(torch.arange(L).float(), inv)] * 2, dim=-1)
-    x1, x2 = x[..., : dh // 2], x[..., dh // 2:]
+    x1, x2 = x[..., : dh // 2], x[..., dh // 2 :]
     return x * emb.cos() + torch.cat([-x2, x1], dim=-1) * emb.sin()
 
 
@@ -77,7 +77,9 @@ def test_dit_init_is_identity_and_uniform():
     out = net(torch.randint(0, 11, (2, 9)), torch.rand(2))
     assert torch.equal(out, torch.zeros_like(out))
     for blk in net.blocks:
-        assert torch.count_nonzero(blk.adaLN.weight) == 0 and torch.count_nonzero(blk.adaLN.bias) == 0
+        assert (
+            torch.count_nonzero(blk.adaLN.weight) == 0 and torch.count_nonzero(blk.adaLN.bias) == 0
+        )
 
 
 def test_time_embedding_is_sinusoidal_of_sigma():

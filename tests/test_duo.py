@@ -43,7 +43,9 @@ def test_posterior_is_a_distribution_for_every_alpha_s_above_alpha_t():
     for V in (2, 5, 37):
         B, L = 64, 7
         x_hat = torch.distributions.Dirichlet(torch.full((V,), 0.3, dtype=D)).sample((B, L))
-        x_hat[0] = torch.nn.functional.one_hot(torch.arange(L) % V, V).to(D)  # corner: one-hot x_hat
+        x_hat[0] = torch.nn.functional.one_hot(torch.arange(L) % V, V).to(
+            D
+        )  # corner: one-hot x_hat
         x_t = torch.randint(0, V, (B, L), generator=g)
         a_t = torch.rand(B, 1, generator=g, dtype=D) * 0.999 + 1e-4
         a_s = a_t + (1 - a_t) * torch.rand(B, 1, generator=g, dtype=D)
@@ -62,8 +64,9 @@ def test_posterior_with_onehot_x0_is_bayes_rule():
     x_t = torch.arange(V).repeat(V)
     for a_t, a_s in ((0.1, 0.4), (0.5, 0.9), (0.3, 1.0), (1e-3, 2e-3)):
         at, as_ = torch.tensor(a_t, dtype=D), torch.tensor(a_s, dtype=D)
-        q = uniform_posterior_probs(torch.nn.functional.one_hot(x0, V).to(D), x_t,
-                                    as_.expand(len(x0)), at.expand(len(x0)))
+        q = uniform_posterior_probs(
+            torch.nn.functional.one_hot(x0, V).to(D), x_t, as_.expand(len(x0)), at.expand(len(x0))
+        )
         r = at / as_
         trans = r * torch.eye(V, dtype=D) + (1 - r) / V  # trans[x_s, x_t] = q(x_t | x_s)
         prior_s = forward_marginal(x0, as_.expand(len(x0)), V)  # (N, V) over x_s
@@ -135,8 +138,9 @@ def continuous_nelbo(model, x0: int, V: int, t0: float, eps: float = 1e-3, n: in
     x_t = torch.arange(V).expand(n, V)  # enumerate x_t as the "L" axis
     x0s = torch.full((n, V), x0)
     log_p = torch.log_softmax(model.logits(x_t, -torch.log(alpha)), -1)
-    per = udlm_nelbo(log_p, x_t, x0s, alpha[:, None].expand(n, V),
-                     torch.full((n, V), -(1 - eps), dtype=D), V)
+    per = udlm_nelbo(
+        log_p, x_t, x0s, alpha[:, None].expand(n, V), torch.full((n, V), -(1 - eps), dtype=D), V
+    )
     q_xt = forward_marginal(torch.tensor(x0), alpha, V)  # (n, V) over x_t
     return float(((per * q_xt).sum(-1) * wt).sum())
 
@@ -152,15 +156,23 @@ def discrete_elbo_terms(model, x0: int, V: int, t0: float, T: int, eps: float = 
     x_t = torch.arange(V).expand(K, V)
     x0_oh = torch.nn.functional.one_hot(torch.full((K, V), x0), V).to(D)
     x_hat = torch.softmax(model.logits(x_t, -torch.log(a_t)), -1)
-    q_true = uniform_posterior_probs(x0_oh, x_t, a_s[:, None].expand(K, V), a_t[:, None].expand(K, V))
-    q_model = uniform_posterior_probs(x_hat, x_t, a_s[:, None].expand(K, V), a_t[:, None].expand(K, V))
-    kl = torch.where(q_true > 0, q_true * (q_true.clamp_min(1e-300).log() - q_model.log()), 0.0).sum(-1)
+    q_true = uniform_posterior_probs(
+        x0_oh, x_t, a_s[:, None].expand(K, V), a_t[:, None].expand(K, V)
+    )
+    q_model = uniform_posterior_probs(
+        x_hat, x_t, a_s[:, None].expand(K, V), a_t[:, None].expand(K, V)
+    )
+    kl = torch.where(
+        q_true > 0, q_true * (q_true.clamp_min(1e-300).log() - q_model.log()), 0.0
+    ).sum(-1)
     diffusion = float((kl * forward_marginal(torch.tensor(x0), a_t, V)).sum())
     # last step t0 -> 0: q(x_0 | x_t0, x_0) is a point mass; KL = -log p(x_0 | x_t0)
     a0 = alpha[:1]
     xt1 = torch.arange(V)[None]
     xh = torch.softmax(model.logits(xt1, -torch.log(a0)), -1)
-    q_last = uniform_posterior_probs(xh, xt1, torch.ones(1, V, dtype=D), a0[:, None].expand(1, V))[0, :, x0]
+    q_last = uniform_posterior_probs(xh, xt1, torch.ones(1, V, dtype=D), a0[:, None].expand(1, V))[
+        0, :, x0
+    ]
     last = float(-(q_last.log() * forward_marginal(torch.tensor(x0), a0, V)[0]).sum())
     q1 = forward_marginal(torch.tensor(x0), alpha[-1:], V)[0]
     prior = float((q1 * (q1 * V).log()).sum())
@@ -185,8 +197,18 @@ def test_nelbo_equals_the_discrete_time_elbo_in_the_limit():
     x_t = torch.arange(V).expand(n, V)
     log_p = torch.log_softmax(model.logits(x_t, -torch.log(alpha)), -1)
     x0s = torch.zeros(n, V, dtype=torch.long)
-    full = udlm_nelbo(log_p, x_t, x0s, alpha[:, None].expand(n, V), torch.full((n, V), -0.999, dtype=D), V)
-    lv = udlm_nelbo(log_p, x_t, x0s, alpha[:, None].expand(n, V), torch.full((n, V), -0.999, dtype=D), V, low_var=True)
+    full = udlm_nelbo(
+        log_p, x_t, x0s, alpha[:, None].expand(n, V), torch.full((n, V), -0.999, dtype=D), V
+    )
+    lv = udlm_nelbo(
+        log_p,
+        x_t,
+        x0s,
+        alpha[:, None].expand(n, V),
+        torch.full((n, V), -0.999, dtype=D),
+        V,
+        low_var=True,
+    )
     assert not torch.allclose(full, lv)
 
 
@@ -223,7 +245,7 @@ def test_nelbo_is_at_least_the_cross_entropy_of_a_perfect_predictor():
 
     def expected_prior():
         a1 = torch.tensor([1e-3], dtype=D)
-        qm = (q0 * a1 + (1 - a1) / V)  # q(x_1) marginal
+        qm = q0 * a1 + (1 - a1) / V  # q(x_1) marginal
         return float((qm * (qm * V).log()).sum())
 
     best = expected_nelbo(MarginalModel(q0))
@@ -271,7 +293,9 @@ def test_sampler_keeps_prompt_and_every_free_position_reaches_the_target(decodin
     for x in model.inputs:  # the network never sees a changed prompt position
         assert torch.equal(x[pmask], prompt[pmask])
     free = ~pmask
-    assert torch.equal(out[free], target.expand(n, L)[free])  # all free positions reached the target
+    assert torch.equal(
+        out[free], target.expand(n, L)[free]
+    )  # all free positions reached the target
 
 
 def test_ancestral_positions_are_not_frozen():
@@ -291,13 +315,23 @@ def test_ancestral_positions_are_not_frozen():
 
     model = Uniform()
     g = torch.Generator().manual_seed(0)
-    method.sample(model, torch.zeros(n, L, dtype=torch.long), torch.zeros(n, L, dtype=torch.bool), nfe=8, generator=g)
+    method.sample(
+        model,
+        torch.zeros(n, L, dtype=torch.long),
+        torch.zeros(n, L, dtype=torch.bool),
+        nfe=8,
+        generator=g,
+    )
     ts = torch.linspace(1.0, 1e-5, 9, dtype=D)
     alpha = 1 - (1 - 1e-3) * ts
     for k, (a, b) in enumerate(zip(model.inputs[:-1], model.inputs[1:])):
         frac = float((a != b).to(D).mean())
         expect = float((1 - 1 / V) * (1 - alpha[k] / alpha[k + 1]))
-        assert abs(frac - expect) < 5 * math.sqrt(expect * (1 - expect) / (n * L)) + 1e-3, (k, frac, expect)
+        assert abs(frac - expect) < 5 * math.sqrt(expect * (1 - expect) / (n * L)) + 1e-3, (
+            k,
+            frac,
+            expect,
+        )
 
 
 def test_greedy_tail_is_argmax_at_the_last_call():
@@ -311,9 +345,18 @@ def test_greedy_tail_is_argmax_at_the_last_call():
 
     g = torch.Generator().manual_seed(0)
     pmask = torch.zeros(n, L, dtype=torch.bool)
-    out = method.sample(Peaked(), torch.zeros(n, L, dtype=torch.long), pmask, nfe=3, decoding="greedy", generator=g)
+    out = method.sample(
+        Peaked(), torch.zeros(n, L, dtype=torch.long), pmask, nfe=3, decoding="greedy", generator=g
+    )
     assert (out == 0).all()
-    out = method.sample(Peaked(), torch.zeros(n, L, dtype=torch.long), pmask, nfe=3, decoding="ancestral", generator=g)
+    out = method.sample(
+        Peaked(),
+        torch.zeros(n, L, dtype=torch.long),
+        pmask,
+        nfe=3,
+        decoding="ancestral",
+        generator=g,
+    )
     assert (out != 0).any()  # ancestral keeps sampling the last step
 
 
@@ -327,10 +370,14 @@ def test_sampler_feeds_sigma_minus_log_alpha():
             seen.append(sigma.clone())
             return torch.zeros(*x.shape, V)
 
-    method.sample(Spy(), torch.zeros(2, L, dtype=torch.long), torch.zeros(2, L, dtype=torch.bool), nfe=4)
+    method.sample(
+        Spy(), torch.zeros(2, L, dtype=torch.long), torch.zeros(2, L, dtype=torch.bool), nfe=4
+    )
     ts = torch.linspace(1.0, 1e-5, 5, dtype=D)[:4]
     expect = -torch.log(1 - (1 - 1e-3) * ts)
-    torch.testing.assert_close(torch.stack([s[0].to(D) for s in seen]), expect, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        torch.stack([s[0].to(D) for s in seen]), expect, rtol=1e-5, atol=1e-6
+    )
 
 
 # --------------------------------------------------------------------------- curriculum variant
@@ -345,8 +392,9 @@ def test_duality_table_matches_monte_carlo_of_the_gaussian_argmax():
     N = 200_000
     for i in (0, 500, 999):
         gm = torch.tensor(gam[i], dtype=D)
-        w = torch.sigmoid(-gm).sqrt() * torch.nn.functional.one_hot(torch.zeros(N, dtype=torch.long), V).to(D) \
-            + torch.sigmoid(gm).sqrt() * torch.randn(N, V, generator=g, dtype=D)
+        w = torch.sigmoid(-gm).sqrt() * torch.nn.functional.one_hot(
+            torch.zeros(N, dtype=torch.long), V
+        ).to(D) + torch.sigmoid(gm).sqrt() * torch.randn(N, V, generator=g, dtype=D)
         p = float((w.argmax(-1) == 0).to(D).mean())
         a_mc = (V * p - 1) / (V - 1)
         se = V / (V - 1) * math.sqrt(p * (1 - p) / N)
@@ -370,7 +418,11 @@ def test_curriculum_gamma_range_is_derived_for_the_vocabulary():
 
 def test_curriculum_options_validate():
     with pytest.raises(ConfigError, match="gamma_min"):
-        build(DuoOptions, {"curriculum_end": 10, "gamma_min": -1.0, "gamma_max": -2.0}, where="duo.options")
+        build(
+            DuoOptions,
+            {"curriculum_end": 10, "gamma_min": -1.0, "gamma_max": -2.0},
+            where="duo.options",
+        )
     with pytest.raises(ConfigError, match="gamma_min"):
         build(DuoOptions, {"gamma_min": -1.0}, where="duo.options")
     with pytest.raises(ConfigError, match="curriculum_start"):
@@ -385,7 +437,11 @@ def test_curriculum_loss_is_used_only_during_the_curriculum():
     net = method.build_backbone(BackboneConfig(size="cpu-mini"))
     seen = []
     net.register_forward_pre_hook(lambda m, args: seen.append(args[0].dtype))
-    batch = Batch(torch.randint(0, V, (B, L)), torch.zeros(B, L, dtype=torch.bool), torch.ones(B, L, dtype=torch.bool))
+    batch = Batch(
+        torch.randint(0, V, (B, L)),
+        torch.zeros(B, L, dtype=torch.bool),
+        torch.ones(B, L, dtype=torch.bool),
+    )
     t = torch.rand(B)
     method.loss(net, batch, t)
     assert seen[-1].is_floating_point  # relaxed (softmax @ E) input during the curriculum
@@ -411,7 +467,11 @@ def test_curriculum_clock_survives_a_checkpoint_round_trip():
     net = resumed.build_backbone(BackboneConfig(size="cpu-mini"))
     seen = []
     net.register_forward_pre_hook(lambda m, args: seen.append(args[0].dtype))
-    batch = Batch(torch.randint(0, V, (B, L)), torch.zeros(B, L, dtype=torch.bool), torch.ones(B, L, dtype=torch.bool))
+    batch = Batch(
+        torch.randint(0, V, (B, L)),
+        torch.zeros(B, L, dtype=torch.bool),
+        torch.ones(B, L, dtype=torch.bool),
+    )
     resumed.loss(net, batch, torch.rand(B))
     assert seen[-1] == torch.long  # past the curriculum: plain duo_base NELBO on ids
     legacy = Duo(opts, V, L)

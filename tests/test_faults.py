@@ -63,13 +63,27 @@ def summary(tmp_path_factory):
 
 
 def _note(fault: str, counts: dict, injected: int = 1) -> None:
-    s = SUMMARY.setdefault(fault, {"trials": 0, "faults_injected": 0, "rows_lost": 0, "duplicate_rows": 0,
-                                   "duplicate_trainings": 0, "unloadable_checkpoints": 0,
-                                   "values_differing": 0})
+    s = SUMMARY.setdefault(
+        fault,
+        {
+            "trials": 0,
+            "faults_injected": 0,
+            "rows_lost": 0,
+            "duplicate_rows": 0,
+            "duplicate_trainings": 0,
+            "unloadable_checkpoints": 0,
+            "values_differing": 0,
+        },
+    )
     s["trials"] += 1
     s["faults_injected"] += injected
-    for k in ("rows_lost", "duplicate_rows", "duplicate_trainings", "unloadable_checkpoints",
-              "values_differing"):
+    for k in (
+        "rows_lost",
+        "duplicate_rows",
+        "duplicate_trainings",
+        "unloadable_checkpoints",
+        "values_differing",
+    ):
         s[k] += counts[k]
 
 
@@ -87,14 +101,26 @@ def _plan(path: Path):
 
 
 def _driver(path: Path, *args) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "bench.sweep", str(path), "--no-progress", *args], cwd=ROOT,
-                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "bench.sweep", str(path), "--no-progress", *args],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def _complete(path: Path, *args) -> subprocess.CompletedProcess:
-    r = subprocess.run([sys.executable, "-m", "bench.sweep", str(path), "--no-progress", *args], cwd=ROOT,
-                       env=ENV, capture_output=True, text=True, timeout=900)
+    r = subprocess.run(
+        [sys.executable, "-m", "bench.sweep", str(path), "--no-progress", *args],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     return r
 
@@ -114,7 +140,11 @@ def _trainings(rd: Path, since: set[str] = frozenset()) -> dict[str, tuple[int, 
     for folder in sorted((rd / "logs" / "local").glob("*")):
         if folder.name in since:
             continue
-        err = (folder / "log.err").read_text(errors="replace") if (folder / "log.err").exists() else ""
+        err = (
+            (folder / "log.err").read_text(errors="replace")
+            if (folder / "log.err").exists()
+            else ""
+        )
         key = re.match(r"[^-]+-[^-]+-([0-9a-f]{10})-", folder.name).group(1)
         c = out.setdefault(key, [0, 0])
         c[0] += err.count("GPU available:")
@@ -138,8 +168,16 @@ def _unloadable(rd: Path) -> list[str]:
     return bad
 
 
-def _check(fault: str, rd: Path, reference: dict, *, fits: dict[str, int] | None = None,
-           max_resumes: int = 0, since: set[str] = frozenset(), injected: int = 1) -> dict:
+def _check(
+    fault: str,
+    rd: Path,
+    reference: dict,
+    *,
+    fits: dict[str, int] | None = None,
+    max_resumes: int = 0,
+    since: set[str] = frozenset(),
+    injected: int = 1,
+) -> dict:
     """Compare the store at ``rd`` with ``reference``; count the faults' damage, note it in the
     summary, and return the counts (the caller asserts). ``fits``: expected trainings per
     train-cell id prefix in the job folders not in ``since`` (None: exactly one fresh fit per
@@ -148,24 +186,41 @@ def _check(fault: str, rd: Path, reference: dict, *, fits: dict[str, int] | None
     keys = [(r["cell_id"], r["metric"]) for r in rows]
     got = {(r["cell_id"], r["metric"]): r["value"] for r in rows}
     lost = sorted(set(reference) - set(got))
-    differ = sorted(k for k in set(reference) & set(got) if k[1] not in TIMING
-                    and not (got[k] == reference[k] or (got[k] != got[k] and reference[k] != reference[k])))
+    differ = sorted(
+        k
+        for k in set(reference) & set(got)
+        if k[1] not in TIMING
+        and not (got[k] == reference[k] or (got[k] != got[k] and reference[k] != reference[k]))
+    )
     tr = _trainings(rd, since)
     if fits is not None:
         dup = sum(max(0, n - fits.get(k, 0)) for k, (n, _) in tr.items())
     else:
-        dup = sum(max(0, (n - r) - 1) for n, r in tr.values()) + max(0, sum(r for _, r in tr.values()) - max_resumes)
-    counts = {"rows_lost": len(lost), "duplicate_rows": len(keys) - len(set(keys)),
-              "duplicate_trainings": dup, "unloadable_checkpoints": len(_unloadable(rd)),
-              "values_differing": len(differ), "extra_rows": sorted(set(got) - set(reference)),
-              "detail": {"lost": lost, "differ": differ, "trainings": tr, "unloadable": _unloadable(rd)}}
+        dup = sum(max(0, (n - r) - 1) for n, r in tr.values()) + max(
+            0, sum(r for _, r in tr.values()) - max_resumes
+        )
+    counts = {
+        "rows_lost": len(lost),
+        "duplicate_rows": len(keys) - len(set(keys)),
+        "duplicate_trainings": dup,
+        "unloadable_checkpoints": len(_unloadable(rd)),
+        "values_differing": len(differ),
+        "extra_rows": sorted(set(got) - set(reference)),
+        "detail": {"lost": lost, "differ": differ, "trainings": tr, "unloadable": _unloadable(rd)},
+    }
     _note(fault, counts, injected)
     return counts
 
 
 def _assert_clean(c: dict) -> None:
-    assert (c["rows_lost"], c["duplicate_rows"], c["duplicate_trainings"], c["unloadable_checkpoints"],
-            c["values_differing"], c["extra_rows"]) == (0, 0, 0, 0, 0, []), c
+    assert (
+        c["rows_lost"],
+        c["duplicate_rows"],
+        c["duplicate_trainings"],
+        c["unloadable_checkpoints"],
+        c["values_differing"],
+        c["extra_rows"],
+    ) == (0, 0, 0, 0, 0, []), c
 
 
 @pytest.fixture(scope="module")
@@ -180,10 +235,16 @@ def reference(tmp_path_factory):
     rows = _rows(rd)
     p = _plan(path)
     ids = {c.id for c in (*p.train_cells, *p.sample_cells)}
-    assert {r["cell_id"] for r in rows} == ids and len(rows) == len({(r["cell_id"], r["metric"]) for r in rows})
+    assert {r["cell_id"] for r in rows} == ids and len(rows) == len(
+        {(r["cell_id"], r["metric"]) for r in rows}
+    )
     assert all(n == 1 and r == 0 for n, r in _trainings(rd).values()) and len(_trainings(rd)) == 2
     assert _unloadable(rd) == []
-    return {"values": {(r["cell_id"], r["metric"]): r["value"] for r in rows}, "wall": wall, "rd": rd}
+    return {
+        "values": {(r["cell_id"], r["metric"]): r["value"] for r in rows},
+        "wall": wall,
+        "rd": rd,
+    }
 
 
 def _copy_reference(reference, dst: Path) -> Path:
@@ -210,7 +271,9 @@ def test_driver_killed_at_random_points(tmp_path, reference):
             d.kill()  # SIGKILL: no handler, no clean-up
             d.wait()
         _complete(path)
-        c = _check("driver SIGKILL", base / "results", reference["values"], max_resumes=0, injected=2)
+        c = _check(
+            "driver SIGKILL", base / "results", reference["values"], max_resumes=0, injected=2
+        )
         _assert_clean(c)
 
 
@@ -218,7 +281,9 @@ def test_driver_killed_at_random_points(tmp_path, reference):
 
 
 def _train_pid(tc) -> int:
-    owner = wait_until(lambda: locks.holder(locks.train_lock_path(tc.run_dir)), 600, f"{tc.label()}'s job")
+    owner = wait_until(
+        lambda: locks.holder(locks.train_lock_path(tc.run_dir)), 600, f"{tc.label()}'s job"
+    )
     return owner["pid"]
 
 
@@ -260,8 +325,13 @@ def test_training_job_killed_while_writing_a_checkpoint(tmp_path, reference):
     assert d.returncode == 1 and "mdlm" in err, err  # the killed job is reported as failed
     assert not (mdlm.run_dir / "weights.pt").exists()
     _complete(path)
-    c = _check("training job SIGKILL (mid-checkpoint write)", rd, reference["values"], max_resumes=2,
-               injected=1 + (holder is not None))
+    c = _check(
+        "training job SIGKILL (mid-checkpoint write)",
+        rd,
+        reference["values"],
+        max_resumes=2,
+        injected=1 + (holder is not None),
+    )
     _assert_clean(c)
     tr = _trainings(rd)
     assert tr[mdlm.id[:10]][1] == 1, tr  # resumed, not restarted
@@ -296,17 +366,27 @@ def test_truncated_store_and_checkpoint_files(tmp_path, reference):
     p = _plan(path)
     mdlm, ar = p.train_cells
     [ar_sample] = p.samples_of(ar)
-    for f in (rd / "store" / f"{mdlm.id}.json", rd / "store" / f"{ar_sample.id}.json",
-              *(mdlm.run_dir / "ckpt").glob("*.ckpt"), ar.run_dir / "ckpt" / "last.ckpt"):
+    for f in (
+        rd / "store" / f"{mdlm.id}.json",
+        rd / "store" / f"{ar_sample.id}.json",
+        *(mdlm.run_dir / "ckpt").glob("*.ckpt"),
+        ar.run_dir / "ckpt" / "last.ckpt",
+    ):
         f.write_bytes(f.read_bytes()[: f.stat().st_size // 3])
     (mdlm.run_dir / "weights.pt").unlink()
     r = _complete(path)
-    assert (rd / "store" / "corrupt").is_dir() and len(list((rd / "store" / "corrupt").iterdir())) == 2, r.stderr
+    assert (rd / "store" / "corrupt").is_dir() and len(
+        list((rd / "store" / "corrupt").iterdir())
+    ) == 2, r.stderr
     # the truncated AR last.ckpt is not needed (weights and train row are intact): replace it
     # by the trainer's next save is not expected, so drop it before counting unloadable files
     (ar.run_dir / "ckpt" / "last.ckpt").unlink()
-    c = _check("truncated store / checkpoint files", rd, reference["values"],
-               fits={mdlm.id[:10]: 1, ar.id[:10]: 0})
+    c = _check(
+        "truncated store / checkpoint files",
+        rd,
+        reference["values"],
+        fits={mdlm.id[:10]: 1, ar.id[:10]: 0},
+    )
     _assert_clean(c)
 
 
@@ -328,7 +408,10 @@ def test_truncated_last_checkpoint_falls_back_to_the_previous_one(tmp_path, refe
     tr = _trainings(rd)
     assert tr[mdlm.id[:10]] == (1, 1), tr  # resumed (from step20.ckpt)
     [job] = (rd / "logs" / "local").iterdir()
-    assert "last.ckpt" in (job / "log.err").read_text() and "unreadable" in (job / "log.err").read_text(), r
+    assert (
+        "last.ckpt" in (job / "log.err").read_text()
+        and "unreadable" in (job / "log.err").read_text()
+    ), r
 
 
 # --------------------------------------------------------------------------- a full disk
@@ -343,7 +426,9 @@ def small_fs(tmp_path):
         pytest.skip("no mount(8) here: cannot make a small filesystem")
     r = run("mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mnt))
     if r.returncode != 0:
-        pytest.skip(f"cannot mount a size-limited tmpfs (needs root / CAP_SYS_ADMIN): {r.stderr.strip()}")
+        pytest.skip(
+            f"cannot mount a size-limited tmpfs (needs root / CAP_SYS_ADMIN): {r.stderr.strip()}"
+        )
     try:
         yield mnt
     finally:
@@ -368,10 +453,18 @@ def test_disk_full_while_checkpointing_and_writing_the_report(tmp_path, small_fs
     path = _sweep(tmp_path, rd)
     mdlm, _ = _plan(path).train_cells
     filler = _fill(small_fs, 8 << 20)  # room for one step's two checkpoints (~6 MB), not two
-    r = subprocess.run([sys.executable, "-m", "bench.sweep", str(path), "--no-progress"], cwd=ROOT, env=ENV,
-                       capture_output=True, text=True, timeout=900)
-    assert r.returncode == 1 and "No space left on device" in (r.stderr + "".join(
-        f.read_text(errors="replace") for f in (rd / "logs" / "local").glob("*/log.err"))), r.stderr
+    r = subprocess.run(
+        [sys.executable, "-m", "bench.sweep", str(path), "--no-progress"],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert r.returncode == 1 and "No space left on device" in (
+        r.stderr
+        + "".join(f.read_text(errors="replace") for f in (rd / "logs" / "local").glob("*/log.err"))
+    ), r.stderr
     assert not list((rd / "runs").glob("*/ckpt/.*.tmp"))  # the failed save left no temp file
     assert _unloadable(rd) == []
     filler.unlink()
@@ -381,14 +474,21 @@ def test_disk_full_while_checkpointing_and_writing_the_report(tmp_path, small_fs
 
     out = rd / "report"
     rep = [sys.executable, "-m", "bench.report", "--results-dir", str(rd), "--out", str(out)]
-    assert subprocess.run(rep, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300).returncode == 0
+    assert (
+        subprocess.run(
+            rep, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300
+        ).returncode
+        == 0
+    )
     before = {f.name: f.read_bytes() for f in out.iterdir() if f.is_file()}
     assert before
     filler = _fill(small_fs, 0)
     r = subprocess.run(rep, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
     assert r.returncode != 0 and "No space left on device" in r.stderr, r.stderr[-2000:]
     assert not [f.name for f in out.iterdir() if f.name.endswith(".tmp")]
-    assert {f.name: f.read_bytes() for f in out.iterdir() if f.is_file()} == before  # old report intact
+    assert {
+        f.name: f.read_bytes() for f in out.iterdir() if f.is_file()
+    } == before  # old report intact
     filler.unlink()
     r = subprocess.run(rep, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
@@ -424,18 +524,38 @@ def test_slurm_node_down_mid_training(tmp_path, slurm_cluster):
     path = _sweep(tmp_path, rd, kind="slurm", extra=", time_min: 10, cpus_per_task: 1, mem_gb: 1")
     p = _plan(path)
     mdlm = p.train_cells[0]
-    r = subprocess.run([sys.executable, "-m", "bench.sweep", str(path), "--no-progress", "--no-wait"], cwd=ROOT,
-                       env=ENV, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "bench.sweep", str(path), "--no-progress", "--no-wait"],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     state = json.loads((rd / "sweeps" / "faults" / "state.json").read_text())
     jobs = sorted(state["jobs"])
-    wait_until(lambda: (mdlm.run_dir / "ckpt" / "last.ckpt").exists(), 600, "MDLM's first checkpoint on SLURM")
+    wait_until(
+        lambda: (mdlm.run_dir / "ckpt" / "last.ckpt").exists(),
+        600,
+        "MDLM's first checkpoint on SLURM",
+    )
     out = run("squeue", "-h", "-j", ",".join(jobs), "-t", "R", "-o", "%N").stdout.split()
     node = out[0] if out else run("sinfo", "-h", "-N", "-o", "%N").stdout.split()[0]
-    assert run("scontrol", "update", f"nodename={node}", "state=down", "reason=sflm-fault-test").returncode == 0
+    assert (
+        run(
+            "scontrol", "update", f"nodename={node}", "state=down", "reason=sflm-fault-test"
+        ).returncode
+        == 0
+    )
     try:
-        wait_until(lambda: not run("squeue", "-h", "-j", ",".join(jobs), "-t", "R", "-o", "%i").stdout.strip(),
-                   120, "the jobs on the downed node to stop")
+        wait_until(
+            lambda: (
+                not run("squeue", "-h", "-j", ",".join(jobs), "-t", "R", "-o", "%i").stdout.strip()
+            ),
+            120,
+            "the jobs on the downed node to stop",
+        )
     finally:
         assert run("scontrol", "update", f"nodename={node}", "state=resume").returncode == 0
     try:
@@ -447,10 +567,19 @@ def test_slurm_node_down_mid_training(tmp_path, slurm_cluster):
     keys = [(r["cell_id"], r["metric"]) for r in rows]
     want = {c.id for c in (*p.train_cells, *p.sample_cells)}
     tr = _slurm_trainings(rd)
-    counts = {"rows_lost": len(want - {k[0] for k in keys}), "duplicate_rows": len(keys) - len(set(keys)),
-              "duplicate_trainings": sum(max(0, (n - r) - 1) for n, r in tr.values()),
-              "unloadable_checkpoints": len(_unloadable(rd)), "values_differing": 0}
+    counts = {
+        "rows_lost": len(want - {k[0] for k in keys}),
+        "duplicate_rows": len(keys) - len(set(keys)),
+        "duplicate_trainings": sum(max(0, (n - r) - 1) for n, r in tr.values()),
+        "unloadable_checkpoints": len(_unloadable(rd)),
+        "values_differing": 0,
+    }
     _note("SLURM node down mid-job", counts)
-    assert counts == {"rows_lost": 0, "duplicate_rows": 0, "duplicate_trainings": 0, "unloadable_checkpoints": 0,
-                      "values_differing": 0}, (counts, tr)
+    assert counts == {
+        "rows_lost": 0,
+        "duplicate_rows": 0,
+        "duplicate_trainings": 0,
+        "unloadable_checkpoints": 0,
+        "values_differing": 0,
+    }, (counts, tr)
     assert tr[mdlm.id[:10]][1] >= 1, tr  # MDLM resumed from its checkpoint

@@ -70,7 +70,12 @@ def test_table_inverse_is_monotone_round_trips_and_matches_a_root_solve(V):
     torch.testing.assert_close(tab.a2g(tab.g2a(gg))[ok], gg[ok], rtol=0, atol=1e-9)
     # the interpolated inverse agrees with solving alpha(gamma) = a directly
     for a0 in (0.01, 0.1, 0.3, 0.5, 0.7, 0.9, 0.99):
-        root = brentq(lambda x, a0=a0: float(alpha_of_gamma(np.array(x), V)) - a0, 0.0, 1.0 - 1e-12, xtol=1e-13)
+        root = brentq(
+            lambda x, a0=a0: float(alpha_of_gamma(np.array(x), V)) - a0,
+            0.0,
+            1.0 - 1e-12,
+            xtol=1e-13,
+        )
         assert abs(float(tab.a2g(torch.tensor(a0, dtype=D))) - root) < 2e-5, (V, a0)
 
 
@@ -138,7 +143,9 @@ def test_sampler_state_follows_the_interpolant_and_keeps_the_prompt():
     out = method.sample(spy, prompt, pmask, nfe=nfe, generator=g)
     assert method.nfe_counter == nfe == len(spy.inputs)
     s = torch.linspace(0, 1, nfe + 1, dtype=D)
-    torch.testing.assert_close(torch.stack([t[0].to(D) for t in spy.times]), s[:nfe], rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        torch.stack([t[0].to(D) for t in spy.times]), s[:nfe], rtol=0, atol=1e-6
+    )
     gam = method.table.a2g(s)
     z0 = spy.inputs[0].to(D)
     oh_t = torch.nn.functional.one_hot(target, V).to(D).expand(n, L, V)
@@ -152,7 +159,9 @@ def test_sampler_state_follows_the_interpolant_and_keeps_the_prompt():
         torch.testing.assert_close(h[free], expect[free], rtol=0, atol=1e-5)
     dist = [float((h.to(D) - oh_t)[free].norm()) for h in spy.inputs]
     assert all(b < a for a, b in zip(dist, dist[1:]))  # monotonically closer to the vertex
-    assert torch.equal(out[pmask], prompt[pmask]) and torch.equal(out[free], target.expand(n, L)[free])
+    assert torch.equal(out[pmask], prompt[pmask]) and torch.equal(
+        out[free], target.expand(n, L)[free]
+    )
 
 
 def test_one_step_is_the_argmax_at_pure_noise():
@@ -160,7 +169,9 @@ def test_one_step_is_the_argmax_at_pure_noise():
     target = torch.tensor([4, 0, 2, 1])
     method = FLM(FLMOptions(), V, L)
     spy = ConfidentSpy(target, V)
-    out = method.sample(spy, torch.zeros(n, L, dtype=torch.long), torch.zeros(n, L, dtype=torch.bool), nfe=1)
+    out = method.sample(
+        spy, torch.zeros(n, L, dtype=torch.long), torch.zeros(n, L, dtype=torch.bool), nfe=1
+    )
     assert len(spy.inputs) == 1 and float(spy.times[0][0]) == 0.0
     assert torch.equal(out, target.expand(n, L))
 
@@ -253,7 +264,9 @@ def test_attention_softcap_path():
     capped.attn_softcap = 1.0
     assert not torch.allclose(capped.attention(h, cos, sin), ref, atol=1e-3)
     torch.manual_seed(1)
-    net = FLM(build(FLMOptions, {"attn_softcap": 50.0}), 10, 8).build_backbone(BackboneConfig(size="cpu-mini"))
+    net = FLM(build(FLMOptions, {"attn_softcap": 50.0}), 10, 8).build_backbone(
+        BackboneConfig(size="cpu-mini")
+    )
     assert all(type(b) is SoftcapBlock and b.attn_softcap == 50.0 for b in net.blocks)
     torch.manual_seed(1)
     plain = FLM(FLMOptions(), 10, 8).build_backbone(BackboneConfig(size="cpu-mini"))

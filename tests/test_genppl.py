@@ -14,8 +14,10 @@ from genppl_tiny import byte_tokenizer, tiny_gpt2
 from bench.evaluate import genppl as G
 from bench.evaluate.__main__ import main
 
-TEXT = ("The city council met on Tuesday to discuss the new budget. Several members argued that "
-        "the park renovation should wait until next year.")
+TEXT = (
+    "The city council met on Tuesday to discuss the new budget. Several members argued that "
+    "the park renovation should wait until next year."
+)
 EOT = 50256
 
 
@@ -48,8 +50,9 @@ def direct_nll(model, ids: list[int], targets: list[bool] | None = None) -> tupl
 
 
 def evaluator(ref, tok, mode="paper", **kw):
-    return G.GenPPL(ref=ref, ref_model=ref.name, sample_tokenizer=tok, mode=mode,
-                    progress=False, **kw)
+    return G.GenPPL(
+        ref=ref, ref_model=ref.name, sample_tokenizer=tok, mode=mode, progress=False, **kw
+    )
 
 
 def test_ppl_equals_direct_transformers_loss(gpt2, ref_same):
@@ -78,7 +81,9 @@ def test_tokens_at_and_after_first_eot_are_masked(gpt2, ref_same):
     first = sample.index(EOT)
     mask = [False] + [t != EOT or j == first for j, t in enumerate(sample) if j > 0]
     nll, n = direct_nll(ref_same.model, sample, mask)
-    assert r["n_scored"] == n == len(body) + len(junk) and r["nll_sum"] == pytest.approx(nll, rel=1e-5)
+    assert r["n_scored"] == n == len(body) + len(junk) and r["nll_sum"] == pytest.approx(
+        nll, rel=1e-5
+    )
 
 
 def test_retokenisation_through_text(gpt2):
@@ -105,18 +110,20 @@ def test_long_samples_are_chunked_by_reference_context(gpt2):
     seq = [EOT, *ids]
     total, n = 0.0, 0
     for s in (0, 15, 30, 45):
-        part, k = direct_nll(model, seq[s:s + 16])
+        part, k = direct_nll(model, seq[s : s + 16])
         total, n = total + part, n + k
     assert n == row["n_scored"] == 49
     assert row["nll_sum"] == pytest.approx(total, rel=1e-5)
 
 
 def test_batching_does_not_change_scores(gpt2, ref_same):
-    samples = [gpt2.encode(TEXT)[: k] for k in (5, 17, 30, 31)]
+    samples = [gpt2.encode(TEXT)[:k] for k in (5, 17, 30, 31)]
     one = evaluator(ref_same, gpt2, batch_tokens=2).score(samples)
     many = evaluator(ref_same, gpt2, batch_tokens=10_000).score(samples)
     for a, b in zip(one, many):
-        assert a["nll_sum"] == pytest.approx(b["nll_sum"], rel=1e-5) and a["n_scored"] == b["n_scored"]
+        assert (
+            a["nll_sum"] == pytest.approx(b["nll_sum"], rel=1e-5) and a["n_scored"] == b["n_scored"]
+        )
 
 
 def test_per_sample_mean_and_pooled_differ():
@@ -187,8 +194,20 @@ def test_cli_scores_ids_and_text_and_resumes(tmp_path, capsys, env, gpt2, ref_fo
     rows.append({"text": TEXT, "method": "data"})
     inp = write_jsonl(tmp_path / "in.jsonl", rows)
     out = tmp_path / "out.jsonl"
-    rc, stdout, err = cli(capsys, "--samples", inp, "--out", str(out), "--ref-model", ref_folder,
-                          "--flush-every", "2", "--no-progress", "--bootstrap", "50")
+    rc, stdout, err = cli(
+        capsys,
+        "--samples",
+        inp,
+        "--out",
+        str(out),
+        "--ref-model",
+        ref_folder,
+        "--flush-every",
+        "2",
+        "--no-progress",
+        "--bootstrap",
+        "50",
+    )
     assert rc == 0, err
     got = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["index"] for r in got] == list(range(6)) and got[0]["method"] == "m"
@@ -200,8 +219,18 @@ def test_cli_scores_ids_and_text_and_resumes(tmp_path, capsys, env, gpt2, ref_fo
     # a killed run: the first 3 rows and a torn 4th line; a rerun keeps the 3 and redoes the rest
     kept = [dict(r, marker=True) for r in got[:3]]
     out.write_text("".join(json.dumps(r) + "\n" for r in kept) + '{"index": 3, "ref_m')
-    rc, _, err = cli(capsys, "--samples", inp, "--out", str(out), "--ref-model", ref_folder,
-                     "--no-progress", "--bootstrap", "50")
+    rc, _, err = cli(
+        capsys,
+        "--samples",
+        inp,
+        "--out",
+        str(out),
+        "--ref-model",
+        ref_folder,
+        "--no-progress",
+        "--bootstrap",
+        "50",
+    )
     assert rc == 0, err
     again = [json.loads(line) for line in out.read_text().splitlines()]
     assert sorted(r["index"] for r in again) == list(range(6))
@@ -209,7 +238,9 @@ def test_cli_scores_ids_and_text_and_resumes(tmp_path, capsys, env, gpt2, ref_fo
     assert again[4]["nll_sum"] == pytest.approx(got[4]["nll_sum"], rel=1e-6)
 
 
-def test_cli_keeps_finished_batches_when_killed(tmp_path, capsys, env, gpt2, ref_folder, monkeypatch):
+def test_cli_keeps_finished_batches_when_killed(
+    tmp_path, capsys, env, gpt2, ref_folder, monkeypatch
+):
     ids = gpt2.encode(TEXT)
     inp = write_jsonl(tmp_path / "in.jsonl", [{"ids": ids[: 8 + i]} for i in range(6)])
     out = tmp_path / "out.jsonl"
@@ -223,8 +254,20 @@ def test_cli_keeps_finished_batches_when_killed(tmp_path, capsys, env, gpt2, ref
 
     monkeypatch.setattr(G.GenPPL, "score", dies_on_second_batch)
     with pytest.raises(KeyboardInterrupt):
-        main(["genppl", "--samples", inp, "--out", str(out), "--ref-model", ref_folder,
-              "--flush-every", "2", "--no-progress"])
+        main(
+            [
+                "genppl",
+                "--samples",
+                inp,
+                "--out",
+                str(out),
+                "--ref-model",
+                ref_folder,
+                "--flush-every",
+                "2",
+                "--no-progress",
+            ]
+        )
     assert [json.loads(line)["index"] for line in out.read_text().splitlines()] == [0, 1]
 
 
@@ -248,8 +291,16 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path, capsys, env, gpt2, ref_fo
     else:
         path, ref = write_jsonl(inp, [good]), "no-such-org/no-such-model"
         expect = "no-such-org/no-such-model"
-    rc, _, err = cli(capsys, "--samples", path, "--out", str(tmp_path / "o.jsonl"),
-                     "--ref-model", ref, "--no-progress")
+    rc, _, err = cli(
+        capsys,
+        "--samples",
+        path,
+        "--out",
+        str(tmp_path / "o.jsonl"),
+        "--ref-model",
+        ref,
+        "--no-progress",
+    )
     assert rc == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and expect in lines[0], err

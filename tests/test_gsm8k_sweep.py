@@ -29,8 +29,17 @@ methods:
   - {{method: mdlm}}
 """
 
-STATUSES = ("ok", "wrong", "no_answer", "syntax_error", "runtime_error", "timeout", "memory",
-            "crash", "harness_error")
+STATUSES = (
+    "ok",
+    "wrong",
+    "no_answer",
+    "syntax_error",
+    "runtime_error",
+    "timeout",
+    "memory",
+    "crash",
+    "harness_error",
+)
 
 
 @pytest.mark.slow
@@ -62,10 +71,25 @@ def test_standin_sweep_end_to_end(tmp_path):
 
 
 def _row(method, variant, decoding, nfe, temp, value, lo, hi, n=1319):
-    return {"sweep": "s", "task": "gsm8k", "method": method, "variant": variant, "decoding": decoding,
-            "backbone": "small", "train_steps": 250_000, "seed": 0, "kind": "sample", "subset": "test",
-            "nfe": nfe, "temperature": temp, "metric": "accuracy", "value": value, "ci_low": lo,
-            "ci_high": hi, "n": n}
+    return {
+        "sweep": "s",
+        "task": "gsm8k",
+        "method": method,
+        "variant": variant,
+        "decoding": decoding,
+        "backbone": "small",
+        "train_steps": 250_000,
+        "seed": 0,
+        "kind": "sample",
+        "subset": "test",
+        "nfe": nfe,
+        "temperature": temp,
+        "metric": "accuracy",
+        "value": value,
+        "ci_low": lo,
+        "ci_high": hi,
+        "n": n,
+    }
 
 
 def test_report_gsm8k_section_and_paper_numbers(tmp_path):
@@ -121,7 +145,11 @@ def test_sweep_files_plan(monkeypatch):
 
     monkeypatch.setattr(tokenizers, "load_smollm_tokenizer", _no_load)
     cfg = load_sweep(ROOT / "sweeps" / "gsm8k_nfe.yaml")
-    assert (cfg.train.steps, cfg.train.batch_size, cfg.task.options["max_len"]) == (250_000, 512, 512)
+    assert (cfg.train.steps, cfg.train.batch_size, cfg.task.options["max_len"]) == (
+        250_000,
+        512,
+        512,
+    )
     p = plan(cfg)
     assert {s.subset for s in p.sample_cells} == {"test"}
     assert max(s.nfe for s in p.sample_cells) == 1024
@@ -134,7 +162,9 @@ def test_sweep_files_plan(monkeypatch):
 def test_gsm8k_tokenizer_unavailable_is_a_config_error(tmp_path):
     from bench.data.gsm8k import GSM8KTask
 
-    cfg = TaskConfig(name="gsm8k", options={"tokenizer": "no/such-tokenizer", "tokenizer_source": "gguf"})
+    cfg = TaskConfig(
+        name="gsm8k", options={"tokenizer": "no/such-tokenizer", "tokenizer_source": "gguf"}
+    )
     task = GSM8KTask(cfg)  # cheap: the tokenizer loads on first use
     with pytest.raises(ConfigError, match="task.options.tokenizer"):
         task.tokenizer
@@ -144,11 +174,18 @@ def test_gsm8k_tokenizer_unavailable_is_a_config_error(tmp_path):
 
 def test_sweep_cli_unavailable_tokenizer_exits_2(tmp_path, capsys):
     path = tmp_path / "g.yaml"
-    path.write_text(json.dumps({
-        "results_dir": str(tmp_path / "r"),
-        "task": {"name": "gsm8k", "options": {"tokenizer": "no/such", "tokenizer_source": "gguf"}},
-        "methods": [{"method": "mdlm"}],
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "results_dir": str(tmp_path / "r"),
+                "task": {
+                    "name": "gsm8k",
+                    "options": {"tokenizer": "no/such", "tokenizer_source": "gguf"},
+                },
+                "methods": [{"method": "mdlm"}],
+            }
+        )
+    )
     assert sweep.main([str(path), "--dry-run"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "task.options.tokenizer" in err[0] and "g.yaml" in err[0]

@@ -52,15 +52,18 @@ def _compare(new, old, tol):
     assert max((a - b).abs().max().item() for a, b in zip(gn, go)) <= tol
 
 
-@pytest.mark.parametrize("name,module", [("candi", "baselines.candi"), ("sflm", "sflm.method"),
-                                         ("flm", "baselines.flm")])
+@pytest.mark.parametrize(
+    "name,module", [("candi", "baselines.candi"), ("sflm", "sflm.method"), ("flm", "baselines.flm")]
+)
 def test_cross_entropy_equals_log_softmax_gather(name, module, monkeypatch):
     import importlib
 
     m, bb, batch = _setup(name)
     new = _loss_and_grads(m, bb, batch)
     mod = importlib.import_module(module)
-    monkeypatch.setattr(mod, "F", types.SimpleNamespace(**{**vars(F), "cross_entropy": _unfused_ce}))
+    monkeypatch.setattr(
+        mod, "F", types.SimpleNamespace(**{**vars(F), "cross_entropy": _unfused_ce})
+    )
     old = _loss_and_grads(m, bb, batch)
     _compare(new, old, 0.0)  # bit-identical (same log_softmax kernel)
 
@@ -78,6 +81,7 @@ def test_mdlm_loss_equals_carry_over_log_probs():
         logp_x0 = logp.gather(-1, batch.x[..., None]).squeeze(-1)
         weight = (1 - m.opts.eps) / (1 - alpha_t)
         from bench.method import token_mean
+
         return token_mean(-logp_x0 * weight[:, None] * masked, batch.loss_mask)
 
     m.loss = old_loss
@@ -105,10 +109,13 @@ def test_duo_fused_terms_gradcheck():
     g = torch.Generator().manual_seed(0)
     logits = (3 * torch.randn(2, 5, 11, generator=g, dtype=torch.float64)).requires_grad_()
     x0 = torch.randint(0, 11, (2, 5), generator=g)
-    xt = torch.where(torch.rand(2, 5, generator=g) < 0.5, x0, torch.randint(0, 11, (2, 5), generator=g))
+    xt = torch.where(
+        torch.rand(2, 5, generator=g) < 0.5, x0, torch.randint(0, 11, (2, 5), generator=g)
+    )
     a = torch.rand(2, 1, generator=g, dtype=torch.float64) * 0.9 + 0.05
     assert torch.autograd.gradcheck(
-        lambda z: udlm_nelbo_from_logits(z, xt, x0, a, torch.full_like(a, -0.999), 11), (logits,))
+        lambda z: udlm_nelbo_from_logits(z, xt, x0, a, torch.full_like(a, -0.999), 11), (logits,)
+    )
 
 
 @pytest.mark.parametrize("decoding", ["greedy", "sample"])
@@ -123,8 +130,12 @@ def test_ar_kv_cache_same_tokens_and_nfe_as_recompute(decoding):
     out = {}
     for cached in (True, False):
         m.kv_cache, m.nfe_counter = cached, 0
-        out[cached] = (m.sample(bb, prompt, pmask, decoding=decoding, generator=torch.Generator().manual_seed(7)),
-                       m.nfe_counter)
+        out[cached] = (
+            m.sample(
+                bb, prompt, pmask, decoding=decoding, generator=torch.Generator().manual_seed(7)
+            ),
+            m.nfe_counter,
+        )
     assert out[True][1] == out[False][1] == 24 - 5
     assert torch.equal(out[True][0], out[False][0])
     assert len(set(out[True][0][:, 5:].flatten().tolist())) > 3  # not a constant sequence

@@ -63,7 +63,9 @@ def test_mdlm_loss_is_weighted_masked_ce(loss_type):
     out = m.loss(stub, Batch(x, clean, lmask), t)
     masked = stub.inputs[0] == V
     assert not masked[:, :2].any()  # clean positions never noised
-    nll = -torch.log_softmax(logits[0, :, :V], -1).expand(B, -1, -1).gather(-1, x[..., None])[..., 0]
+    nll = (
+        -torch.log_softmax(logits[0, :, :V], -1).expand(B, -1, -1).gather(-1, x[..., None])[..., 0]
+    )
     alpha = 1 - (1 - eps) * t
     w = (1 - eps) / (1 - alpha) if loss_type == "elbo" else torch.ones(B)
     want = (nll * w[:, None] * masked).sum() / lmask.sum()
@@ -80,7 +82,9 @@ def test_mdlm_ancestral_posterior_and_grid():
     stub = Stub(logits)
     g = torch.Generator().manual_seed(0)
     pm = torch.zeros(n, L, dtype=torch.bool)
-    out = m.sample(stub, torch.zeros(n, L, dtype=torch.long), pm, nfe=nfe, temperature=T, generator=g)
+    out = m.sample(
+        stub, torch.zeros(n, L, dtype=torch.long), pm, nfe=nfe, temperature=T, generator=g
+    )
     assert len(stub.inputs) == nfe and (out < V).all()
     ts = torch.linspace(1.0, 1e-5, nfe + 1, dtype=torch.float64)
     alpha = 1 - (1 - 1e-3) * ts
@@ -98,8 +102,14 @@ def test_mdlm_greedy_last_step_argmax():
     m = MDLM(None, V, L)
     logits = torch.tensor([0.0, 0.2, 3.0, 0.1, 0.0]).expand(1, L, V + 1)
     g = torch.Generator().manual_seed(0)
-    out = m.sample(Stub(logits), torch.zeros(64, L, dtype=torch.long), torch.zeros(64, L, dtype=torch.bool),
-                   nfe=1, decoding="greedy", generator=g)
+    out = m.sample(
+        Stub(logits),
+        torch.zeros(64, L, dtype=torch.long),
+        torch.zeros(64, L, dtype=torch.bool),
+        nfe=1,
+        decoding="greedy",
+        generator=g,
+    )
     assert (out == 2).all()
 
 

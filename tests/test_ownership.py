@@ -36,7 +36,9 @@ HOLD = textwrap.dedent("""
 
 def _hold(path: Path) -> subprocess.Popen:
     """Another process that holds the lock at ``path`` until killed."""
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(path)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(path)], stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
     assert proc.stdout.readline().strip() == "held"
     return proc
 
@@ -78,7 +80,9 @@ def _sweep(tmp_path, steps=2, kind="debug"):
     from bench.plan import plan
 
     path = tmp_path / "s.yaml"
-    path.write_text(SWEEP.format(rd=tmp_path / "results", dd=tmp_path / "data", steps=steps, kind=kind))
+    path.write_text(
+        SWEEP.format(rd=tmp_path / "results", dd=tmp_path / "data", steps=steps, kind=kind)
+    )
     p = plan(load_sweep(path), path)
     [tc] = p.train_cells
     return path, p, tc
@@ -113,20 +117,38 @@ def test_a_cell_another_process_owns_is_not_computed_here(tmp_path, capsys):
 def _driver(path, *args) -> subprocess.Popen:
     """``python -m bench.sweep`` as a user starts it from a shell (its own process group, so
     that a terminal's Ctrl-C can be imitated by signalling the group)."""
-    return subprocess.Popen([sys.executable, "-m", "bench.sweep", str(path), "--no-progress", *args], cwd=ROOT,
-                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "bench.sweep", str(path), "--no-progress", *args],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def _sweep_cli(path, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bench.sweep", str(path), *args], cwd=ROOT, env=ENV,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "bench.sweep", str(path), *args],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def _job_started(tc) -> dict:
     """The lock holder once the job trains (its first checkpoint is written)."""
-    return wait_until(lambda: (tc.run_dir / "ckpt" / "last.ckpt").exists()
-                      and locks.holder(locks.train_lock_path(tc.run_dir)), 240, "the local job's first checkpoint")
+    return wait_until(
+        lambda: (
+            (tc.run_dir / "ckpt" / "last.ckpt").exists()
+            and locks.holder(locks.train_lock_path(tc.run_dir))
+        ),
+        240,
+        "the local job's first checkpoint",
+    )
 
 
 @pytest.mark.slow
@@ -139,8 +161,12 @@ def test_ctrl_c_leaves_the_job_running_status_shows_it_rerun_attaches_cancel_sto
     assert first.returncode == 130, err
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert len(lines) == 1 and "Traceback" not in err, err
-    assert f"1 local job(s) keep running (pids {owner['pid']})" in lines[0] and "--cancel" in lines[0]
-    assert locks.holder(locks.train_lock_path(tc.run_dir))["pid"] == owner["pid"], "the job must keep running"
+    assert (
+        f"1 local job(s) keep running (pids {owner['pid']})" in lines[0] and "--cancel" in lines[0]
+    )
+    assert locks.holder(locks.train_lock_path(tc.run_dir))["pid"] == owner["pid"], (
+        "the job must keep running"
+    )
 
     st = _sweep_cli(path, "--status")
     assert st.returncode == 0 and st.stdout.splitlines()[1].startswith("running  train"), st.stdout
@@ -155,12 +181,17 @@ def test_ctrl_c_leaves_the_job_running_status_shows_it_rerun_attaches_cancel_sto
     c = _sweep_cli(path, "--cancel")
     assert c.returncode == 0 and f"stopped (pid {owner['pid']}" in c.stdout, c.stdout + c.stderr
     _, err2 = second.communicate(timeout=120)
-    assert second.returncode == 1 and f"the job it attached to (pid {owner['pid']}) was stopped" in err2, err2
+    assert (
+        second.returncode == 1
+        and f"the job it attached to (pid {owner['pid']}) was stopped" in err2
+    ), err2
     assert locks.holder(locks.train_lock_path(tc.run_dir)) is None
     ckpt = torch.load(tc.run_dir / "ckpt" / "last.ckpt", map_location="cpu", weights_only=False)
     assert ckpt["global_step"] > 0  # SIGTERM saved at a step boundary: a re-run resumes there
     st = _sweep_cli(path, "--status")
-    assert st.stdout.splitlines()[1].startswith("failed   train") and "stopped" in st.stdout, st.stdout
+    assert st.stdout.splitlines()[1].startswith("failed   train") and "stopped" in st.stdout, (
+        st.stdout
+    )
     assert _sweep_cli(path, "--cancel").stdout.strip() == "sweep own: nothing is running"
 
 

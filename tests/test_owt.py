@@ -57,15 +57,19 @@ def _rank_bpe(ranks: dict[bytes, int], text: str) -> list[int]:
     adjacent pair of lowest rank; a piece's ids are the ranks of its final parts."""
     import regex
 
-    pat = regex.compile(r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
+    pat = regex.compile(
+        r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+    )
     out = []
     for piece in pat.findall(text):
         parts = [bytes([b]) for b in piece.encode()]
         while len(parts) > 1:
-            r, i = min((ranks.get(parts[i] + parts[i + 1], 1 << 30), i) for i in range(len(parts) - 1))
+            r, i = min(
+                (ranks.get(parts[i] + parts[i + 1], 1 << 30), i) for i in range(len(parts) - 1)
+            )
             if r == 1 << 30:
                 break
-            parts[i:i + 2] = [parts[i] + parts[i + 1]]
+            parts[i : i + 2] = [parts[i] + parts[i + 1]]
         out += [ranks[p] for p in parts]
     return out
 
@@ -103,15 +107,21 @@ def test_wrap_blocks_is_mdlm_group_texts():
 def _corpus(path, n_docs=240):
     rng = np.random.default_rng(0)
     words = "the a river city walked quickly under bright old music paper seven green".split()
-    lines = [json.dumps({"text": " ".join(rng.choice(words, rng.integers(5, 40))) + "."})
-             for _ in range(n_docs)]
+    lines = [
+        json.dumps({"text": " ".join(rng.choice(words, rng.integers(5, 40))) + "."})
+        for _ in range(n_docs)
+    ]
     path.write_text("\n".join(lines) + "\n")
     return str(path)
 
 
 def _task(corpus, data_dir, **opts):
-    cfg = TaskConfig(name="owt", data_dir=data_dir, seed=3,
-                     options={"corpus": corpus, "valid_docs": 40, "seq_len": 32, "num_proc": 1, **opts})
+    cfg = TaskConfig(
+        name="owt",
+        data_dir=data_dir,
+        seed=3,
+        options={"corpus": corpus, "valid_docs": 40, "seq_len": 32, "num_proc": 1, **opts},
+    )
     return owt.OWTTask(cfg)
 
 
@@ -131,7 +141,9 @@ def test_standin_task_blocks_cache_and_labels(tmp_path, data_dir, offline_tok):
     train_rows = {r.tobytes() for r in task.split("train").memmap()}
     assert len(v) > 0 and not any(r.astype(np.uint16).tobytes() in train_rows for r in v)
     # text survives: blocks decode to the corpus' words
-    assert "river" in offline_tok.decode(v.reshape(-1)) or "city" in offline_tok.decode(v.reshape(-1))
+    assert "river" in offline_tok.decode(v.reshape(-1)) or "city" in offline_tok.decode(
+        v.reshape(-1)
+    )
     # second instance: read from the cache, no tokenising
     again = _task(corpus, data_dir)
     orig = owt._worker_blocks
@@ -184,14 +196,17 @@ def test_evaluate_and_data_reference(tmp_path, data_dir, offline_tok):
 
     task = _task(_corpus(tmp_path / "c.jsonl"), data_dir, bootstrap=50)
     ref = wrap_model(tiny_gpt2(50257, n_positions=64, eos=EOT), offline_tok, "tiny", device="cpu")
-    task._genppl = GenPPL(ref=ref, ref_model="tiny", sample_tokenizer=offline_tok, progress=False,
-                          n_resamples=50)
+    task._genppl = GenPPL(
+        ref=ref, ref_model="tiny", sample_tokenizer=offline_tok, progress=False, n_resamples=50
+    )
     g = task.groups()[0]
     collapsed = torch.full((4, 32), 262)
     collapsed[:, 0] = EOT
     m = {v.metric: v for v in task.evaluate(collapsed, task.eval_data(g, 4), g)}
     assert set(m) >= {"gen_ppl", "gen_ppl_pooled", "entropy"}
-    assert m["entropy"].value == pytest.approx(-(1 / 32 * np.log(1 / 32) + 31 / 32 * np.log(31 / 32)))
+    assert m["entropy"].value == pytest.approx(
+        -(1 / 32 * np.log(1 / 32) + 31 / 32 * np.log(31 / 32))
+    )
     assert m["gen_ppl"].n == 4 and task.last_rows[0]["ref_model"] == "tiny"
     assert task.protocol() == "corpus=standin-c; L=32; ref=tiny; eot=paper"  # every row says it
     data = {v.metric: v for v in task.data_reference(3)}

@@ -5,14 +5,55 @@ import json
 
 from bench import perf
 
-TINY = ["--size", "cpu-mini", "--vocab", "12", "--seq-len", "24", "--batch", "4", "--steps", "2",
-        "--warmup", "1", "--nfe", "3", "--sample-reps", "1", "--vel-vocab", "2048", "--vel-dim", "64",
-        "--vel-len", "32", "--vel-size", "cpu-mini", "--vel-steps", "2", "--device", "cpu"]
+TINY = [
+    "--size",
+    "cpu-mini",
+    "--vocab",
+    "12",
+    "--seq-len",
+    "24",
+    "--batch",
+    "4",
+    "--steps",
+    "2",
+    "--warmup",
+    "1",
+    "--nfe",
+    "3",
+    "--sample-reps",
+    "1",
+    "--vel-vocab",
+    "2048",
+    "--vel-dim",
+    "64",
+    "--vel-len",
+    "32",
+    "--vel-size",
+    "cpu-mini",
+    "--vel-steps",
+    "2",
+    "--device",
+    "cpu",
+]
 
 
 def test_all_benchmarks_write_rows(tmp_path, capsys):
     out = tmp_path / "perf.json"
-    assert perf.main(["train", "sample", "velocity", "--models", "ar,mdlm,sflm/sarch", *TINY, "--out", str(out)]) == 0
+    assert (
+        perf.main(
+            [
+                "train",
+                "sample",
+                "velocity",
+                "--models",
+                "ar,mdlm,sflm/sarch",
+                *TINY,
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rows = json.loads(out.read_text())["rows"]
     train = {r["model"]: r for r in rows if r["bench"] == "train"}
     sample = {r["model"]: r for r in rows if r["bench"] == "sample"}
@@ -38,9 +79,38 @@ def test_bad_arguments_exit_2(capsys):
 
 def test_scale_preset_sets_the_shape_and_flags_override_it(tmp_path):
     out, md = tmp_path / "p.json", tmp_path / "p.md"
-    assert perf.main(["train", "--scale", "sudoku-cpu", "--size", "cpu-mini", "--seq-len", "16", "--batch", "2",
-                      "--steps", "1", "--warmup", "0", "--models", "mdlm", "--device", "cpu",
-                      "--out", str(out), "--md", str(md)]) == 0
+    assert (
+        perf.main(
+            [
+                "train",
+                "--scale",
+                "sudoku-cpu",
+                "--size",
+                "cpu-mini",
+                "--seq-len",
+                "16",
+                "--batch",
+                "2",
+                "--steps",
+                "1",
+                "--warmup",
+                "0",
+                "--models",
+                "mdlm",
+                "--device",
+                "cpu",
+                "--out",
+                str(out),
+                "--md",
+                str(md),
+            ]
+        )
+        == 0
+    )
     env = json.loads(out.read_text())["env"]
-    assert env["scale"]["vocab"] == 12 and env["scale"]["seq_len"] == 16 and env["scale"]["size"] == "cpu-mini"
+    assert (
+        env["scale"]["vocab"] == 12
+        and env["scale"]["seq_len"] == 16
+        and env["scale"]["size"] == "cpu-mini"
+    )
     assert "| bare |" in md.read_text() and "--scale sudoku-cpu" in md.read_text()

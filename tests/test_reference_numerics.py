@@ -73,7 +73,9 @@ def test_mdlm_subs_logprobs_bound(V, scale, bound):
     logits = torch.randn(B, L, V + 1, generator=g) * scale
     x_t = torch.randint(0, V + 1, (B, L), generator=g)
     x_t[:, ::2] = V
-    ours = MDLM(MDLMOptions(), V, L).log_probs(lambda x, s: logits.clone(), x_t, torch.full((B,), 0.5))
+    ours = MDLM(MDLMOptions(), V, L).log_probs(
+        lambda x, s: logits.clone(), x_t, torch.full((B,), 0.5)
+    )
     ref = logits.clone()
     ref[..., V] += -1e6  # algo.py::MDLM._process_model_output_log_probs
     ref = ref - torch.logsumexp(ref, -1, keepdim=True)

@@ -6,8 +6,10 @@ from bench.results import COLUMNS, Store
 
 
 def _rows(v):
-    return [{"task": "sudoku", "method": "mdlm", "metric": "exact_match", "value": v, "n": 10},
-            {"task": "sudoku", "method": "mdlm", "metric": "cell_accuracy", "value": v / 2, "n": 10}]
+    return [
+        {"task": "sudoku", "method": "mdlm", "metric": "exact_match", "value": v, "n": 10},
+        {"task": "sudoku", "method": "mdlm", "metric": "cell_accuracy", "value": v / 2, "n": 10},
+    ]
 
 
 def test_rows_have_the_store_columns_and_provenance(tmp_path):

@@ -21,7 +21,10 @@ from sflm.geometry import (
 
 def pair(n=64, d=16, seed=0, dtype=torch.float64):
     g = torch.Generator().manual_seed(seed)
-    return (uniform_sphere((n, d), generator=g, dtype=dtype), uniform_sphere((n, d), generator=g, dtype=dtype))
+    return (
+        uniform_sphere((n, d), generator=g, dtype=dtype),
+        uniform_sphere((n, d), generator=g, dtype=dtype),
+    )
 
 
 def test_uniform_sphere_unit_norm_and_isotropic():
@@ -40,7 +43,9 @@ def test_geodesic_distance_is_arccos_and_symmetric():
     assert torch.allclose(d, torch.acos((p * q).sum(-1)), atol=1e-10)
     assert torch.allclose(d, geodesic_distance(q, p), atol=0)
     assert float(geodesic_distance(p, p).abs().max()) < 1e-7
-    assert torch.allclose(geodesic_distance(p, -p), torch.full((len(p),), math.pi, dtype=p.dtype), atol=1e-7)
+    assert torch.allclose(
+        geodesic_distance(p, -p), torch.full((len(p),), math.pi, dtype=p.dtype), atol=1e-7
+    )
 
 
 def test_exp_log_inverse_and_log_properties():
@@ -58,7 +63,9 @@ def test_exp_log_inverse_and_log_properties():
 def test_log_exp_inverse_for_tangent_vectors():
     p, q = pair(seed=3)
     v = tangent_project(p, q)
-    v = v / v.norm(dim=-1, keepdim=True) * torch.linspace(0.0, 3.0, len(p), dtype=p.dtype)[:, None]  # |v| < pi
+    v = (
+        v / v.norm(dim=-1, keepdim=True) * torch.linspace(0.0, 3.0, len(p), dtype=p.dtype)[:, None]
+    )  # |v| < pi
     assert torch.allclose(log_map(p, exp_map(p, v)), v, atol=1e-10)
     assert torch.allclose(exp_map(p, v).norm(dim=-1), torch.ones(len(p), dtype=p.dtype), atol=1e-12)
 
@@ -96,7 +103,9 @@ def test_slerp_endpoints_constant_speed_and_paper_formula():
     for a, b in zip(pts[:-1], pts[1:]):  # equal arcs of w / 10
         assert torch.allclose(geodesic_distance(a, b), w / 10, atol=1e-10)
     t = 0.37
-    ref = (torch.sin((1 - t) * w) / torch.sin(w))[:, None] * p + (torch.sin(t * w) / torch.sin(w))[:, None] * q
+    ref = (torch.sin((1 - t) * w) / torch.sin(w))[:, None] * p + (torch.sin(t * w) / torch.sin(w))[
+        :, None
+    ] * q
     assert torch.allclose(slerp(p, q, t), ref, atol=1e-12)
     # per-row t broadcasts over the leading axes
     tt = torch.rand(len(p), dtype=p.dtype)

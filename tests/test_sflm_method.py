@@ -50,13 +50,18 @@ def test_truncation_cap_and_the_inverted_convention():
     m, _ = make()  # default: alpha*(0.1) for |V| = 10, d = 64
     assert m.alpha_cap == pytest.approx(alpha_star(10, 64, 0.1))
     t = torch.linspace(0, 1, 11, dtype=torch.float64)
-    assert float(m.alpha(t)[0]) == pytest.approx(m.alpha_cap) and float(m.alpha(t)[-1]) == pytest.approx(1e-3)
+    assert float(m.alpha(t)[0]) == pytest.approx(m.alpha_cap) and float(
+        m.alpha(t)[-1]
+    ) == pytest.approx(1e-3)
     m, _ = make({"alpha_trunc_inverted": 0.879})  # the paper's TinyGSM ablation notation
     assert m.alpha_cap == pytest.approx(0.121)
     m, _ = make({"alpha_max": 1.0})
     assert float(m.alpha(torch.zeros(1, dtype=torch.float64))) == pytest.approx(1.0)
-    m, _ = make({"alpha_max": "star", "delta": 0.01}, vocab=12,
-               backbone=BackboneConfig(size="cpu-mini", d_model=512, n_heads=8))
+    m, _ = make(
+        {"alpha_max": "star", "delta": 0.01},
+        vocab=12,
+        backbone=BackboneConfig(size="cpu-mini", d_model=512, n_heads=8),
+    )
     assert m.alpha_cap == pytest.approx(0.1109, abs=1e-4)
     assert m.describe()["alpha_cap"] == pytest.approx(m.alpha_cap)
 
@@ -92,10 +97,14 @@ def test_loss_noises_with_slerp_and_keeps_clean_positions(monkeypatch):
     z_in, sigma = cap.inputs[0]
     alpha = m.alpha(t.double())
     e_hat = normalize(net.embed.weight.detach()[b.x])
-    expect = slerp(drawn[0], e_hat.double(), alpha[:, None]).float()  # z_t = SLERP(z_0, e_hat, alpha)
+    expect = slerp(
+        drawn[0], e_hat.double(), alpha[:, None]
+    ).float()  # z_t = SLERP(z_0, e_hat, alpha)
     assert torch.allclose(z_in[~b.clean_mask], expect[~b.clean_mask], atol=1e-6)
     assert torch.allclose(z_in[b.clean_mask], e_hat[b.clean_mask], atol=1e-7)
-    assert torch.allclose(z_in.norm(dim=-1), torch.ones(z_in.shape[:2]), atol=1e-5)  # unit latents (reference)
+    assert torch.allclose(
+        z_in.norm(dim=-1), torch.ones(z_in.shape[:2]), atol=1e-5
+    )  # unit latents (reference)
     assert torch.allclose(sigma, -torch.log(alpha).float())
     # plain CE, token mean over the loss mask
     logits = net(z_in, sigma).float()
@@ -107,7 +116,9 @@ def test_sqrt_d_input_scale():
     m, net = make({"input_scale": "sqrt_d"})
     cap = Capture(net)
     m.loss(cap, batch(), torch.rand(8))
-    assert torch.allclose(cap.inputs[0][0].norm(dim=-1), torch.full((8, 12), math.sqrt(64)), atol=1e-3)
+    assert torch.allclose(
+        cap.inputs[0][0].norm(dim=-1), torch.full((8, 12), math.sqrt(64)), atol=1e-3
+    )
 
 
 @pytest.mark.parametrize("backbone", ["dit", "sarch"])
@@ -116,7 +127,9 @@ def test_gradient_reaches_the_embedding_table_through_slerp(backbone):
     if backbone == "dit":  # the zero-initialised head blocks every gradient at step 0
         torch.nn.init.normal_(net.head.weight, std=0.1)
     b = batch()
-    b = Batch(b.x, torch.zeros_like(b.clean_mask), torch.ones_like(b.loss_mask))  # all positions noised
+    b = Batch(
+        b.x, torch.zeros_like(b.clean_mask), torch.ones_like(b.loss_mask)
+    )  # all positions noised
     m.loss(net, b, torch.rand(8)).loss.backward()
     g = net.embed.weight.grad
     used = torch.unique(b.x)
@@ -147,9 +160,13 @@ def test_renorm_option_and_sarch_reprojection():
     m.on_after_optimizer_step(net)
     for blk in net.blocks:
         for lin in (blk.query, blk.key, blk.value, blk.c_fc):
-            assert torch.allclose(lin.weight.norm(dim=1), torch.ones(lin.weight.shape[0]), atol=1e-5)
+            assert torch.allclose(
+                lin.weight.norm(dim=1), torch.ones(lin.weight.shape[0]), atol=1e-5
+            )
         for lin in (blk.att_out, blk.mlp_out):
-            assert torch.allclose(lin.weight.norm(dim=0), torch.ones(lin.weight.shape[1]), atol=1e-5)
+            assert torch.allclose(
+                lin.weight.norm(dim=0), torch.ones(lin.weight.shape[1]), atol=1e-5
+            )
     assert torch.allclose(net.lm_head.weight.norm(dim=1), torch.ones(10), atol=1e-5)
     assert torch.equal(net.embed.weight.norm(dim=-1), row_norm0)
 
@@ -164,15 +181,21 @@ def test_sarch_initial_state():
     assert float(blk.delta.weight.abs().max()) == 0.0  # zero-init gate modulation
     t_emb = torch.randn(3, 64)
     delta_a, _ = blk.delta(t_emb).chunk(2, -1)
-    assert torch.allclose(blk._gate(blk.gamma_attn, delta_a), torch.full((3, 1, d), 0.05))  # gamma_init
-    assert torch.allclose(blk.s_qk / b, torch.ones(d)) and torch.allclose(net.s_z / b, torch.ones(10))
+    assert torch.allclose(
+        blk._gate(blk.gamma_attn, delta_a), torch.full((3, 1, d), 0.05)
+    )  # gamma_init
+    assert torch.allclose(blk.s_qk / b, torch.ones(d)) and torch.allclose(
+        net.s_z / b, torch.ones(10)
+    )
     z = normalize(torch.randn(2, 5, d))
     logits = net(z, torch.rand(2))
     assert logits.shape == (2, 5, 10)
     assert float(logits.abs().max()) <= 1.0 + 1e-5  # |cos| <= 1 times s_z / b = 1 at init
     # ids go through the normalised table
     ids = torch.randint(0, 10, (2, 5))
-    assert torch.allclose(net(ids, torch.zeros(2)), net(normalize(net.embed(ids)), torch.zeros(2)), atol=1e-6)
+    assert torch.allclose(
+        net(ids, torch.zeros(2)), net(normalize(net.embed(ids)), torch.zeros(2)), atol=1e-6
+    )
 
 
 def test_sample_contract_and_decodings():
@@ -184,7 +207,9 @@ def test_sample_contract_and_decodings():
     b = batch(n=4)
     for dec in ("exact", "stochastic", "top1", "topk", "top2", "default"):
         m.nfe_counter = 0
-        out = m.sample(net, b.x, b.clean_mask, nfe=4, decoding=dec, generator=torch.Generator().manual_seed(0))
+        out = m.sample(
+            net, b.x, b.clean_mask, nfe=4, decoding=dec, generator=torch.Generator().manual_seed(0)
+        )
         assert m.nfe_counter == 4 and out.shape == b.x.shape
         assert torch.equal(out[b.clean_mask], b.x[b.clean_mask])
     with pytest.raises(ValueError, match="unknown decoding"):
@@ -207,7 +232,13 @@ def test_sampler_uses_the_methods_schedule():
 
 
 def adaptive_method(**kw):
-    opts = {"adaptive": True, "adaptive_warmup": 0, "adaptive_refit_every": 2, "alpha_max": 0.25, **kw}
+    opts = {
+        "adaptive": True,
+        "adaptive_warmup": 0,
+        "adaptive_refit_every": 2,
+        "alpha_max": 0.25,
+        **kw,
+    }
     return make(opts)
 
 
@@ -243,8 +274,18 @@ def test_adaptive_schedule_through_the_trainer_checkpoint(tmp_path):
     from bench.train import fit, load_weights
 
     m, net = adaptive_method()
-    cfg = build(TrainConfig, {"steps": 6, "batch_size": 32, "lr": 1e-3, "warmup_steps": 0, "ema": 0.0,
-                              "checkpoint_every": 1000, "threads": 1})
+    cfg = build(
+        TrainConfig,
+        {
+            "steps": 6,
+            "batch_size": 32,
+            "lr": 1e-3,
+            "warmup_steps": 0,
+            "ema": 0.0,
+            "checkpoint_every": 1000,
+            "threads": 1,
+        },
+    )
     fit(m, net, sort_data(256, seed=0), cfg, tmp_path, progress=False)
     assert m.adaptive.fitted and m.adaptive.refit_count >= 2
     ts = torch.linspace(1.0, 1e-5, 17, dtype=torch.float64)
@@ -252,7 +293,9 @@ def test_adaptive_schedule_through_the_trainer_checkpoint(tmp_path):
     load_weights(m2, net2, tmp_path / "weights.pt")
     assert torch.equal(m2.alpha(ts), m.alpha(ts))
     ckpt = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)
-    state = {k[len("method."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("method.")}
+    state = {
+        k[len("method.") :]: v for k, v in ckpt["state_dict"].items() if k.startswith("method.")
+    }
     m3, _ = adaptive_method()
     m3.load_state_dict(state)
     assert torch.equal(m3.alpha(ts), m.alpha(ts))
@@ -276,7 +319,9 @@ def test_learns_sort8_with_every_velocity_and_a_flipped_sampler_fails(tmp_path, 
 
     def acc(model, decoding, **kw):
         g = torch.Generator().manual_seed(0)
-        out = m.sample(model, valid.x, valid.clean_mask, nfe=8, decoding=decoding, generator=g, **kw)
+        out = m.sample(
+            model, valid.x, valid.clean_mask, nfe=8, decoding=decoding, generator=g, **kw
+        )
         return float((out == valid.x).all(-1).float().mean())
 
     class Stop(Callback):
@@ -291,8 +336,18 @@ def test_learns_sort8_with_every_velocity_and_a_flipped_sampler_fails(tmp_path, 
 
     stop = Stop()
     task = SortTask(build(TaskConfig, {"name": "sort", "n_train": 50_000, "seed": 0}))
-    cfg = build(TrainConfig, {"steps": 1500, "batch_size": 256, "lr": 1e-3, "warmup_steps": 50, "ema": 0.0,
-                              "checkpoint_every": 10_000, "threads": 1})
+    cfg = build(
+        TrainConfig,
+        {
+            "steps": 1500,
+            "batch_size": 256,
+            "lr": 1e-3,
+            "warmup_steps": 50,
+            "ema": 0.0,
+            "checkpoint_every": 10_000,
+            "threads": 1,
+        },
+    )
     fit(m, net, task.train_data(["sort8"]), cfg, tmp_path, progress=False, callbacks=[stop])
     net.eval()
     assert acc(net, "exact") >= 0.9
@@ -300,7 +355,9 @@ def test_learns_sort8_with_every_velocity_and_a_flipped_sampler_fails(tmp_path, 
         assert acc(net, dec) >= 0.8, dec
     assert acc(net, "top1", temperature=0.3) == acc(net, "top1", temperature=3.0)
     good = acc(net, "exact")
-    monkeypatch.setattr(sm, "sample_sphere_flow", functools.partial(sm.sample_sphere_flow, sign=-1.0))
+    monkeypatch.setattr(
+        sm, "sample_sphere_flow", functools.partial(sm.sample_sphere_flow, sign=-1.0)
+    )
     flipped = acc(net, "exact")
     # The flipped walk must fail the 90 % bar and be clearly worse: > 0.08 = 4 binomial sd at
     # n = 256. Measured: 0.96 vs 0.84 (nfe 4/8/16/32: 0.90/0.84/0.84/0.82); sort-8's answer is a

@@ -73,7 +73,9 @@ def test_topk_velocity():
     assert torch.allclose(topk_velocity(z, logits, E, V), exact_velocity(z, p, E), atol=1e-12)
     assert torch.allclose(topk_velocity(z, logits, E, V + 5), exact_velocity(z, p, E), atol=1e-12)
     # k = 1 moves toward the argmax token
-    assert torch.allclose(topk_velocity(z, logits, E, 1), log_map(z, E[logits.argmax(-1)]), atol=1e-12)
+    assert torch.allclose(
+        topk_velocity(z, logits, E, 1), log_map(z, E[logits.argmax(-1)]), atol=1e-12
+    )
     # general k: exact velocity of the posterior renormalised over the top k (both code paths)
     for k in (3, 12):  # 3 * 16 <= 4 * 20 gathers rows; 12 * 16 > 80 scatters into (B, L, V)
         top = torch.topk(logits, k, -1)
@@ -106,7 +108,9 @@ def test_step_size_formula():
     # linear schedule, uniform grid alpha_n = n / N: s_n = 1 / (N - n) (paper appendix)
     N = 8
     for n in range(N):
-        assert float(step_size(torch.tensor(n / N), torch.tensor((n + 1) / N))) == pytest.approx(1 / (N - n))
+        assert float(step_size(torch.tensor(n / N), torch.tensor((n + 1) / N))) == pytest.approx(
+            1 / (N - n)
+        )
 
 
 def test_one_hot_step_lands_on_the_slerp_path():
@@ -121,7 +125,9 @@ def test_one_hot_step_lands_on_the_slerp_path():
 
     for a_now, a_next in [(0.0, 0.3), (0.1, 0.12), (0.5, 0.9)]:
         z = slerp(z0, E[tok], a_now)
-        s = step_size(torch.tensor(a_now, dtype=torch.float64), torch.tensor(a_next, dtype=torch.float64))
+        s = step_size(
+            torch.tensor(a_now, dtype=torch.float64), torch.tensor(a_next, dtype=torch.float64)
+        )
         moved = exp_map(z, s * exact_velocity(z, p, E))
         assert torch.allclose(moved, slerp(z0, E[tok], a_next), atol=1e-10)
         wrong = exp_map(z, -s * exact_velocity(z, p, E))  # a flipped sign moves away
@@ -167,14 +173,18 @@ def test_loop_follows_the_geodesic_to_the_target_and_keeps_the_prompt():
     pmask[:, :2] = True
     alphas = torch.linspace(1e-3, 0.3, 9, dtype=torch.float64) ** 0.7
     oracle = Oracle(targets, V)
-    out = sample_sphere_flow(oracle, E, alphas, prompt, pmask, decoding=Decoding("exact"), generator=g)
+    out = sample_sphere_flow(
+        oracle, E, alphas, prompt, pmask, decoding=Decoding("exact"), generator=g
+    )
     assert len(oracle.seen) == 8  # exactly nfe calls
     assert torch.equal(out[pmask], prompt[pmask])
     assert torch.equal(out[~pmask], targets[~pmask])
     z_init = oracle.seen[0]
     e = E[targets]
     for k, z in enumerate(oracle.seen):
-        assert torch.allclose(z[pmask], E[prompt][pmask], atol=0)  # clean prompt latents at every call
+        assert torch.allclose(
+            z[pmask], E[prompt][pmask], atol=0
+        )  # clean prompt latents at every call
         frac = 1 - (1 - alphas[k]) / (1 - alphas[0])  # fraction of the geodesic covered so far
         expect = slerp(z_init, e, frac)
         assert torch.allclose(z[~pmask], expect[~pmask], atol=1e-8), k
@@ -184,8 +194,16 @@ def test_loop_follows_the_geodesic_to_the_target_and_keeps_the_prompt():
     assert (dist[1:] < dist[:-1]).all()
     # a backwards (sign-flipped) sampler moves away from the target
     back = Oracle(targets, V)
-    sample_sphere_flow(back, E, alphas, prompt, pmask, decoding=Decoding("exact"),
-                       generator=torch.Generator().manual_seed(0), sign=-1.0)
+    sample_sphere_flow(
+        back,
+        E,
+        alphas,
+        prompt,
+        pmask,
+        decoding=Decoding("exact"),
+        generator=torch.Generator().manual_seed(0),
+        sign=-1.0,
+    )
     dist_back = torch.stack([geodesic_distance(z, e)[~pmask].mean() for z in back.seen])
     assert (dist_back[1:] > dist_back[:-1]).all()
 
@@ -221,12 +239,26 @@ def test_loop_contract(dec):
         return denoiser(E)(z, a)
 
     decoding = parse_decoding(dec, 3)
-    out = sample_sphere_flow(counted, E, alphas, prompt, pmask, decoding=decoding,
-                             generator=torch.Generator().manual_seed(5))
+    out = sample_sphere_flow(
+        counted,
+        E,
+        alphas,
+        prompt,
+        pmask,
+        decoding=decoding,
+        generator=torch.Generator().manual_seed(5),
+    )
     assert len(calls) == 5 and out.shape == prompt.shape and out.dtype == torch.long
     assert torch.equal(out[pmask], prompt[pmask])
-    again = sample_sphere_flow(denoiser(E), E, alphas, prompt, pmask, decoding=decoding,
-                               generator=torch.Generator().manual_seed(5))
+    again = sample_sphere_flow(
+        denoiser(E),
+        E,
+        alphas,
+        prompt,
+        pmask,
+        decoding=decoding,
+        generator=torch.Generator().manual_seed(5),
+    )
     assert torch.equal(out, again)
 
 
@@ -241,12 +273,23 @@ def test_top1_is_temperature_free_and_exact_is_not():
     alphas = torch.linspace(1e-3, 0.3, 9, dtype=torch.float64)
 
     def run(dec, T, final="argmax"):
-        return sample_sphere_flow(denoiser(E, kappa=4.0), E, alphas, prompt, pmask, decoding=parse_decoding(dec, 3),
-                                  temperature=T, final=final, generator=torch.Generator().manual_seed(3))
+        return sample_sphere_flow(
+            denoiser(E, kappa=4.0),
+            E,
+            alphas,
+            prompt,
+            pmask,
+            decoding=parse_decoding(dec, 3),
+            temperature=T,
+            final=final,
+            generator=torch.Generator().manual_seed(3),
+        )
 
     assert torch.equal(run("top1", 0.05), run("top1", 20.0))
     assert not torch.equal(run("exact", 0.05), run("exact", 20.0))
-    assert not torch.equal(run("top1", 0.05, "sample"), run("top1", 20.0, "sample"))  # sampled last step
+    assert not torch.equal(
+        run("top1", 0.05, "sample"), run("top1", 20.0, "sample")
+    )  # sampled last step
 
 
 def test_exact_velocity_peak_memory_is_a_few_BLV_buffers():

@@ -44,7 +44,9 @@ def test_truncation_maps_onto_range():
         assert (a[1:] < a[:-1]).all()
         # shape of the base is kept (affine rescale)
         lo, hi = base.range
-        assert torch.allclose((a - 1e-3) / (0.0927 - 1e-3), (base.alpha(t) - lo) / (hi - lo), atol=1e-12)
+        assert torch.allclose(
+            (a - 1e-3) / (0.0927 - 1e-3), (base.alpha(t) - lo) / (hi - lo), atol=1e-12
+        )
     assert isinstance(make_base_schedule("linear", 1e-3, None, 1.0), LinearSchedule)  # untruncated
     with pytest.raises(ValueError, match="truncation"):
         TruncatedSchedule(LinearSchedule(), 0.5, 0.2)
@@ -78,7 +80,9 @@ def test_adaptive_monotone_range_and_concentration():
     assert (a[1:] <= a[:-1] + 1e-12).all(), "adaptive alpha must decrease with t"
     lo, hi = 1e-3, 0.2
     assert float(a.min()) >= lo - 1e-9 and float(a.max()) <= hi + 1e-9
-    assert float(a[0]) == pytest.approx(hi, abs=1e-3) and float(a[-1]) == pytest.approx(lo, abs=1e-6)
+    assert float(a[0]) == pytest.approx(hi, abs=1e-3) and float(a[-1]) == pytest.approx(
+        lo, abs=1e-6
+    )
     # uniform training times land where the loss is steep: base alpha at t in [0.2, 0.4]
     steep = (base.alpha(torch.tensor(0.4)), base.alpha(torch.tensor(0.2)))
     frac = float(((a >= steep[0]) & (a <= steep[1])).double().mean())

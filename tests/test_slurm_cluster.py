@@ -71,7 +71,6 @@ def sacct(jid: str, *, duplicates: bool = False) -> list[dict[str, str]]:
     return rows
 
 
-
 def wait_final(jid: str, timeout: float, n_tasks: int = 1) -> list[dict[str, str]]:
     """Wait until sacct lists n_tasks allocations of jid, all in a terminal state."""
 

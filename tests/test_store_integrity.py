@@ -14,8 +14,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _rows(v):
-    return [{"task": "sudoku", "method": "mdlm", "metric": "exact_match", "value": v, "n": 10},
-            {"task": "sudoku", "method": "mdlm", "metric": "cell_accuracy", "value": v / 2, "n": 10}]
+    return [
+        {"task": "sudoku", "method": "mdlm", "metric": "exact_match", "value": v, "n": 10},
+        {"task": "sudoku", "method": "mdlm", "metric": "cell_accuracy", "value": v / 2, "n": 10},
+    ]
 
 
 def _warnings(err: str) -> list[str]:
@@ -58,12 +60,15 @@ def test_bad_checksum_is_moved_aside(tmp_path, capsys):
     assert len(list((tmp_path / "store" / "corrupt").iterdir())) == 1
 
 
-@pytest.mark.parametrize("edit,needle", [
-    (lambda d: d.update(format="other"), "not a sflm-bench-results file"),
-    (lambda d: d.update(version=9), "unknown format version 9"),
-    (lambda d: d.update(cell_id="zzz"), "under the name of 'abc'"),
-    (lambda d: d.pop("sha256"), "missing ['sha256']"),
-])
+@pytest.mark.parametrize(
+    "edit,needle",
+    [
+        (lambda d: d.update(format="other"), "not a sflm-bench-results file"),
+        (lambda d: d.update(version=9), "unknown format version 9"),
+        (lambda d: d.update(cell_id="zzz"), "under the name of 'abc'"),
+        (lambda d: d.pop("sha256"), "missing ['sha256']"),
+    ],
+)
 def test_wrong_schema_is_moved_aside(tmp_path, capsys, edit, needle):
     s = Store(tmp_path)
     p = s.write_cell("abc", _rows(0.5))
@@ -72,14 +77,19 @@ def test_wrong_schema_is_moved_aside(tmp_path, capsys, edit, needle):
     assert needle in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("edit,needle", [
-    (lambda r: r[0].update(nested={"a": 1}), "unknown columns ['nested']"),
-    (lambda r: r[0].update(value="high"), "non-numeric value"),
-    (lambda r: r[0].update(cell_id="zzz"), "cell_id 'zzz'"),
-    (lambda r: r[1].update(metric="exact_match"), "duplicate metrics"),
-    (lambda r: r.append(7), "row 2 is a int"),
-])
-def test_wrong_row_schema_is_moved_aside_even_with_a_matching_checksum(tmp_path, capsys, edit, needle):
+@pytest.mark.parametrize(
+    "edit,needle",
+    [
+        (lambda r: r[0].update(nested={"a": 1}), "unknown columns ['nested']"),
+        (lambda r: r[0].update(value="high"), "non-numeric value"),
+        (lambda r: r[0].update(cell_id="zzz"), "cell_id 'zzz'"),
+        (lambda r: r[1].update(metric="exact_match"), "duplicate metrics"),
+        (lambda r: r.append(7), "row 2 is a int"),
+    ],
+)
+def test_wrong_row_schema_is_moved_aside_even_with_a_matching_checksum(
+    tmp_path, capsys, edit, needle
+):
     from bench.results import rows_checksum
 
     s = Store(tmp_path)
@@ -98,7 +108,7 @@ def test_files_written_before_checksums_still_read(tmp_path, capsys):
     """Version 1 was a bare JSON list of full rows: trusted when it parses and fits the schema."""
     s = Store(tmp_path)
     s.dir.mkdir(parents=True)
-    old_columns = COLUMNS[:COLUMNS.index("wall_s") + 1]  # the columns of that time
+    old_columns = COLUMNS[: COLUMNS.index("wall_s") + 1]  # the columns of that time
     rows = [{**dict.fromkeys(old_columns), **r, "cell_id": "old"} for r in _rows(0.5)]
     s.path("old").write_text(json.dumps(rows, indent=1))
     assert s.has("old") and len(s.read()) == 2 and s.rows("old") == rows
@@ -109,8 +119,13 @@ def test_files_written_before_checksums_still_read(tmp_path, capsys):
 
 
 def _verify(*args):
-    return subprocess.run([sys.executable, "-m", "bench.results", *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "bench.results", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
 
 
 def test_verify_cli_exit_codes(tmp_path):
@@ -128,12 +143,17 @@ def test_verify_cli_exit_codes(tmp_path):
     r = _verify("verify", "--results-dir", str(tmp_path), "--move")
     assert r.returncode == 1 and not p.exists() and r.stderr == ""
     r = _verify("verify", "--results-dir", str(tmp_path))
-    assert r.returncode == 0 and "1 files checked, 0 bad" in r.stdout and "1 in corrupt/" in r.stdout
+    assert (
+        r.returncode == 0 and "1 files checked, 0 bad" in r.stdout and "1 in corrupt/" in r.stdout
+    )
     for args in ((), ("verfy",), ("verify", "--bogus")):
         r = _verify(*args)
         assert r.returncode == 2 and "usage:" in r.stderr, args
     r = _verify("verify", "--results-dir", str(tmp_path / "nothing"))
-    assert r.returncode == 2 and r.stderr.strip() == f"error: {tmp_path / 'nothing' / 'store'}: no results store"
+    assert (
+        r.returncode == 2
+        and r.stderr.strip() == f"error: {tmp_path / 'nothing' / 'store'}: no results store"
+    )
 
 
 SWEEP = """
@@ -178,10 +198,27 @@ def test_damaged_rows_are_planned_again_and_the_report_goes_on(tmp_path, capsys)
     assert _pending(out) == 1 and str(truncated) in err and not truncated.exists()
 
     _tamper(tampered, lambda d: d["rows"][0].update(value=1.0))
-    r = subprocess.run([sys.executable, "-m", "bench.report", "--results-dir", str(rd), "--out",
-                        str(tmp_path / "rep")], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.report",
+            "--results-dir",
+            str(rd),
+            "--out",
+            str(tmp_path / "rep"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
-    assert "Traceback" not in r.stderr and str(tampered) in r.stderr and "checksum mismatch" in r.stderr
+    assert (
+        "Traceback" not in r.stderr
+        and str(tampered) in r.stderr
+        and "checksum mismatch" in r.stderr
+    )
     assert (tmp_path / "rep" / "sudoku.md").is_file()
 
     assert sweep.main([str(path), "--no-progress"]) == 0  # recomputes exactly the two cells

@@ -27,8 +27,11 @@ def _brute_grids_4x4():
     for rows in itertools.product(perms, repeat=4):
         if any(len({rows[r][c] for r in range(4)}) < 4 for c in range(4)):
             continue
-        if all(len({rows[r][c] for r in (br, br + 1) for c in (bc, bc + 1)}) == 4
-               for br in (0, 2) for bc in (0, 2)):
+        if all(
+            len({rows[r][c] for r in (br, br + 1) for c in (bc, bc + 1)}) == 4
+            for br in (0, 2)
+            for bc in (0, 2)
+        ):
             out.append(np.array(rows))
     return out
 
@@ -135,8 +138,14 @@ def test_determinism_across_processes_and_chunks():
 
 
 def _task(tmp_path, **kw):
-    base = {"grid": 6, "n_train": 30, "n_valid": 10, "seed": 1, "data_dir": str(tmp_path),
-            "options": {"workers": 1}}
+    base = {
+        "grid": 6,
+        "n_train": 30,
+        "n_valid": 10,
+        "seed": 1,
+        "data_dir": str(tmp_path),
+        "options": {"workers": 1},
+    }
     base.update(kw)
     return S.SudokuTask(TaskConfig(**base))
 
@@ -152,8 +161,15 @@ def test_select_skips_excluded_and_duplicate_solutions():
 def test_train_excludes_validation_grids_of_every_difficulty(tmp_path):
     """A validation grid of 'hard' that the 'easy' train stream would produce is dropped."""
     pz, sl = S.generate_stream(6, "easy", "train", 1, 0, 3, workers=1)
-    key = {"split": "valid", "grid": 6, "difficulty": "hard", "n": 10, "n_valid": 10, "seed": 1,
-           "v": S.GENERATOR_VERSION}
+    key = {
+        "split": "valid",
+        "grid": 6,
+        "difficulty": "hard",
+        "n": 10,
+        "n_valid": 10,
+        "seed": 1,
+        "v": S.GENERATOR_VERSION,
+    }
     fake_p = np.repeat(pz[:1], 10, axis=0)
     fake_s = np.repeat(sl[:1], 10, axis=0)
     path = sudoku_splits._cache_path(S.data_root(str(tmp_path)), key)
@@ -297,7 +313,9 @@ def test_evaluator_valid_but_different_grid():
     assert 0 < m["cell_accuracy"].value < 1
     x[1] = S.encode(pz, sl)[0][1]  # second sample correct
     m = _metrics(evaluate_sudoku(x, pz, sl))
-    assert m["exact_match"].value == 0.5 and m["exact_match"].ci_low < 0.5 < m["exact_match"].ci_high
+    assert (
+        m["exact_match"].value == 0.5 and m["exact_match"].ci_low < 0.5 < m["exact_match"].ci_high
+    )
 
 
 def test_valid_grids_checks_boxes():

@@ -50,28 +50,46 @@ SMALL_FIRST = (
 PAPER_VALID_SEEDS = [15608, 47200, 44368, 23916, 26968, 2905, 28725, 47305, 10890, 40984]
 PAPER_FIRST = {  # level -> first 3 validation (puzzle, solution), row-major digits, 0 = blank
     "easy": [
-        ("921607085760030201503902700052300000000400600836700000210084936608100400040090007",
-         "921647385764835291583912764452369178179458623836721549217584936698173452345296817"),
-        ("001900800560403090092715046600200507200008000704001028005809012906020403003500709",
-         "341962875567483291892715346618294537259378164734651928475839612986127453123546789"),
-        ("305008402420000006806200000000614008218050607504800001683400090159003004702500180",
-         "395168472421937856876245319937614528218359647564872931683421795159783264742596183"),
+        (
+            "921607085760030201503902700052300000000400600836700000210084936608100400040090007",
+            "921647385764835291583912764452369178179458623836721549217584936698173452345296817",
+        ),
+        (
+            "001900800560403090092715046600200507200008000704001028005809012906020403003500709",
+            "341962875567483291892715346618294537259378164734651928475839612986127453123546789",
+        ),
+        (
+            "305008402420000006806200000000614008218050607504800001683400090159003004702500180",
+            "395168472421937856876245319937614528218359647564872931683421795159783264742596183",
+        ),
     ],
     "medium": [
-        ("921607085760000200503902700052300000000000600836700000200084036608100400040090007",
-         "921647385764835291583912764452369178179458623836721549217584936698173452345296817"),
-        ("001000800560400090092715046600200507200008000704000028000809012906000403003500709",
-         "341962875567483291892715346618294537259378164734651928475839612986127453123546789"),
-        ("300008402420000006806200000000614008010050607504800001680000090159003004702500180",
-         "395168472421937856876245319937614528218359647564872931683421795159783264742596183"),
+        (
+            "921607085760000200503902700052300000000000600836700000200084036608100400040090007",
+            "921647385764835291583912764452369178179458623836721549217584936698173452345296817",
+        ),
+        (
+            "001000800560400090092715046600200507200008000704000028000809012906000403003500709",
+            "341962875567483291892715346618294537259378164734651928475839612986127453123546789",
+        ),
+        (
+            "300008402420000006806200000000614008010050607504800001680000090159003004702500180",
+            "395168472421937856876245319937614528218359647564872931683421795159783264742596183",
+        ),
     ],
     "hard": [
-        ("021607085760000200003002700052300000000000000806700000200084036608100400040090007",
-         "921647385764835291583912764452369178179458623836721549217584936698173452345296817"),
-        ("000000800500400090002715046600200507200008000704000028000800010906000403003500709",
-         "341962875567483291892715346618294537259378164734651928475839612986127453123546789"),
-        ("300000400420000006806200000000614008010050600500800001680000090159003004702000180",
-         "395168472421937856876245319937614528218359647564872931683421795159783264742596183"),
+        (
+            "021607085760000200003002700052300000000000000806700000200084036608100400040090007",
+            "921647385764835291583912764452369178179458623836721549217584936698173452345296817",
+        ),
+        (
+            "000000800500400090002715046600200507200008000704000028000800010906000403003500709",
+            "341962875567483291892715346618294537259378164734651928475839612986127453123546789",
+        ),
+        (
+            "300000400420000006806200000000614008010050600500800001680000090159003004702000180",
+            "395168472421937856876245319937614528218359647564872931683421795159783264742596183",
+        ),
     ],
 }
 PAPER_VALID_SHA256 = {
@@ -89,15 +107,31 @@ def _digits(grid) -> str:
 def test_small_datasets_equal_the_released_generator(tmp_path, key):
     difficulty, n_train, n_valid, seed = key
     for split, want in zip(("train", "valid"), SMALL[key]):
-        p, s = R.load_reference_split(difficulty, split, n_train=n_train, n_valid=n_valid,
-                                      seed=seed, data_dir=str(tmp_path), workers=1, progress=False)
+        p, s = R.load_reference_split(
+            difficulty,
+            split,
+            n_train=n_train,
+            n_valid=n_valid,
+            seed=seed,
+            data_dir=str(tmp_path),
+            workers=1,
+            progress=False,
+        )
         assert len(p) == (n_train if split == "train" else n_valid)
         assert R.split_sha256(p, s) == want, (key, split)
 
 
 def test_token_layout_is_the_reference_and_the_tasks(tmp_path):
-    p, s = R.load_reference_split("easy", "valid", n_train=40, n_valid=10, seed=7,
-                                  data_dir=str(tmp_path), workers=1, progress=False)
+    p, s = R.load_reference_split(
+        "easy",
+        "valid",
+        n_train=40,
+        n_valid=10,
+        seed=7,
+        data_dir=str(tmp_path),
+        workers=1,
+        progress=False,
+    )
     tokens = R.reference_tokens(p, s)
     assert tokens.shape == (10, 180)
     assert " ".join(map(str, tokens[0])) == SMALL_FIRST
@@ -157,13 +191,29 @@ def test_cache_is_reused_and_keyed(tmp_path, monkeypatch):
 
 def test_task_option(tmp_path):
     def cfg(**kw):
-        base = dict(name="sudoku", grid=9, difficulties=["easy"], n_train=6, n_valid=4, seed=3,
-                    data_dir=str(tmp_path), options={"generator": "reference", "workers": 1})
+        base = dict(
+            name="sudoku",
+            grid=9,
+            difficulties=["easy"],
+            n_train=6,
+            n_valid=4,
+            seed=3,
+            data_dir=str(tmp_path),
+            options={"generator": "reference", "workers": 1},
+        )
         return TaskConfig(**{**base, **kw})
 
     task = SudokuTask(cfg())
-    p, s = R.load_reference_split("easy", "valid", n_train=6, n_valid=4, seed=3,
-                                  data_dir=str(tmp_path), workers=1, progress=False)
+    p, s = R.load_reference_split(
+        "easy",
+        "valid",
+        n_train=6,
+        n_valid=4,
+        seed=3,
+        data_dir=str(tmp_path),
+        workers=1,
+        progress=False,
+    )
     data = task.eval_data("easy", 4)
     assert np.array_equal(np.stack(data.meta["puzzle"]), p)
     assert np.array_equal(data.x.numpy(), R.reference_tokens(p, s).astype(np.int64))
@@ -181,6 +231,7 @@ def test_paper_validation_sets(tmp_path):
     kept = R.kept_seeds(data_dir=str(tmp_path), workers=2, progress=False)
     assert np.array_equal(kept, np.arange(R.PAPER_SEED, R.PAPER_SEED + 50_000))
     for level, want in PAPER_VALID_SHA256.items():
-        p, s = R.load_reference_split(level, "valid", data_dir=str(tmp_path), workers=2,
-                                      progress=False)
+        p, s = R.load_reference_split(
+            level, "valid", data_dir=str(tmp_path), workers=2, progress=False
+        )
         assert R.split_sha256(p, s) == want, level

@@ -40,7 +40,10 @@ BAD = [
     ("methods: [{method: mdlm}]\nsample: {nfe: [4], bogus: 1}\n", "sample.bogus: unknown key"),
     ("methods: [{method: transformerxl}]\n", "unknown method 'transformerxl'"),
     ("methods: [{method: mdlm}]\nsample: {nfe: [0]}\n", "sample.nfe[0]: must be > 0"),
-    ("methods: [{method: mdlm}]\nsample: {temperature: [0]}\n", "sample.temperature[0]: must be > 0"),
+    (
+        "methods: [{method: mdlm}]\nsample: {temperature: [0]}\n",
+        "sample.temperature[0]: must be > 0",
+    ),
     ("methods: []\n", "methods: must not be empty"),
     ("methods: [{method: mdlm}]\ntask: {difficulties: [extreme]}\n", "task.difficulties[0]"),
     ("methods: [{method: mdlm}]\nseeds: [0, -1]\n", "seeds[1]: must be >= 0"),
@@ -53,8 +56,14 @@ def test_bad_input_exits_2_with_one_line(tmp_path, text, needle):
     rd.mkdir()
     (rd / "keep.txt").write_text("x")
     before = _snapshot(rd)
-    path = tmp_path / "missing.yaml" if text is None else _write(tmp_path, f"results_dir: {rd}\n" + text)
-    proc = subprocess.run([sys.executable, "-m", "bench.sweep", str(path)], capture_output=True, text=True)
+    path = (
+        tmp_path / "missing.yaml"
+        if text is None
+        else _write(tmp_path, f"results_dir: {rd}\n" + text)
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.sweep", str(path)], capture_output=True, text=True
+    )
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0] and str(path.name) in lines[0], proc.stderr
@@ -103,7 +112,9 @@ def test_seeds_replicate_models_and_the_report_averages_them(tmp_path):
     rd, dd = tmp_path / "results", tmp_path / "data"
     one = plan(load_sweep(_write(tmp_path, GOOD.format(rd=rd, dd=dd))))
     two = plan(load_sweep(_write(tmp_path, GOOD.format(rd=rd, dd=dd) + "seeds: [0, 3]\n")))
-    assert len(two.train_cells) == 2 * len(one.train_cells) and len(two.sample_cells) == 2 * len(one.sample_cells)
+    assert len(two.train_cells) == 2 * len(one.train_cells) and len(two.sample_cells) == 2 * len(
+        one.sample_cells
+    )
     assert {c.id for c in one.train_cells} <= {c.id for c in two.train_cells}
     assert sorted(c.train["seed"] for c in two.train_cells) == [0, 0, 3, 3]
     path = _write(tmp_path, GOOD.format(rd=rd, dd=dd) + "seeds: [0, 3]\n")
@@ -113,6 +124,10 @@ def test_seeds_replicate_models_and_the_report_averages_them(tmp_path):
     assert sorted(em["seed"]) == [0, 3]
     out = tmp_path / "rep"
     assert report.main(["--results-dir", str(rd), "--out", str(out)]) == 0
-    line = next(ln for ln in (out / "sudoku.md").read_text().splitlines() if ln.startswith("| mdlm (ancestral)"))
+    line = next(
+        ln
+        for ln in (out / "sudoku.md").read_text().splitlines()
+        if ln.startswith("| mdlm (ancestral)")
+    )
     mean, sd = 100 * em["value"].mean(), 100 * em["value"].std(ddof=1)
     assert f"{mean:.1f} +- {sd:.1f} (2 seeds)" in line

@@ -35,11 +35,15 @@ def bpe():
     raw.decoder = decoders.ByteLevel()
     raw.train_from_iterator(
         [r["question"] + "\n" + r["code"] for r in ROWS],
-        trainers.BpeTrainer(vocab_size=600, special_tokens=["<|endoftext|>"],
-                            initial_alphabet=pre_tokenizers.ByteLevel.alphabet()),
+        trainers.BpeTrainer(
+            vocab_size=600,
+            special_tokens=["<|endoftext|>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
     )
-    tok = PreTrainedTokenizerFast(tokenizer_object=raw, bos_token="<|endoftext|>",
-                                  eos_token="<|endoftext|>")
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=raw, bos_token="<|endoftext|>", eos_token="<|endoftext|>"
+    )
     tok.add_special_tokens({"pad_token": "[PAD]"})
     return tok
 
@@ -80,11 +84,12 @@ def test_separator_ids_lengths_and_cache_key(tmp_path, bpe):
     nl, nl_pl = tinygsm.encode_pair(bpe, qs, cs, "\n")
     bs, n = (bpe(s, add_special_tokens=False)["input_ids"] for s in ("\\", "n"))
     sep = bpe("\\n", add_special_tokens=False)["input_ids"]
-    assert sep == bs + n and len(sep) == 2 and bpe("\n", add_special_tokens=False)[
-        "input_ids"] != sep
+    assert (
+        sep == bs + n and len(sep) == 2 and bpe("\n", add_special_tokens=False)["input_ids"] != sep
+    )
     for r, p, m, q in zip(ref, ref_pl, nl, nl_pl):
         assert r[p - 2 : p] == sep and len(r) == len(m) + 1 and p == q + 1
-        assert r[:p - 2] == m[:q - 1] and r[p:] == m[q:]  # same question, same program
+        assert r[: p - 2] == m[: q - 1] and r[p:] == m[q:]  # same question, same program
     assert tinygsm.cache_key(_opts(), bpe) != tinygsm.cache_key(_opts(separator="\n"), bpe)
     a = tinygsm.prepare(_opts(), bpe, str(tmp_path))
     b = tinygsm.prepare(_opts(separator="\n"), bpe, str(tmp_path))
@@ -99,15 +104,20 @@ def test_separator_ids_lengths_and_cache_key(tmp_path, bpe):
 
 def test_a_length_at_the_limit_is_kept_with_newline_dropped_with_reference(tmp_path, bpe):
     """The separator moves examples across the <= max_len filter (one token longer)."""
-    ids, _ = tinygsm.encode_pair(bpe, [r["question"] for r in ROWS], [r["code"] for r in ROWS],
-                                 "\n")
+    ids, _ = tinygsm.encode_pair(
+        bpe, [r["question"] for r in ROWS], [r["code"] for r in ROWS], "\n"
+    )
     limit = sorted(len(s) for s in ids)[len(ids) // 2]  # some examples exactly at the limit
     at_limit = sum(len(s) == limit for s in ids)
     assert at_limit >= 1
     kept = {}
     for sep in ("\n", "\\n"):
-        meta = json.loads((tinygsm.prepare(_opts(max_len=limit, separator=sep), bpe,
-                                           str(tmp_path)) / "meta.json").read_text())
+        meta = json.loads(
+            (
+                tinygsm.prepare(_opts(max_len=limit, separator=sep), bpe, str(tmp_path))
+                / "meta.json"
+            ).read_text()
+        )
         kept[sep] = meta["counts"]["train"] + meta["counts"]["valid"]
     assert kept["\n"] - kept["\\n"] == at_limit
 
@@ -116,8 +126,12 @@ def test_gsm8k_prompts_end_with_the_separator(tmp_path, bpe):
     from bench.data.gsm8k import GSM8KTask
 
     f = tmp_path / "test.jsonl"
-    f.write_text("".join(json.dumps({"question": q, "answer": f"x\n#### {i}"}) + "\n"
-                         for i, q in enumerate(["Tom has 3 apples.", "How  many 5?"])))
+    f.write_text(
+        "".join(
+            json.dumps({"question": q, "answer": f"x\n#### {i}"}) + "\n"
+            for i, q in enumerate(["Tom has 3 apples.", "How  many 5?"])
+        )
+    )
     for sep in ("\\n", "\n"):
         opts = {"gsm8k_source": str(f), "workers": 1}
         if sep == "\n":
@@ -127,8 +141,11 @@ def test_gsm8k_prompts_end_with_the_separator(tmp_path, bpe):
         sep_ids = bpe(sep, add_special_tokens=False)["input_ids"]
         for row, pl, q in zip(ev.x.tolist(), ev.meta["prompt_len"], ev.meta["question"]):
             assert row[pl - len(sep_ids) : pl] == sep_ids
-            assert row[:pl] == [bpe.bos_token_id, *bpe(q.strip(), add_special_tokens=False)[
-                "input_ids"], *sep_ids]
+            assert row[:pl] == [
+                bpe.bos_token_id,
+                *bpe(q.strip(), add_special_tokens=False)["input_ids"],
+                *sep_ids,
+            ]
         assert task.tinygsm.separator == sep
 
 
@@ -159,9 +176,13 @@ def _race(tmp_path, tok, use_lock):
     tmp_path.mkdir(parents=True)
     counter, data_dir = tmp_path / "tokenised.txt", tmp_path / "data"
     barrier, out_q = ctx.Barrier(2), ctx.Queue()
-    procs = [ctx.Process(target=_prepare_in_a_process,
-                         args=(tok, str(data_dir), str(counter), barrier, 1.0, use_lock, out_q))
-             for _ in range(2)]
+    procs = [
+        ctx.Process(
+            target=_prepare_in_a_process,
+            args=(tok, str(data_dir), str(counter), barrier, 1.0, use_lock, out_q),
+        )
+        for _ in range(2)
+    ]
     for p in procs:
         p.start()
     for p in procs:
@@ -177,7 +198,9 @@ def test_two_concurrent_preparations_tokenise_once(tmp_path, bpe):
     assert len(pids) == 1 and len(dirs) == 1  # one tokenisation, both use its cache
     (d,) = dirs
     assert (Path(d) / "meta.json").is_file()
-    assert not [p for p in (data_dir / "tinygsm").iterdir() if p.is_dir() and p.name.startswith(".")]
+    assert not [
+        p for p in (data_dir / "tinygsm").iterdir() if p.is_dir() and p.name.startswith(".")
+    ]
     # the control: without the lock both processes tokenise (so the check above can fail)
     pids, dirs, _ = _race(tmp_path / "unlocked", bpe, use_lock=False)
     assert len(pids) == 2 and len(dirs) == 1
@@ -191,8 +214,11 @@ def test_lock_failure_warns_and_still_prepares(tmp_path, bpe, monkeypatch):
         raise OSError(errno.ENOLCK, "No locks available")
 
     # only this module's locking fails (datasets' own file locks keep working)
-    fake = type("fcntl", (), {"flock": staticmethod(no_locks), "LOCK_EX": fcntl.LOCK_EX,
-                              "LOCK_NB": fcntl.LOCK_NB})
+    fake = type(
+        "fcntl",
+        (),
+        {"flock": staticmethod(no_locks), "LOCK_EX": fcntl.LOCK_EX, "LOCK_NB": fcntl.LOCK_NB},
+    )
     monkeypatch.setattr(tinygsm, "fcntl", fake)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
@@ -210,8 +236,9 @@ def test_length_stats_counts():
     assert (st["n"], st["kept"], st["dropped"]) == (6, 4, 2)
     assert st["kept_other_separator"] == 5  # 513 - 1 fits with a one-token-shorter separator
     assert st["median"] == 511.5 and st["max"] == 600 and st["min"] == 10
-    assert st["histogram"]["counts"] == [2, 0, 0, 0, 0, 3, 1] and sum(
-        st["histogram"]["counts"]) == 6
+    assert (
+        st["histogram"]["counts"] == [2, 0, 0, 0, 0, 3, 1] and sum(st["histogram"]["counts"]) == 6
+    )
     with pytest.raises(ValueError, match="no examples"):
         stats.length_stats(np.array([], dtype=int), 512)
 
@@ -236,13 +263,28 @@ def test_stats_cli(tmp_path, bpe, monkeypatch, capsys):
 
     monkeypatch.setattr(stats, "load_tokenizer", lambda name: bpe)
     out = tmp_path / "s.json"
-    assert main(["tinygsm", "--stats", "--standin", "200", "--tokenizers", "smollm",
-                 "--json", str(out)]) == 0
+    assert (
+        main(
+            ["tinygsm", "--stats", "--standin", "200", "--tokenizers", "smollm", "--json", str(out)]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "stand-in" in printed and "NOT the TinyGSM dataset" in printed
     got = json.loads(out.read_text())
     assert got["tokenizers"]["smollm"]["n"] == 200
     assert main(["tinygsm", "--stats", "--tokenizers", "nope"]) == 2
-    assert main(["tinygsm", "--stats", "--data-files", str(tmp_path / "none.jsonl"),
-                 "--tokenizers", "smollm"]) == 2
+    assert (
+        main(
+            [
+                "tinygsm",
+                "--stats",
+                "--data-files",
+                str(tmp_path / "none.jsonl"),
+                "--tokenizers",
+                "smollm",
+            ]
+        )
+        == 2
+    )
     assert "not found" in capsys.readouterr().err

@@ -8,12 +8,25 @@ from bench.config import BackboneConfig, TrainConfig, build
 from bench.data.toy import sort_data
 from bench.train import StepBatches, TrainModule, ema_avg_fn, load_weights
 
-BB = BackboneConfig(size="cpu-mini", dropout=0.1)  # as train_sort_mdlm's: dropout RNG must resume too
+BB = BackboneConfig(
+    size="cpu-mini", dropout=0.1
+)  # as train_sort_mdlm's: dropout RNG must resume too
 
 
 def _cfg(steps):
-    return build(TrainConfig, {"steps": steps, "batch_size": 16, "lr": 1e-3, "warmup_steps": 2, "ema": 0.9,
-                               "checkpoint_every": 3, "threads": 1, "seed": 5})
+    return build(
+        TrainConfig,
+        {
+            "steps": steps,
+            "batch_size": 16,
+            "lr": 1e-3,
+            "warmup_steps": 2,
+            "ema": 0.9,
+            "checkpoint_every": 3,
+            "threads": 1,
+            "seed": 5,
+        },
+    )
 
 
 def _run(run_dir, steps):

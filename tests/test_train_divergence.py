@@ -32,11 +32,30 @@ class PoisonedMDLM(MDLM):
 def _fit(run_dir, method, steps, checkpoint_every, callbacks=()):
     from bench.train import fit
 
-    cfg = build(TrainConfig, {"steps": steps, "batch_size": 16, "lr": 1e-3, "warmup_steps": 2, "ema": 0.9,
-                              "checkpoint_every": checkpoint_every, "threads": 1, "seed": 5})
+    cfg = build(
+        TrainConfig,
+        {
+            "steps": steps,
+            "batch_size": 16,
+            "lr": 1e-3,
+            "warmup_steps": 2,
+            "ema": 0.9,
+            "checkpoint_every": checkpoint_every,
+            "threads": 1,
+            "seed": 5,
+        },
+    )
     torch.manual_seed(0)
     backbone = method.build_backbone(BackboneConfig(size="cpu-mini"))
-    return fit(method, backbone, sort_data(200, seed=1), cfg, run_dir, progress=False, callbacks=list(callbacks))
+    return fit(
+        method,
+        backbone,
+        sort_data(200, seed=1),
+        cfg,
+        run_dir,
+        progress=False,
+        callbacks=list(callbacks),
+    )
 
 
 def _all_finite(obj) -> bool:
@@ -62,7 +81,9 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
     with pytest.raises(TrainingDiverged) as info:
         _fit(run, PoisonedMDLM(k=7, bad=math.nan), steps=30, checkpoint_every=3)
     msg = str(info.value)
-    assert "\n" not in msg and "mdlm-base-abc123" in msg and "non-finite loss (nan) at step 7" in msg, msg
+    assert (
+        "\n" not in msg and "mdlm-base-abc123" in msg and "non-finite loss (nan) at step 7" in msg
+    ), msg
     assert info.value.step == 7 and info.value.at_step == 9  # the save at step 9 refused the state
     ckpt = torch.load(run / "ckpt" / "last.ckpt", map_location="cpu", weights_only=False)
     assert ckpt["global_step"] == 6, "last.ckpt must be the last checkpoint before the bad step"
@@ -71,7 +92,11 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
     assert not (run / "weights.pt").exists()
     failed = _failed(run)
     assert failed["reason"] == "non-finite loss (nan) at step 7" and failed["step"] == 7
-    assert failed["kind"] == "diverged" and failed["checkpoint_step"] == 6 and failed["stopped_at"] == 9
+    assert (
+        failed["kind"] == "diverged"
+        and failed["checkpoint_step"] == 6
+        and failed["stopped_at"] == 9
+    )
     # the kept checkpoint resumes: a healthy method trains on from step 6 and clears failed.json
     res = _fit(run, MDLM(None, 10, 16), steps=8, checkpoint_every=3)
     assert res.steps == 8 and math.isfinite(res.final_loss) and not (run / "failed.json").exists()
@@ -84,7 +109,9 @@ def test_inf_loss_between_checkpoints_is_caught_by_the_periodic_check(tmp_path):
     with pytest.raises(TrainingDiverged) as info:
         _fit(run, PoisonedMDLM(k=2, bad=math.inf), steps=50, checkpoint_every=100)
     assert info.value.step == 2 and info.value.at_step == NONFINITE_CHECK_EVERY < 50
-    assert "non-finite loss (inf) at step 2" in str(info.value) and "no checkpoint was written" in str(info.value)
+    assert "non-finite loss (inf) at step 2" in str(
+        info.value
+    ) and "no checkpoint was written" in str(info.value)
     assert not (run / "ckpt" / "last.ckpt").exists()
     assert _failed(run)["checkpoint"] is None
 

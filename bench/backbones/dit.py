@@ -81,18 +81,24 @@ class TimestepEmbedder(nn.Module):
     def __init__(self, cond_dim: int, n_freq: int = 256):
         super().__init__()
         self.n_freq = n_freq
-        self.mlp = nn.Sequential(nn.Linear(n_freq, cond_dim), nn.SiLU(), nn.Linear(cond_dim, cond_dim))
+        self.mlp = nn.Sequential(
+            nn.Linear(n_freq, cond_dim), nn.SiLU(), nn.Linear(cond_dim, cond_dim)
+        )
 
     def forward(self, sigma: Tensor) -> Tensor:
         half = self.n_freq // 2
-        freqs = torch.exp(-math.log(1e4) * torch.arange(half, device=sigma.device, dtype=torch.float32) / half)
+        freqs = torch.exp(
+            -math.log(1e4) * torch.arange(half, device=sigma.device, dtype=torch.float32) / half
+        )
         args = sigma.float()[:, None] * freqs[None]
         return self.mlp(torch.cat([torch.cos(args), torch.sin(args)], dim=-1))
 
 
 def rotary_cos_sin(seq_len: int, head_dim: int, device, base: float = 1e4) -> tuple[Tensor, Tensor]:
     """(L, head_dim/2) cos and sin tables for rotary embeddings (base 1e4)."""
-    inv = 1.0 / base ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
+    inv = 1.0 / base ** (
+        torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim
+    )
     ang = torch.arange(seq_len, device=device, dtype=torch.float32)[:, None] * inv[None]
     return ang.cos(), ang.sin()
 
@@ -130,7 +136,9 @@ class Block(nn.Module):
         self.norm1, self.norm2 = LayerNormNoBias(d), LayerNormNoBias(d)
         self.qkv = nn.Linear(d, 3 * d, bias=False)
         self.attn_out = nn.Linear(d, d, bias=False)
-        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(approximate="tanh"), nn.Linear(4 * d, d))
+        self.mlp = nn.Sequential(
+            nn.Linear(d, 4 * d), nn.GELU(approximate="tanh"), nn.Linear(4 * d, d)
+        )
         self.adaLN = None
         if cond_dim is not None:
             self.adaLN = nn.Linear(cond_dim, 6 * d)
@@ -154,11 +162,16 @@ class Block(nn.Module):
         o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
         return self.attn_out(o.transpose(1, 2).reshape(B, L, d))
 
-    def forward(self, x: Tensor, c: Tensor | None, cos: Tensor, sin: Tensor, cache: dict | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, c: Tensor | None, cos: Tensor, sin: Tensor, cache: dict | None = None
+    ) -> Tensor:
         drop = lambda y: F.dropout(y, self.dropout, self.training)  # noqa: E731
         if self.adaLN is None:
-            a = self.attention(self.norm1(x), cos, sin) if cache is None else \
-                self.attention(self.norm1(x), cos, sin, cache=cache)
+            a = (
+                self.attention(self.norm1(x), cos, sin)
+                if cache is None
+                else self.attention(self.norm1(x), cos, sin, cache=cache)
+            )
             x = x + drop(a)
             return x + drop(self.mlp(self.norm2(x)))
         sh1, sc1, g1, sh2, sc2, g2 = self.adaLN(c).chunk(6, dim=-1)
@@ -183,9 +196,16 @@ class DiT(nn.Module):
     is the time input (ignored when causal; zeros when None). Returns (B, L, vocab_out) logits.
     """
 
-    def __init__(self, vocab_in: int, vocab_out: int, size: DiTSize, causal: bool = False,
-                 input_dim: int | None = None, zero_init_head: bool = True,
-                 block_cls: Callable[..., Block] | None = None):
+    def __init__(
+        self,
+        vocab_in: int,
+        vocab_out: int,
+        size: DiTSize,
+        causal: bool = False,
+        input_dim: int | None = None,
+        zero_init_head: bool = True,
+        block_cls: Callable[..., Block] | None = None,
+    ):
         super().__init__()
         d = size.d_model
         self.size, self.causal, self.d_model = size, causal, d
@@ -195,7 +215,9 @@ class DiT(nn.Module):
         cond = None if causal else size.cond_dim
         self.time = None if causal else TimestepEmbedder(size.cond_dim)
         block_cls = block_cls or Block
-        self.blocks = nn.ModuleList(block_cls(d, size.n_heads, cond, size.dropout, causal) for _ in range(size.n_blocks))
+        self.blocks = nn.ModuleList(
+            block_cls(d, size.n_heads, cond, size.dropout, causal) for _ in range(size.n_blocks)
+        )
         self.norm_f = LayerNormNoBias(d)
         self.adaLN_f = None
         if cond is not None:
@@ -207,7 +229,9 @@ class DiT(nn.Module):
             nn.init.zeros_(self.head.weight)
             nn.init.zeros_(self.head.bias)
 
-    def forward(self, x: Tensor, sigma: Tensor | None = None, cache: list[dict] | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, sigma: Tensor | None = None, cache: list[dict] | None = None
+    ) -> Tensor:
         h = self.embed(x) if x.dtype in (torch.long, torch.int32, torch.int64) else x
         if self.in_proj is not None and h.dtype.is_floating_point and x.dtype.is_floating_point:
             h = self.in_proj(h)
@@ -233,7 +257,20 @@ class DiT(nn.Module):
         return self.head(h)
 
 
-def build_dit(cfg: BackboneConfig, vocab_in: int, vocab_out: int, *, causal: bool = False,
-              input_dim: int | None = None, block_cls: Callable[..., Block] | None = None) -> DiT:
-    return DiT(vocab_in, vocab_out, resolve_size(cfg), causal=causal, input_dim=input_dim,
-               block_cls=block_cls)
+def build_dit(
+    cfg: BackboneConfig,
+    vocab_in: int,
+    vocab_out: int,
+    *,
+    causal: bool = False,
+    input_dim: int | None = None,
+    block_cls: Callable[..., Block] | None = None,
+) -> DiT:
+    return DiT(
+        vocab_in,
+        vocab_out,
+        resolve_size(cfg),
+        causal=causal,
+        input_dim=input_dim,
+        block_cls=block_cls,
+    )

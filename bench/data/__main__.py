@@ -20,19 +20,37 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.data", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="dataset", required=True)
     t = sub.add_parser("tinygsm", help="TinyGSM-schema data (question, code)")
-    t.add_argument("--stats", action="store_true", required=True,
-                   help="examples kept by the length filter and the token-length distribution")
+    t.add_argument(
+        "--stats",
+        action="store_true",
+        required=True,
+        help="examples kept by the length filter and the token-length distribution",
+    )
     src = t.add_mutually_exclusive_group()
-    src.add_argument("--data-files", nargs="+", metavar="FILE",
-                     help="local json/jsonl/parquet/csv files with columns question, code")
-    src.add_argument("--standin", type=int, default=0, metavar="N",
-                     help="N generated CPU stand-in problems (bench/data/arith.py)")
+    src.add_argument(
+        "--data-files",
+        nargs="+",
+        metavar="FILE",
+        help="local json/jsonl/parquet/csv files with columns question, code",
+    )
+    src.add_argument(
+        "--standin",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N generated CPU stand-in problems (bench/data/arith.py)",
+    )
     t.add_argument("--seed", type=int, default=0, help="stand-in seed (default 0)")
-    t.add_argument("--tokenizers", default="smollm,gpt2",
-                   help="comma-separated: smollm, gpt2 (default: both)")
+    t.add_argument(
+        "--tokenizers", default="smollm,gpt2", help="comma-separated: smollm, gpt2 (default: both)"
+    )
     t.add_argument("--max-len", type=int, default=512, help="length filter (default 512)")
-    t.add_argument("--separator", choices=("reference", "newline"), default="reference",
-                   help="reference: backslash + n (the paper harness; default); newline")
+    t.add_argument(
+        "--separator",
+        choices=("reference", "newline"),
+        default="reference",
+        help="reference: backslash + n (the paper harness; default); newline",
+    )
     t.add_argument("--num-proc", type=int, default=1, help="tokenisation processes")
     t.add_argument("--json", metavar="OUT", help="also write the statistics as JSON")
     args = ap.parse_args(argv)
@@ -43,8 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     names = tuple(n.strip() for n in args.tokenizers.split(",") if n.strip())
     bad = [n for n in names if n not in stats.TOKENIZERS]
     if bad or not names:
-        print(f"error: --tokenizers: unknown {bad or names} (known: smollm, gpt2)",
-              file=sys.stderr)
+        print(f"error: --tokenizers: unknown {bad or names} (known: smollm, gpt2)", file=sys.stderr)
         return 2
     if args.standin < 0:
         print(f"error: --standin must be >= 0, got {args.standin}", file=sys.stderr)

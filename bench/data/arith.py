@@ -128,7 +128,16 @@ PEOPLE = (
     ("Zoe", "She", "she"),
 )
 ITEMS = ("apples", "pens", "books", "cards", "stamps", "shells", "cookies", "eggs")
-CODE_PIECES = ("def simple_math_problem():", "\n    ", " = ", " + ", " - ", " * ", " // ", "return ")
+CODE_PIECES = (
+    "def simple_math_problem():",
+    "\n    ",
+    " = ",
+    " + ",
+    " - ",
+    " * ",
+    " // ",
+    "return ",
+)
 
 
 def word_pieces() -> tuple[str, ...]:
@@ -251,12 +260,18 @@ class ArithOptions(ProgramOptions):
     """``task.options`` of ``arith_standin`` (plus :class:`ProgramOptions`)."""
 
     seq_len: int = option(64, gt=0, help="tokens per example (the longest has 51)")
-    train_on_pad: bool = option(True, help="PAD after EOS counts in the loss (as the paper's "
-                                "TinyGSM runs)")
-    heldout_frac: float = option(0.1, gt=0.0, lt=1.0,
-                                 help="fraction of parameter combinations held out for evaluation")
-    templates: list[str] = option(factory=lambda: list(TEMPLATE_KEYS), nonempty=True,
-                                  each_choices=TEMPLATE_KEYS, help="problem templates to use")
+    train_on_pad: bool = option(
+        True, help="PAD after EOS counts in the loss (as the paper's TinyGSM runs)"
+    )
+    heldout_frac: float = option(
+        0.1, gt=0.0, lt=1.0, help="fraction of parameter combinations held out for evaluation"
+    )
+    templates: list[str] = option(
+        factory=lambda: list(TEMPLATE_KEYS),
+        nonempty=True,
+        each_choices=TEMPLATE_KEYS,
+        help="problem templates to use",
+    )
 
 
 class ArithTask(ProgramTask):

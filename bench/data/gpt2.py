@@ -41,7 +41,9 @@ REBUILD_VERSION = 1
 
 def cache_root(data_dir: str = "") -> Path:
     """``data_dir``, else ``$SFLM_BENCH_DATA``, else ``~/.cache/sflm-bench``."""
-    root = data_dir or os.environ.get("SFLM_BENCH_DATA") or str(Path.home() / ".cache" / "sflm-bench")
+    root = (
+        data_dir or os.environ.get("SFLM_BENCH_DATA") or str(Path.home() / ".cache" / "sflm-bench")
+    )
     return Path(root).expanduser()
 
 
@@ -49,7 +51,11 @@ def _bytes_to_unicode() -> dict[int, str]:
     """GPT-2's reversible byte -> printable character map (openai/gpt-2 ``src/encoder.py``,
     ``bytes_to_unicode``): printable Latin-1 bytes map to themselves, the other 68 bytes to
     code points 256, 257, ... in byte order."""
-    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    keep = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     table, extra = {}, 0
     for b in range(256):
         if b in keep:
@@ -141,7 +147,9 @@ def build_offline_folder(data_dir: str = "") -> Path:
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     tok.save_pretrained(str(tmp))
     (tmp / "sflm_source.json").write_text(
-        json.dumps({"source": f"{WHISPER_DIST}:{'/'.join(GPT2_TIKTOKEN)}", "sha256": GPT2_TIKTOKEN_SHA256})
+        json.dumps(
+            {"source": f"{WHISPER_DIST}:{'/'.join(GPT2_TIKTOKEN)}", "sha256": GPT2_TIKTOKEN_SHA256}
+        )
     )
     try:
         os.replace(tmp, out)
@@ -161,20 +169,26 @@ def load_gpt2_tokenizer(source: str = "auto", data_dir: str = ""):
 
     attempts = []
     if source in ("auto", "hf"):
-        attempts.append(("hf-cache", lambda: AutoTokenizer.from_pretrained(GPT2, local_files_only=True)))
+        attempts.append(
+            ("hf-cache", lambda: AutoTokenizer.from_pretrained(GPT2, local_files_only=True))
+        )
         if source == "hf" or os.environ.get("HF_HUB_OFFLINE", "") not in ("1", "true", "True"):
             attempts.append(("hf-hub", lambda: AutoTokenizer.from_pretrained(GPT2)))
     if source in ("auto", "whisper"):
         attempts.append(
-            (f"{WHISPER_DIST}:{'/'.join(GPT2_TIKTOKEN)}",
-             lambda: AutoTokenizer.from_pretrained(str(build_offline_folder(data_dir))))
+            (
+                f"{WHISPER_DIST}:{'/'.join(GPT2_TIKTOKEN)}",
+                lambda: AutoTokenizer.from_pretrained(str(build_offline_folder(data_dir))),
+            )
         )
     errors = []
     for label, load in attempts:
         try:
             tok = load()
         except Exception as e:  # each source fails its own way (OSError, ImportError, ...)
-            errors.append(f"{label}: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}")
+            errors.append(
+                f"{label}: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+            )
             continue
         if len(tok) != VOCAB_SIZE or tok.eos_token_id != EOT_ID:
             errors.append(f"{label}: not GPT-2 ({len(tok)} ids, eos {tok.eos_token_id})")

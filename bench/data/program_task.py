@@ -112,7 +112,9 @@ class ProgramTask(Task):
 
     # -- pieces subclasses use -----------------------------------------------------------
     def protocol(self) -> str:
-        sep = {"\n": "newline", "\\n": "backslash-n"}.get(self.opts.separator, repr(self.opts.separator))
+        sep = {"\n": "newline", "\\n": "backslash-n"}.get(
+            self.opts.separator, repr(self.opts.separator)
+        )
         return f"grader={self.opts.grader}; separator={sep}"
 
     def prompt_data(self, questions: list[str], golds: list, ids: list) -> TaskData:

@@ -92,8 +92,9 @@ def standin_file(n: int, seed: int, directory: str | Path) -> Path:
 
     path = Path(directory) / f"arith_standin_{n}_seed{seed}.jsonl"
     rows = generate(n, split="train", seed=seed)
-    path.write_text("".join(json.dumps({"question": e["question"], "code": e["code"]}) + "\n"
-                            for e in rows))
+    path.write_text(
+        "".join(json.dumps({"question": e["question"], "code": e["code"]}) + "\n" for e in rows)
+    )
     return path
 
 

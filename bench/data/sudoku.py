@@ -99,9 +99,12 @@ class SudokuOptions(Options):
     """``task.options`` of the ``sudoku`` task."""
 
     workers: int = option(2, ge=1, help="processes used for puzzle generation")
-    generator: str = option("fast", choices=GENERATORS,
-                            help="fast: bench.data.sudoku_splits (any grid); reference: the paper "
-                            "harness's puzzles and split (9x9 only)")
+    generator: str = option(
+        "fast",
+        choices=GENERATORS,
+        help="fast: bench.data.sudoku_splits (any grid); reference: the paper "
+        "harness's puzzles and split (9x9 only)",
+    )
 
 
 class SudokuTask(Task):

@@ -295,7 +295,9 @@ def load_reference_split(
     if difficulty not in CLUES:
         raise ValueError(f"difficulty: must be one of {list(CLUES)}, got {difficulty!r}")
     if n_train < 0 or n_valid < 0 or n_train + n_valid < 1:
-        raise ValueError(f"n_train, n_valid: must be >= 0 with a positive sum, got {n_train}, {n_valid}")
+        raise ValueError(
+            f"n_train, n_valid: must be >= 0 with a positive sum, got {n_train}, {n_valid}"
+        )
     positions = split_positions(seed, n_train, n_valid, split)
     key = {
         "what": "split",
@@ -315,7 +317,9 @@ def load_reference_split(
     if not positions:
         empty = np.zeros((0, 9, 9), np.uint8)
         return empty, empty.copy()
-    kept = kept_seeds(seed, n_train + n_valid, data_dir=data_dir, workers=workers, progress=progress)
+    kept = kept_seeds(
+        seed, n_train + n_valid, data_dir=data_dir, workers=workers, progress=progress
+    )
     seeds = kept[positions]
     spans = _chunked(len(seeds), workers, 100)
     parts = _run_chunks(
@@ -365,7 +369,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n-train", type=int, default=PAPER_N_TRAIN)
     p.add_argument("--n-valid", type=int, default=PAPER_N_VALID)
     p.add_argument("--seed", type=int, default=PAPER_SEED)
-    p.add_argument("--data-dir", default="", help="cache root (default $SFLM_BENCH_DATA or ~/.cache)")
+    p.add_argument(
+        "--data-dir", default="", help="cache root (default $SFLM_BENCH_DATA or ~/.cache)"
+    )
     p.add_argument("--workers", type=int, default=2)
     a = p.parse_args(argv)
     if a.workers < 1 or a.n_train < 0 or a.n_valid < 0:

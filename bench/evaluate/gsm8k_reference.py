@@ -44,8 +44,19 @@ TIMEOUT_S = 5.0  # reference configs/config.yaml: gsm8k.timeout
 FLOAT_TOL = 1e-3  # reference _numbers_equal
 INT_SNAP = 1e-6  # reference _to_number: |x - round(x)| < 1e-6 -> int
 SAFE_BUILTINS = (
-    "abs", "min", "max", "sum", "len", "range", "enumerate",
-    "int", "float", "str", "bool", "round", "print",
+    "abs",
+    "min",
+    "max",
+    "sum",
+    "len",
+    "range",
+    "enumerate",
+    "int",
+    "float",
+    "str",
+    "bool",
+    "round",
+    "print",
 )  # reference _safe_exec_no_timer: the only builtins a program sees (plus __import__)
 
 _FENCE = re.compile(r"```(?:python)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
@@ -187,8 +198,9 @@ def run_program(src: str) -> tuple[str, str, str, str]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", SyntaxWarning)
-            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(
-                io.StringIO()
+            with (
+                contextlib.redirect_stdout(io.StringIO()),
+                contextlib.redirect_stderr(io.StringIO()),
             ):
                 exec(code, ns, ns)
         fn = ns.get("simple_math_problem")
@@ -225,17 +237,26 @@ def grade(res, gold) -> dict:
     """Row for one executed program (``res``: a sandbox ``ExecResult`` of :func:`run_program`)
     against ``gold`` (already :func:`reference_gold`), in :func:`bench.evaluate.gsm8k.grade`'s
     schema: status ok / wrong / no_answer / the sandbox's failure status."""
-    row = {"status": res.status, "correct": False, "value": None, "value_source": "",
-           "detail": res.detail}
+    row = {
+        "status": res.status,
+        "correct": False,
+        "value": None,
+        "value_source": "",
+        "detail": res.detail,
+    }
     if res.status != "done":
         return row
     source = res.detail if res.detail in ("return", "stdout") else ""
     if res.kind == "none":
-        row.update(status="no_answer", value_source=source,
-                   detail="no number returned or printed")
+        row.update(status="no_answer", value_source=source, detail="no number returned or printed")
         return row
     pred = res.value if res.kind in ("int", "float") else None
     correct = numbers_equal(pred, gold)
-    row.update(status="ok" if correct else "wrong", correct=correct, value=res.value,
-               value_source=source, detail="" if pred is not None else f"not a number ({res.kind})")
+    row.update(
+        status="ok" if correct else "wrong",
+        correct=correct,
+        value=res.value,
+        value_source=source,
+        detail="" if pred is not None else f"not a number ({res.kind})",
+    )
     return row

@@ -81,10 +81,20 @@ def execute(p: Plan, kind: str, progress: bool = True, started: list | None = No
                 owner = locks.holder(locks.train_lock_path(tc.run_dir))
                 if owner is not None:
                     rec = load_state(cfg).get("local", {}).get(tc.id) or {}
-                    mine = rec.get("pid") == owner.get("pid") and rec.get("host") == owner.get("host")
-                    running.append(LocalJob(tc, cells, owner=owner, folder=Path(rec["folder"]) if mine else None))
-                    print(f"sweep {cfg.name}: {tc.label()} is already running ({locks.describe(owner)}); "
-                          "waiting for it", file=sys.stderr, flush=True)
+                    mine = rec.get("pid") == owner.get("pid") and rec.get("host") == owner.get(
+                        "host"
+                    )
+                    running.append(
+                        LocalJob(
+                            tc, cells, owner=owner, folder=Path(rec["folder"]) if mine else None
+                        )
+                    )
+                    print(
+                        f"sweep {cfg.name}: {tc.label()} is already running ({locks.describe(owner)}); "
+                        "waiting for it",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     continue
                 job = LocalJob.launch(cfg, tc, cells, threads)
                 running.append(job)
@@ -101,8 +111,10 @@ def execute(p: Plan, kind: str, progress: bool = True, started: list | None = No
                 if job.proc is None and result.get("ok") is False and not result.get("busy"):
                     # the job it attached to failed or was stopped (--cancel): not retried here
                     what = "was stopped" if result.get("stopped") else "failed"
-                    failures.append(f"{job.tc.label()}: the job it attached to (pid {job.pid}) {what}: "
-                                    f"{result.get('error')} (log: {job.folder / 'log.err'})")
+                    failures.append(
+                        f"{job.tc.label()}: the job it attached to (pid {job.pid}) {what}: "
+                        f"{result.get('error')} (log: {job.folder / 'log.err'})"
+                    )
                 elif job.proc is None or result.get("busy"):
                     # attached to a job that ended (or was killed), or lost the race for the lock:
                     # what is left undone, this driver runs
@@ -111,8 +123,10 @@ def execute(p: Plan, kind: str, progress: bool = True, started: list | None = No
                         queue.insert(0, left[0])
                         continue
                 elif not result.get("ok"):
-                    failures.append(f"{job.tc.label()}: {result.get('error') or 'job ended without a result'} "
-                                    f"(log: {job.folder / 'log.err'})")
+                    failures.append(
+                        f"{job.tc.label()}: {result.get('error') or 'job ended without a result'} "
+                        f"(log: {job.folder / 'log.err'})"
+                    )
                 bar.update(1)
             running = still
     finally:
@@ -155,16 +169,32 @@ class LocalJob:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
         folder = log_dir(cfg) / "local" / f"{tc.method}-{tc.variant}-{tc.id[:10]}-{stamp}"
         folder.mkdir(parents=True)
-        atomic.write_with(folder / "job.pkl", lambda t: t.write_bytes(pickle.dumps((tc, cells, threads))))
+        atomic.write_with(
+            folder / "job.pkl", lambda t: t.write_bytes(pickle.dumps((tc, cells, threads)))
+        )
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_ROOT), env.get("PYTHONPATH")]))
         with open(folder / "log.out", "wb") as out, open(folder / "log.err", "wb") as err:
-            proc = subprocess.Popen([sys.executable, "-m", "bench.executors.local_job", str(folder)],
-                                    stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env, cwd=_ROOT,
-                                    start_new_session=True)  # its own session: the driver's Ctrl-C is not its
-        record(cfg, tc.id, {"pid": proc.pid, "start": locks.process_start(proc.pid), "host": socket.gethostname(),
-                            "since": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                            "folder": str(folder)})
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "bench.executors.local_job", str(folder)],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                env=env,
+                cwd=_ROOT,
+                start_new_session=True,
+            )  # its own session: the driver's Ctrl-C is not its
+        record(
+            cfg,
+            tc.id,
+            {
+                "pid": proc.pid,
+                "start": locks.process_start(proc.pid),
+                "host": socket.gethostname(),
+                "since": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "folder": str(folder),
+            },
+        )
         return cls(tc, cells, proc=proc, folder=folder)
 
     @property
@@ -226,7 +256,9 @@ def live_jobs(p: Plan) -> list[tuple[TrainCell, dict]]:
     return out
 
 
-def stop(jobs: list[tuple[TrainCell, dict]], timeout: float = 60) -> list[tuple[TrainCell, dict, str]]:
+def stop(
+    jobs: list[tuple[TrainCell, dict]], timeout: float = 60
+) -> list[tuple[TrainCell, dict, str]]:
     """SIGTERM each job (its process group when it leads one, as local jobs do; training saves
     ``ckpt/last.ckpt`` at the next step boundary) and wait up to ``timeout`` s for its lock.
     Returns (cell, holder, outcome) with outcome ``stopped``, ``still running``, ``other host``,
@@ -253,6 +285,8 @@ def stop(jobs: list[tuple[TrainCell, dict]], timeout: float = 60) -> list[tuple[
             sent.append((tc, owner))
     deadline = time.monotonic() + timeout
     for tc, owner in sent:
-        free = locks.wait_free(locks.train_lock_path(tc.run_dir), max(0.0, deadline - time.monotonic()), 0.2)
+        free = locks.wait_free(
+            locks.train_lock_path(tc.run_dir), max(0.0, deadline - time.monotonic()), 0.2
+        )
         out.append((tc, owner, "stopped" if free else "still running"))
     return out

@@ -29,12 +29,18 @@ def main(argv: list[str] | None = None) -> int:
     except CellBusy as e:
         result = {"ok": False, "busy": True, "error": str(e)}
     except SIGTERMException:
-        result = {"ok": False, "stopped": True,
-                  "error": "stopped by SIGTERM; training saved ckpt/last.ckpt, a re-run resumes there"}
+        result = {
+            "ok": False,
+            "stopped": True,
+            "error": "stopped by SIGTERM; training saved ckpt/last.ckpt, a re-run resumes there",
+        }
     except BaseException as e:  # noqa: BLE001 - the job reports every failure as one line
         traceback.print_exc()
         lines = str(e).strip().splitlines()
-        result = {"ok": False, "error": f"{type(e).__name__}: {lines[-1]}" if lines else type(e).__name__}
+        result = {
+            "ok": False,
+            "error": f"{type(e).__name__}: {lines[-1]}" if lines else type(e).__name__,
+        }
     write_json_atomic(result, folder / "result.json")
     if not result["ok"]:
         print(f"sflm: {tc.label()}: {result['error']}", file=sys.stderr, flush=True)

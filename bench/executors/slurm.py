@@ -76,8 +76,11 @@ class TrainJob(Checkpointable):
             return run_train(self.cell, self.threads, progress=False)
         except TrainingInterrupted as e:
             rank = submitit.JobEnvironment().global_rank
-            print(f"sflm: training interrupted at step {e.step} (rank {rank}); checkpoint {e.ckpt}; requeueing",
-                  file=sys.stderr, flush=True)
+            print(
+                f"sflm: training interrupted at step {e.step} (rank {rank}); checkpoint {e.ckpt}; requeueing",
+                file=sys.stderr,
+                flush=True,
+            )
             if rank == 0 and callable(submitit_handler):
                 # submitit's handler: checkpoint() -> pickle -> `scontrol requeue` -> exit
                 submitit_handler(signal.SIGUSR2, None)
@@ -104,14 +107,31 @@ def _job_name(cfg, kind: str, train_id: str) -> str:
     return f"sflm-{state_dir(cfg).name}-{kind}-{train_id[:10]}"
 
 
-def _executor(cfg, ex: ExecutorConfig, res: dict, name: str, dependency: str | None = None,
-              array: bool = False, max_num_timeout: int = 3):
-    sx = submitit.SlurmExecutor(folder=str(log_dir(cfg, ex) / "%j"), max_num_timeout=max_num_timeout)
-    setup = [f"export SFLM_BENCH_GIT_SHA={shlex.quote(provenance_sha())}",
-             f"export PYTHONPATH={shlex.quote(str(_ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}"]
-    params = {"job_name": name, "time": ex.time_min, "nodes": res["nodes"],
-              "ntasks_per_node": res["tasks_per_node"], "cpus_per_task": res["cpus_per_task"],
-              "mem": f"{res['mem_gb']}GB", "setup": setup}
+def _executor(
+    cfg,
+    ex: ExecutorConfig,
+    res: dict,
+    name: str,
+    dependency: str | None = None,
+    array: bool = False,
+    max_num_timeout: int = 3,
+):
+    sx = submitit.SlurmExecutor(
+        folder=str(log_dir(cfg, ex) / "%j"), max_num_timeout=max_num_timeout
+    )
+    setup = [
+        f"export SFLM_BENCH_GIT_SHA={shlex.quote(provenance_sha())}",
+        f"export PYTHONPATH={shlex.quote(str(_ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}",
+    ]
+    params = {
+        "job_name": name,
+        "time": ex.time_min,
+        "nodes": res["nodes"],
+        "ntasks_per_node": res["tasks_per_node"],
+        "cpus_per_task": res["cpus_per_task"],
+        "mem": f"{res['mem_gb']}GB",
+        "setup": setup,
+    }
     if res["gpus_per_node"]:
         params["gpus_per_node"] = res["gpus_per_node"]
     for key in ("partition", "account", "qos"):
@@ -132,26 +152,46 @@ def _submit_train(cfg, ex, tc: TrainCell, state) -> str:
     # a multi-day training run may hit the time limit many times; each time it requeues
     sx = _executor(cfg, ex, res, name, max_num_timeout=100)
     job = sx.submit(TrainJob(tc.absolute(), ex.cpus_per_task))
-    state["jobs"][job.job_id] = {"kind": "train", "name": name, "folder": str(log_dir(cfg, ex) / "%j"),
-                                 "ntasks": res["nodes"] * res["tasks_per_node"], "cells": [tc.id],
-                                 "submitted": time.time()}
+    state["jobs"][job.job_id] = {
+        "kind": "train",
+        "name": name,
+        "folder": str(log_dir(cfg, ex) / "%j"),
+        "ntasks": res["nodes"] * res["tasks_per_node"],
+        "cells": [tc.id],
+        "submitted": time.time(),
+    }
     state["cells"][tc.id] = job.job_id
     save_state(cfg, state)
     return job.job_id
 
 
-def _submit_samples(cfg, ex, tc: TrainCell, cells: list[SampleCell], after: str | None, state) -> list[str]:
+def _submit_samples(
+    cfg, ex, tc: TrainCell, cells: list[SampleCell], after: str | None, state
+) -> list[str]:
     chunks = chunk_cells(cells, ex)
     if not chunks:
         return []
     name = _job_name(cfg, "samples", tc.id)
-    sx = _executor(cfg, ex, sample_resources(ex), name, dependency=f"afterok:{after}" if after else None,
-                   array=True)
+    sx = _executor(
+        cfg,
+        ex,
+        sample_resources(ex),
+        name,
+        dependency=f"afterok:{after}" if after else None,
+        array=True,
+    )
     jobs = sx.map_array(SampleJob(ex.cpus_per_task), [[c.absolute() for c in ch] for ch in chunks])
     base = jobs[0].job_id.split("_")[0]
-    state["jobs"][base] = {"kind": "samples", "name": name, "folder": str(log_dir(cfg, ex) / "%j"), "ntasks": 1,
-                           "after": after, "train_cell": tc.id, "submitted": time.time(),
-                           "tasks": {j.job_id: [c.id for c in ch] for j, ch in zip(jobs, chunks)}}
+    state["jobs"][base] = {
+        "kind": "samples",
+        "name": name,
+        "folder": str(log_dir(cfg, ex) / "%j"),
+        "ntasks": 1,
+        "after": after,
+        "train_cell": tc.id,
+        "submitted": time.time(),
+        "tasks": {j.job_id: [c.id for c in ch] for j, ch in zip(jobs, chunks)},
+    }
     for j, ch in zip(jobs, chunks):
         for c in ch:
             state["cells"][c.id] = j.job_id
@@ -175,7 +215,11 @@ def _submit_missing(p: Plan, ex, state, status: dict[str, CellStatus]) -> tuple[
         if _needs_submit(ts):
             # Pending sample tasks of this model wait on the old (failed) train job, or would
             # start on missing weights: cancel them and resubmit them behind the new job.
-            stale = [status[s.id] for s in samples if status[s.id].state == "pending" and status[s.id].job]
+            stale = [
+                status[s.id]
+                for s in samples
+                if status[s.id].state == "pending" and status[s.id].job
+            ]
             scancel([x.job for x in stale])
             for x in stale:
                 x.state = "failed"
@@ -191,7 +235,9 @@ def _submit_missing(p: Plan, ex, state, status: dict[str, CellStatus]) -> tuple[
 # --------------------------------------------------------------------------- driver
 
 
-def execute(p: Plan, progress: bool = True, wait: bool = True, poll_s: float | None = None) -> list[str]:
+def execute(
+    p: Plan, progress: bool = True, wait: bool = True, poll_s: float | None = None
+) -> list[str]:
     """Submit what the plan still needs, then (``wait``) watch until nothing is queued or running.
 
     Returns one line per cell that did not finish (label, SLURM state, last error line, log)."""
@@ -200,21 +246,27 @@ def execute(p: Plan, progress: bool = True, wait: bool = True, poll_s: float | N
     for t in p.train_cells:
         train_resources(ex, t)  # config errors before anything is submitted
     store = Store(cfg.results_dir)
-    if all(store.has(c.id) for c in p.sample_cells) and all(store.has(t.id) and t.weights.is_file()
-                                                           for t in p.train_cells):
+    if all(store.has(c.id) for c in p.sample_cells) and all(
+        store.has(t.id) and t.weights.is_file() for t in p.train_cells
+    ):
         return []  # a finished sweep submits nothing and asks SLURM nothing
     for tool in ("sbatch", "squeue", "sacct", "scancel"):
         if shutil.which(tool) is None:
-            raise ConfigError(f"executor.kind=slurm but '{tool}' is not on PATH (is this a SLURM login node? "
-                              "for a local test cluster: bash scripts/slurm-local-up.sh)")
+            raise ConfigError(
+                f"executor.kind=slurm but '{tool}' is not on PATH (is this a SLURM login node? "
+                "for a local test cluster: bash scripts/slurm-local-up.sh)"
+            )
     try:
         with DriverLock(cfg):
             state = load_state(cfg)
             status = {s.cell_id: s for s in statuses(p, state)}
             n_train, n_tasks = _submit_missing(p, ex, state, status)
             if progress:
-                print(f"sweep {cfg.name}: submitted {n_train} train job(s) and {n_tasks} sampling task(s); "
-                      f"state: {state_dir(cfg) / 'state.json'}; logs: {log_dir(cfg, ex)}", file=sys.stderr)
+                print(
+                    f"sweep {cfg.name}: submitted {n_train} train job(s) and {n_tasks} sampling task(s); "
+                    f"state: {state_dir(cfg) / 'state.json'}; logs: {log_dir(cfg, ex)}",
+                    file=sys.stderr,
+                )
             if wait:
                 _watch(p, state, progress, poll_s)
             final = statuses(p, state)
@@ -254,9 +306,15 @@ def _watch(p: Plan, state: dict, progress: bool, poll_s: float | None) -> None:
                 continue
             counts = {s: sum(x.state == s for x in sts) for s in STATES}
             bar.n = counts["done"]
-            bar.set_postfix(running=counts["running"], pending=counts["pending"], failed=counts["failed"])
+            bar.set_postfix(
+                running=counts["running"], pending=counts["pending"], failed=counts["failed"]
+            )
             bar.refresh()
-            never = [x.job for x in sts if x.state == "pending" and "DependencyNeverSatisfied" in x.detail]
+            never = [
+                x.job
+                for x in sts
+                if x.state == "pending" and "DependencyNeverSatisfied" in x.detail
+            ]
             scancel(never)
             if not any(x.state in ("running", "pending") and x.job for x in sts):
                 return

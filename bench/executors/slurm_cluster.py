@@ -21,10 +21,21 @@ from submitit.core.utils import JobPaths
 from bench.config import ConfigError, ExecutorConfig, build
 
 ENV_PREFIX = "SFLM_SLURM_"
-_ENV_FIELDS = ("partition", "account", "qos", "time_min", "gpus_per_node", "cpus_per_task", "mem_gb",
-               "array_parallelism", "log_dir")
+_ENV_FIELDS = (
+    "partition",
+    "account",
+    "qos",
+    "time_min",
+    "gpus_per_node",
+    "cpus_per_task",
+    "mem_gb",
+    "array_parallelism",
+    "log_dir",
+)
 # a Python exception line, or slurmstepd's "*** JOB 12 ON node CANCELLED AT ... ***"
-_ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Interrupted)\b|slurmstepd(-[\w.-]+)?: error:)")
+_ERROR_LINE = re.compile(
+    r"^([A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Interrupted)\b|slurmstepd(-[\w.-]+)?: error:)"
+)
 
 
 # --------------------------------------------------------------------------- settings and job sizes
@@ -46,23 +57,37 @@ def settings(ex: ExecutorConfig, env: dict | None = None) -> ExecutorConfig:
                 raise ConfigError(f"environment {key}: expected an integer, got {raw!r}") from None
         else:
             merged[name] = raw
-    return build(ExecutorConfig, merged, where=f"executor (with {ENV_PREFIX}* environment overrides)")
+    return build(
+        ExecutorConfig, merged, where=f"executor (with {ENV_PREFIX}* environment overrides)"
+    )
 
 
 def train_resources(ex: ExecutorConfig, tc) -> dict:
     """One train cell's job: ``train.num_nodes`` nodes x ``train.devices`` tasks (DDP ranks)."""
     devices, nodes = int(tc.train["devices"]), int(tc.train["num_nodes"])
     if ex.gpus_per_node and devices > ex.gpus_per_node:
-        raise ConfigError(f"train.devices={devices} for {tc.label()} exceeds executor.gpus_per_node="
-                          f"{ex.gpus_per_node} (use train.num_nodes for more GPUs)")
-    return {"nodes": nodes, "tasks_per_node": devices, "gpus_per_node": devices if ex.gpus_per_node else 0,
-            "cpus_per_task": ex.cpus_per_task, "mem_gb": ex.mem_gb * devices}
+        raise ConfigError(
+            f"train.devices={devices} for {tc.label()} exceeds executor.gpus_per_node="
+            f"{ex.gpus_per_node} (use train.num_nodes for more GPUs)"
+        )
+    return {
+        "nodes": nodes,
+        "tasks_per_node": devices,
+        "gpus_per_node": devices if ex.gpus_per_node else 0,
+        "cpus_per_task": ex.cpus_per_task,
+        "mem_gb": ex.mem_gb * devices,
+    }
 
 
 def sample_resources(ex: ExecutorConfig) -> dict:
     """One sampling array task: one process (one GPU when the cluster has GPUs)."""
-    return {"nodes": 1, "tasks_per_node": 1, "gpus_per_node": 1 if ex.gpus_per_node else 0,
-            "cpus_per_task": ex.cpus_per_task, "mem_gb": ex.mem_gb}
+    return {
+        "nodes": 1,
+        "tasks_per_node": 1,
+        "gpus_per_node": 1 if ex.gpus_per_node else 0,
+        "cpus_per_task": ex.cpus_per_task,
+        "mem_gb": ex.mem_gb,
+    }
 
 
 def chunk_cells(cells: list, ex: ExecutorConfig) -> list[list]:
@@ -94,7 +119,9 @@ def _run(cmd: list[str], timeout: float = 60) -> str:
     except (OSError, subprocess.TimeoutExpired) as e:
         raise RuntimeError(f"{cmd[0]} failed: {e}") from None
     if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd[:3])}... failed (rc {r.returncode}): {r.stderr.strip()[:300]}")
+        raise RuntimeError(
+            f"{' '.join(cmd[:3])}... failed (rc {r.returncode}): {r.stderr.strip()[:300]}"
+        )
     return r.stdout
 
 
@@ -118,7 +145,9 @@ def query(job_ids: list[str]) -> dict[str, JobState]:
     if not ids:
         return {}
     out: dict[str, JobState] = {}
-    for line in _run(["squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i|%T|%r|%j"]).splitlines():
+    for line in _run(
+        ["squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i|%T|%r|%j"]
+    ).splitlines():
         parts = line.strip().split("|")
         if len(parts) == 4:
             out[parts[0]] = JobState(parts[1], True, parts[2], parts[3])
@@ -126,7 +155,18 @@ def query(job_ids: list[str]) -> dict[str, JobState]:
     acct: dict[str, JobState] = {}
     ranges: list[tuple[str, list[int], JobState]] = []
     for k in range(0, len(bases), 200):
-        text = _run(["sacct", "-n", "-X", "-P", "-j", ",".join(bases[k:k + 200]), "-o", "JobID,State,JobName"])
+        text = _run(
+            [
+                "sacct",
+                "-n",
+                "-X",
+                "-P",
+                "-j",
+                ",".join(bases[k : k + 200]),
+                "-o",
+                "JobID,State,JobName",
+            ]
+        )
         for line in text.splitlines():
             parts = line.strip().split("|")
             if len(parts) != 3:
@@ -146,14 +186,18 @@ def query(job_ids: list[str]) -> dict[str, JobState]:
             res[j] = acct[j]
         else:
             base, _, task = j.partition("_")
-            hit = [js for b, tasks, js in ranges if b == base and task.isdigit() and int(task) in tasks]
+            hit = [
+                js for b, tasks, js in ranges if b == base and task.isdigit() and int(task) in tasks
+            ]
             res[j] = hit[-1] if hit else JobState("VANISHED", False)
     return res
 
 
 def scancel(job_ids: list[str]) -> None:
     if job_ids:
-        subprocess.run(["scancel", *sorted(set(job_ids))], capture_output=True, text=True, timeout=60)
+        subprocess.run(
+            ["scancel", *sorted(set(job_ids))], capture_output=True, text=True, timeout=60
+        )
 
 
 # --------------------------------------------------------------------------- job logs
@@ -166,7 +210,9 @@ def log_paths(state: dict, job: str) -> list[Path]:
     folder = info.get("folder")
     if not folder:
         return []
-    return [JobPaths(folder, job_id=job, task_id=t).stderr for t in range(int(info.get("ntasks", 1)))]
+    return [
+        JobPaths(folder, job_id=job, task_id=t).stderr for t in range(int(info.get("ntasks", 1)))
+    ]
 
 
 def last_error_line(paths: list[Path]) -> str | None:
@@ -179,7 +225,9 @@ def last_error_line(paths: list[Path]) -> str | None:
         except OSError:
             continue
         for ln in reversed(lines):
-            ln = re.sub(r"^\[rank\d+\]:\s*", "", ln)  # torch.distributed prefixes each rank's traceback
+            ln = re.sub(
+                r"^\[rank\d+\]:\s*", "", ln
+            )  # torch.distributed prefixes each rank's traceback
             if _ERROR_LINE.match(ln):
                 return ln[:300]
             if srun_error is None and ln.startswith("srun: error:"):

@@ -59,7 +59,9 @@ class DriverLock:
             self.f.seek(0)
             other = self.f.read().strip() or "?"
             self.f.close()
-            raise RuntimeError(f"another driver (pid {other}) is running this sweep ({self.path})") from None
+            raise RuntimeError(
+                f"another driver (pid {other}) is running this sweep ({self.path})"
+            ) from None
         self.f.seek(0)
         self.f.truncate()
         self.f.write(str(os.getpid()))

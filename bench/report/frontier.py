@@ -112,21 +112,30 @@ def frontier_cells(task: str, df: pd.DataFrame) -> pd.DataFrame:
             continue
         first = g.iloc[0]
         is_data = first["method"] == DATA_METHOD
-        out.append({
-            "curve": "data (held-out)" if is_data else _curve_label(first),
-            "method": first["method"], "decoding": first["decoding"],
-            "nfe": None if pd.isna(first["nfe"]) else int(first["nfe"]),
-            "temperature": None if pd.isna(first["temperature"]) else float(first["temperature"]),
-            "seed": first["seed"], "subset": first["subset"],
-            "H": float(m[ENTROPY]["value"]), "PPL": float(m[PPL]["value"]),
-            "PPL_lo": m[PPL]["ci_low"], "PPL_hi": m[PPL]["ci_high"],
-            "pooled": float(m[POOLED]["value"]) if POOLED in m else float("nan"),
-            "n": int(m[PPL]["n"]) if pd.notna(m[PPL]["n"]) else None,
-            "t_free": bool(flag(g["temperature_free"]).any()),
-            "length_bound": bool(flag(g["nfe_is_length"]).any()),
-            "is_data": is_data, "stand_in_for": first.get("stand_in_for") or "",
-            "protocol": first.get("task_protocol") or "",
-        })
+        out.append(
+            {
+                "curve": "data (held-out)" if is_data else _curve_label(first),
+                "method": first["method"],
+                "decoding": first["decoding"],
+                "nfe": None if pd.isna(first["nfe"]) else int(first["nfe"]),
+                "temperature": None
+                if pd.isna(first["temperature"])
+                else float(first["temperature"]),
+                "seed": first["seed"],
+                "subset": first["subset"],
+                "H": float(m[ENTROPY]["value"]),
+                "PPL": float(m[PPL]["value"]),
+                "PPL_lo": m[PPL]["ci_low"],
+                "PPL_hi": m[PPL]["ci_high"],
+                "pooled": float(m[POOLED]["value"]) if POOLED in m else float("nan"),
+                "n": int(m[PPL]["n"]) if pd.notna(m[PPL]["n"]) else None,
+                "t_free": bool(flag(g["temperature_free"]).any()),
+                "length_bound": bool(flag(g["nfe_is_length"]).any()),
+                "is_data": is_data,
+                "stand_in_for": first.get("stand_in_for") or "",
+                "protocol": first.get("task_protocol") or "",
+            }
+        )
     return pd.DataFrame(out)
 
 
@@ -164,7 +173,8 @@ def scalar_table(c: pd.DataFrame, window: Window) -> pd.DataFrame:
                 hi = ppl_at_entropy(inside["H"], inside["PPL_hi"].astype(float), data[0])
                 if v is None:
                     row["Gen. PPL at H_data"] = (
-                        f"does not reach H_data (H {inside['H'].min():.2f}-{inside['H'].max():.2f})")
+                        f"does not reach H_data (H {inside['H'].min():.2f}-{inside['H'].max():.2f})"
+                    )
                 else:
                     ci = f" [{lo:.1f}, {hi:.1f}]" if lo is not None and hi is not None else ""
                     row["Gen. PPL at H_data"] = f"{v:.1f}{ci}"
@@ -179,8 +189,11 @@ def frontier_markdown(task: str, c: pd.DataFrame, window: Window) -> str:
     stand_in = next((s for s in c["stand_in_for"] if s), "")
     out = [f"# {task}: Gen. PPL / entropy frontier", ""]
     if stand_in:
-        out += [f"Task `{task}` is trained and scored on a stand-in corpus, not {stand_in}: "
-                "its numbers are not comparable to the paper's.", ""]
+        out += [
+            f"Task `{task}` is trained and scored on a stand-in corpus, not {stand_in}: "
+            "its numbers are not comparable to the paper's.",
+            "",
+        ]
     out += [
         "Gen. PPL = per-sample exp(mean NLL) under the reference LM up to the first end-of-text, "
         "averaged over samples (paper appendix); `pooled` = exp(total NLL / total tokens) over "
@@ -193,28 +206,35 @@ def frontier_markdown(task: str, c: pd.DataFrame, window: Window) -> str:
     if protocols:  # corpus, L, reference LM, end-of-text masking (bench/data/owt.py)
         out += ["Protocol: " + "; ".join(f"`{p}`" for p in protocols) + ".", ""]
     if data is not None:
-        out += [f"Held-out data (same length, same scorer): H = {data[0]:.3f}, "
-                f"Gen. PPL = {data[1]:.1f}.", ""]
+        out += [
+            f"Held-out data (same length, same scorer): H = {data[0]:.3f}, "
+            f"Gen. PPL = {data[1]:.1f}.",
+            "",
+        ]
     else:
         out += ["No held-out data point in the store.", ""]
     sc = scalar_table(c, window)
     if len(sc):
-        out += ["## Gen. PPL at the data's entropy (per model and NFE)", "",
-                md_table(sc), ""]
+        out += ["## Gen. PPL at the data's entropy (per model and NFE)", "", md_table(sc), ""]
     cells = c.sort_values(["is_data", "curve", "nfe", "temperature"], na_position="first")
-    t = pd.DataFrame({
-        "model": cells["curve"],
-        "NFE": ["length" if lb else ("" if pd.isna(n) else int(n))
-                for lb, n in zip(cells["length_bound"], cells["nfe"])],
-        "T": ["" if pd.isna(v) else f"{v:g}" for v in cells["temperature"]],
-        "H": [f"{v:.3f}" for v in cells["H"]],
-        "Gen. PPL [95 % CI]": [
-            f"{p:.1f}" + (f" [{lo:.1f}, {hi:.1f}]" if pd.notna(lo) else "")
-            for p, lo, hi in zip(cells["PPL"], cells["PPL_lo"], cells["PPL_hi"])],
-        "pooled": [f"{v:.1f}" for v in cells["pooled"]],
-        "n": cells["n"],
-        "in window": ["yes" if w else "no" for w in window.contains(cells["H"], cells["PPL"])],
-    })
+    t = pd.DataFrame(
+        {
+            "model": cells["curve"],
+            "NFE": [
+                "length" if lb else ("" if pd.isna(n) else int(n))
+                for lb, n in zip(cells["length_bound"], cells["nfe"])
+            ],
+            "T": ["" if pd.isna(v) else f"{v:g}" for v in cells["temperature"]],
+            "H": [f"{v:.3f}" for v in cells["H"]],
+            "Gen. PPL [95 % CI]": [
+                f"{p:.1f}" + (f" [{lo:.1f}, {hi:.1f}]" if pd.notna(lo) else "")
+                for p, lo, hi in zip(cells["PPL"], cells["PPL_lo"], cells["PPL_hi"])
+            ],
+            "pooled": [f"{v:.1f}" for v in cells["pooled"]],
+            "n": cells["n"],
+            "in window": ["yes" if w else "no" for w in window.contains(cells["H"], cells["PPL"])],
+        }
+    )
     out += ["## Every cell", "", md_table(t), ""]
     return "\n".join(out)
 
@@ -235,12 +255,29 @@ def _draw(ax, c: pd.DataFrame, nfe: int, window: Window, colors: dict) -> None:
     model = vis[~vis["is_data"]]
     if len(model):
         par = model[pareto_mask(model["H"], model["PPL"])]
-        ax.scatter(par["H"], par["PPL"], s=110, facecolors="none", edgecolors="black", lw=1.0,
-                   zorder=5, label="Pareto-optimal")
+        ax.scatter(
+            par["H"],
+            par["PPL"],
+            s=110,
+            facecolors="none",
+            edgecolors="black",
+            lw=1.0,
+            zorder=5,
+            label="Pareto-optimal",
+        )
     d = at[at["is_data"]]
     if len(d):
-        ax.plot(d["H"], d["PPL"], marker="*", ms=14, ls="none", color="gold", mec="black",
-                zorder=6, label="data (held-out)")
+        ax.plot(
+            d["H"],
+            d["PPL"],
+            marker="*",
+            ms=14,
+            ls="none",
+            color="gold",
+            mec="black",
+            zorder=6,
+            label="data (held-out)",
+        )
     ax.set_yscale("log")
     ax.set_xlim(window.h_min, window.h_max)
     ax.set_title(f"NFE = {nfe}")
@@ -276,7 +313,7 @@ def frontier_figures(task: str, c: pd.DataFrame, out: Path, window: Window) -> l
     fig, axes = plt.subplots(nrows, cols, figsize=(5.0 * cols, 3.8 * nrows), squeeze=False)
     for ax, nfe in zip(axes.flat, nfes):
         _draw(ax, c, nfe, window, colors)
-    for ax in list(axes.flat)[len(nfes):]:
+    for ax in list(axes.flat)[len(nfes) :]:
         ax.axis("off")
     for ax in axes[:, 0]:
         ax.set_ylabel("Gen. PPL")
@@ -284,8 +321,13 @@ def frontier_figures(task: str, c: pd.DataFrame, out: Path, window: Window) -> l
     for ax in axes.flat:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(lab, h)
-    fig.legend(list(handles.values()), list(handles), loc="center left",
-               bbox_to_anchor=(1.0, 0.5), frameon=False)
+    fig.legend(
+        list(handles.values()),
+        list(handles),
+        loc="center left",
+        bbox_to_anchor=(1.0, 0.5),
+        frameon=False,
+    )
     fig.suptitle(f"{name}: Gen. PPL vs entropy, every NFE", y=1.01)
     fig.tight_layout()
     paths += save_figure(fig, out / f"{task}_gen_ppl_vs_entropy_all_nfe")
@@ -296,8 +338,14 @@ def frontier_figures(task: str, c: pd.DataFrame, out: Path, window: Window) -> l
 
 
 def _add_arguments(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--frontier-window", nargs=3, type=float, metavar=("HMIN", "HMAX", "PPLMAX"),
-                    default=None, help="Gen. PPL / entropy window (default 4.5 6.0 500, the paper's)")
+    ap.add_argument(
+        "--frontier-window",
+        nargs=3,
+        type=float,
+        metavar=("HMIN", "HMAX", "PPLMAX"),
+        default=None,
+        help="Gen. PPL / entropy window (default 4.5 6.0 500, the paper's)",
+    )
 
 
 def effective_window(c: pd.DataFrame, window: Window) -> tuple[Window, str]:
@@ -308,9 +356,11 @@ def effective_window(c: pd.DataFrame, window: Window) -> tuple[Window, str]:
         return window, ""
     h = c["H"].astype(float)
     wide = Window(float(h.min()) - 0.05, float(h.max()) + 0.05, float("inf"))
-    return wide, (f"No model cell lies inside the window ({window.h_min} <= H <= {window.h_max}, "
-                  f"Gen. PPL <= {window.ppl_max:g}): the figures and scalars below use every cell "
-                  "(pass --frontier-window HMIN HMAX PPLMAX to set one).")
+    return wide, (
+        f"No model cell lies inside the window ({window.h_min} <= H <= {window.h_max}, "
+        f"Gen. PPL <= {window.ppl_max:g}): the figures and scalars below use every cell "
+        "(pass --frontier-window HMIN HMAX PPLMAX to set one)."
+    )
 
 
 def _render(df: pd.DataFrame, out: Path, args) -> list[Path]:
