@@ -6,7 +6,7 @@ S-FLM harness (first commit of FrankCCCCC/s-flm: `algo.py::CANDI`, `candi_utils.
 `models/candi_dit.py`, `samplers.py::CANDISampler`), which is what the S-FLM paper ran.
 
 Noise coupling. The error rate of a Gaussian-corrupted one-hot over d = V classes,
-    r(sigma) = (d - 1)/d * Phi(-1 / (sigma sqrt 2))          (`candi_utils.py::expected_rank`, a = 1)
+    r(sigma) = (d - 1)/d * Phi(-1 / (sigma sqrt 2))     (`candi_utils.py::expected_rank`, a = 1)
 (the expected fraction of the d coordinates that are wrong and beat the true one), is tabulated
 on sigma in linspace(0.2, 4.0, 1000) and inverted by linear interpolation. A discrete noise
 level tau in [0, 1] maps to the target rate tau (max_p - min_p) + min_p and then to sigma(tau)
@@ -66,7 +66,8 @@ PRIOR_CHUNK = 1 << 26
 
 
 def error_rate(sigma: Tensor, vocab: int) -> Tensor:
-    """r(sigma) = (d - 1)/d * Phi(-1/(sigma sqrt 2)), d = ``vocab`` (`candi_utils.py::expected_rank`).
+    """r(sigma) = (d - 1)/d * Phi(-1/(sigma sqrt 2)), d = ``vocab``
+    (`candi_utils.py::expected_rank`).
 
     Expected fraction of the d coordinates of onehot + sigma * eps that are wrong and exceed the
     true coordinate (each wrong one does with probability Phi(-1/(sigma sqrt 2)))."""
@@ -169,8 +170,9 @@ class CANDI(Method):
         lo, hi = float(rate[0]), float(rate[-1])
         if not (lo <= o.min_percentile and o.max_percentile <= hi):
             raise ConfigError(
-                f"candi.options: [min_percentile, max_percentile] = [{o.min_percentile}, {o.max_percentile}] "
-                f"leaves the error rates [{lo:.3g}, {hi:.3g}] reachable for V={vocab_size} on sigma in "
+                "candi.options: [min_percentile, max_percentile] = "
+                f"[{o.min_percentile}, {o.max_percentile}] leaves the error rates "
+                f"[{lo:.3g}, {hi:.3g}] reachable for V={vocab_size} on sigma in "
                 f"[{SIGMA_GRID[0]}, {SIGMA_GRID[1]}]"
             )
         self.register_buffer("sigma_table", sig, persistent=False)
@@ -246,7 +248,8 @@ class CANDI(Method):
         return revealed, self.sigma_of_noise(1 - alpha_t).to(torch.float32)
 
     def training_input(self, backbone, x0: Tensor, revealed: Tensor, sigma_c: Tensor) -> Tensor:
-        """(B, L, d) network input of the hybrid / Gaussian corruption (`q_xt` + `ContDIT.forward`)."""
+        """(B, L, d) network input of the hybrid / Gaussian corruption
+        (`q_xt` + `ContDIT.forward`)."""
         e_hat, m_hat = self.embeddings(backbone)
         # (onehot(x0) + sigma eps) @ Ehat = Ehat[x0] + sigma (eps @ Ehat), eps ~ N(0, I_V)
         eps = torch.randn(*x0.shape, self.vocab_size, device=x0.device, dtype=e_hat.dtype)
@@ -259,7 +262,8 @@ class CANDI(Method):
         revealed, sigma_c = self.corrupt(x0, batch.clean_mask, t)
         h = self.training_input(backbone, x0, revealed, sigma_c)
         logits = backbone(h, self.time_input(t)).float()
-        # log_softmax + gather as one fused cross-entropy (same kernel, no (B, L, V) log-prob buffer)
+        # log_softmax + gather as one fused cross-entropy
+        # (same kernel, no (B, L, V) log-prob buffer)
         logp_x0 = -F.cross_entropy(logits.flatten(0, 1), x0.flatten(), reduction="none").view_as(x0)
         if self.opts.pure_gaussian:
             weight = torch.ones_like(alpha_t)  # plain CE (`nll_per_token`, pure_continuous)
@@ -330,7 +334,8 @@ class CANDI(Method):
         dtype = torch.float64 if float64 else torch.float32
         e_hat, m_hat = self.embeddings(backbone)
         ts, sigmas, dt = self.sampler_grid(nfe, prompt.device)
-        # prior z ~ N(0, sigma(0.999)^2 I_V) (`prior_sample`; also when percentile scheduling is off)
+        # prior z ~ N(0, sigma(0.999)^2 I_V)
+        # (`prior_sample`; also when percentile scheduling is off)
         sigma_prior = self.sigma_of_noise(
             torch.tensor(T_START, dtype=torch.float64, device=prompt.device)
         ).to(dtype)
@@ -386,7 +391,8 @@ class CANDI(Method):
 
     def _cached_step(self, r: _SamplerRun, k: int, x: Tensor, clean: Tensor, cache: Tensor):
         """``cached`` (`generate_samples_cache`): one sample x_hat, a continuous step of the
-        embedding cache towards Ehat[x_hat], log-linear unmasking. Returns (x, clean, cache, tokens)."""
+        embedding cache towards Ehat[x_hat], log-linear unmasking.
+        Returns (x, clean, cache, tokens)."""
         t, s_hi, s_lo = r.ts[k], r.sigmas[k], r.sigmas[k + 1]
         n, L = x.shape
         sigma_c = s_lo.expand(n)  # the network sees the *next* level (`_continuous_step*`)
@@ -395,7 +401,8 @@ class CANDI(Method):
         x_hat = torch.where(
             clean, x, gumbel_argmax(logp, r.generator, r.float64)
         )  # one-sample estimate
-        # `_continuous_step_cache`: e <- e - dt_sigma * (e - Ehat[x_hat]) / sigma_{k+1}^2 * step_size
+        # `_continuous_step_cache`:
+        #   e <- e - dt_sigma * (e - Ehat[x_hat]) / sigma_{k+1}^2 * step_size
         cache = cache - self.opts.step_size * (s_hi - s_lo) * (cache - r.e_hat_s[x_hat]) / s_lo**2
         # `_discrete_step_optimized`: unmask with prob (t - s)/t, s = t - dt (log-linear)
         u = torch.rand(n, L, generator=r.generator, device=x.device, dtype=torch.float64)

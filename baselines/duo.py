@@ -18,7 +18,8 @@ Sampler: ancestral over t_k = linspace(1, 1e-5, nfe + 1), exactly ``nfe`` backbo
 prior = uniform random tokens. Each step draws x_s from the uniform-state posterior
 q(x_s | x_t, x_hat = p_theta) at every non-prompt position (no freezing: a position can
 change at every step), without materialising the posterior: one uniform threshold per
-position chooses "uniform token" / "keep x_t" / "draw from p_theta" (:func:`sample_uniform_posterior`).
+position chooses "uniform token" / "keep x_t" / "draw from p_theta"
+(:func:`sample_uniform_posterior`).
 The last step uses alpha_s = 1; decoding ``ancestral`` samples it, ``greedy`` ("greedy tail",
 Duo paper sec. 4.2) takes argmax p_theta at that same step, so both spend exactly ``nfe``
 calls (the Duo repo adds one extra noise-removal forward, NFE = nfe + 1).
@@ -66,7 +67,8 @@ class DuoOptions(Options):
     time_conditioning: bool = option(
         True, help="feed sigma = -log alpha_t to the network (duo_base: True)"
     )
-    # -- Duo-paper Gaussian curriculum (variant; curriculum_end = 0 is duo_base as the S-FLM paper ran it)
+    # -- Duo-paper Gaussian curriculum (variant; curriculum_end = 0 is duo_base as the S-FLM
+    # paper ran it)
     curriculum_end: int = option(
         0,
         ge=0,
@@ -102,7 +104,8 @@ class DuoOptions(Options):
     def validate(self):
         if (self.gamma_min is None) != (self.gamma_max is None):
             raise ConfigError(
-                "gamma_min: set both gamma_min and gamma_max, or neither (derived from the vocabulary)"
+                "gamma_min: set both gamma_min and gamma_max, or neither "
+                "(derived from the vocabulary)"
             )
         if self.gamma_min is not None and not self.gamma_min < self.gamma_max:
             raise ConfigError(
@@ -115,7 +118,8 @@ class DuoOptions(Options):
             )
         if self.curriculum_end and self.curriculum_start > self.curriculum_end:
             raise ConfigError(
-                f"curriculum_start: must be <= curriculum_end ({self.curriculum_start} > {self.curriculum_end})"
+                "curriculum_start: must be <= curriculum_end "
+                f"({self.curriculum_start} > {self.curriculum_end})"
             )
 
 
@@ -207,7 +211,8 @@ def udlm_nelbo_from_logits(
     V = vocab_size
     a = alpha_t.to(logits.dtype).expand(x_t.shape).contiguous()
     sum_log_xbar, logp_xt, logp_x0 = _UDLMTerms.apply(logits, x_t, x0, a)
-    # the same scalar algebra as udlm_nelbo (Duo eq. 9 / `DUO_BASE.nll_per_token`) on gathered values
+    # the same scalar algebra as udlm_nelbo (Duo eq. 9 / `DUO_BASE.nll_per_token`) on gathered
+    # values
     eq = (x0 == x_t).to(logits.dtype)
     neq = 1 - eq
     xbar_xt = (1 - a) + V * a * eq
@@ -233,7 +238,8 @@ def uniform_posterior_probs(x_hat: Tensor, x_t: Tensor, alpha_s: Tensor, alpha_t
     S-FLM `samplers.py::uniform_posterior_probs`). For tests and reference only: the sampler
     uses :func:`sample_uniform_posterior`, which never builds this (B, L, V) tensor.
 
-    x_hat: (B, L, V) probabilities; x_t: (B, L); alpha_s, alpha_t broadcastable to (B, L), alpha_s > alpha_t.
+    x_hat: (B, L, V) probabilities; x_t: (B, L); alpha_s, alpha_t broadcastable to (B, L),
+    alpha_s > alpha_t.
     """
     V = x_hat.shape[-1]
     a_t, a_s = alpha_t[..., None], alpha_s[..., None]
@@ -287,7 +293,8 @@ def sample_uniform_posterior(
 
 def duality_alpha(gamma: np.ndarray, vocab_size: int, n_gh: int = 100) -> np.ndarray:
     """alpha = T(gamma) = (V I(gamma) - 1) / (V - 1) (Duo eq. 10), where
-    I(gamma) = P[argmax w = x_0] for w = sqrt(sigmoid(-gamma)) onehot(x_0) + sqrt(sigmoid(gamma)) eps
+    I(gamma) = P[argmax w = x_0] for w = sqrt(sigmoid(-gamma)) onehot(x_0)
+    + sqrt(sigmoid(gamma)) eps
     = E_z[Phi(z + mu)^(V-1)], mu = sqrt(sigmoid(-gamma) / sigmoid(gamma)) = exp(-gamma / 2),
     by Gauss-Hermite quadrature (the Duo repo ships this as a per-tokenizer pickle)."""
     mu = np.exp(-np.asarray(gamma, dtype=np.float64) / 2)
@@ -429,7 +436,8 @@ class Duo(Method):
         """Duo Gaussian curriculum (duo `algo.py::DUO.nll` with `_process_model_input`):
         gamma = gamma_min + t (gamma_max - gamma_min); w = sqrt(sigmoid(-gamma)) onehot(x_0)
         + sqrt(sigmoid(gamma)) eps; network input softmax(w / tau) @ E (tau = tau_start until
-        curriculum_start, then log-linear to tau_end at curriculum_end: `DUO._compute_gumbel_tau_inverse`);
+        curriculum_start, then log-linear to tau_end at curriculum_end:
+        `DUO._compute_gumbel_tau_inverse`);
         NELBO (never low_var) at x_t = argmax w with alpha_t = T(gamma) and
         alpha'_t = T'(gamma) (gamma_max - gamma_min) (`DUO._gamma_to_alpha_dalpha_cached`)."""
         o = self.opts

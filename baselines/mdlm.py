@@ -134,7 +134,8 @@ class MDLM(Method):
                 draw = logp.argmax(-1)
             else:
                 draw = gumbel_argmax(logp, generator, float64)
-            # absorbing posterior q(z_s | z_t = m, x): reveal w.p. (alpha_s - alpha_t) / (1 - alpha_t)
+            # absorbing posterior q(z_s | z_t = m, x): reveal w.p.
+            # (alpha_s - alpha_t) / (1 - alpha_t)
             p_reveal = ((alpha_s - alpha_t) / (1 - alpha_t))[:, None]
             u = torch.rand(x.shape, generator=generator, device=dev, dtype=torch.float64)
             reveal = is_mask & (u < p_reveal)

@@ -170,7 +170,8 @@ def owner_lock(tc: TrainCell):
 
 def run_train(tc: TrainCell, threads: int = 0, progress: bool = True) -> str:
     """Train one cell unless its weights exist; record train rows. Returns the weights path.
-    Holds the cell's lock meanwhile (raises :class:`bench.locks.CellBusy` if another process does)."""
+    Holds the cell's lock meanwhile (raises :class:`bench.locks.CellBusy` if another process
+    does)."""
     with owner_lock(tc):
         return _train(tc, threads, progress)
 
@@ -294,7 +295,8 @@ def run_train_then_samples(
     tc: TrainCell, cells: list[SampleCell], threads: int = 0, progress: bool = True
 ) -> int:
     """One local job: train (if needed), then sample every cell of this model, holding the
-    train cell's lock throughout (raises :class:`bench.locks.CellBusy` if another process holds it)."""
+    train cell's lock throughout (raises :class:`bench.locks.CellBusy` if another process holds
+    it)."""
     with owner_lock(tc):
         run_train(tc, threads, progress)
         return run_samples(cells, threads, progress)

@@ -323,9 +323,12 @@ def bench_velocity(args, device) -> list[dict]:
         "peak_forward_only_bytes": peaks["forward_only"],
         "peak_sampler_bytes": peaks["sampler"],
         "velocity_extra_blv_buffers": None if extra is None else extra / buf,
-        "note": "peaks are above the memory in use before the run (CUDA: allocator; CPU: resident set, "
-        "VmHWM reset through /proc/self/clear_refs); the velocity's extra is the sampler's "
-        "peak minus the decode-only run's, in float (B, L, V) buffers of the sampling dtype",
+        "note": (
+            "peaks are above the memory in use before the run (CUDA: allocator; CPU: resident "
+            "set, VmHWM reset through /proc/self/clear_refs); the velocity's extra is the "
+            "sampler's peak minus the decode-only run's, in float (B, L, V) buffers of the "
+            "sampling dtype"
+        ),
     }
     _progress(
         f"velocity: step {step * 1e3:.1f} ms vs forward {fwd * 1e3:.1f} ms ({step / fwd:.2f}x)"

@@ -347,7 +347,8 @@ def read(results_dir: str | Path) -> pd.DataFrame:
 
 
 def task_columns(task) -> dict:
-    """The :data:`REPORT_COLUMNS` every row of ``task`` carries (a :class:`bench.data.base.Task`)."""
+    """The :data:`REPORT_COLUMNS` every row of ``task`` carries
+    (a :class:`bench.data.base.Task`)."""
     return {
         "task_kind": task.report_kind,
         "task_title": task.title or task.name,
@@ -473,7 +474,10 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument(
         "--move",
         action="store_true",
-        help="also move bad files to store/corrupt/ (what any sweep or report does when it reads them)",
+        help=(
+            "also move bad files to store/corrupt/ "
+            "(what any sweep or report does when it reads them)"
+        ),
     )
     args = ap.parse_args(argv)
     store = Store(args.results_dir)
@@ -485,8 +489,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bad: {p}: {reason}" + (f" (moved to {store.corrupt_dir}/)" if args.move else ""))
     aside = len(list(store.corrupt_dir.glob("*.json"))) if store.corrupt_dir.is_dir() else 0
     print(
-        f"{store.dir}: {n} files checked, {len(bad)} bad, {legacy} without checksum (written before "
-        f"checksums; valid), {aside} in {store.corrupt_dir.name}/"
+        f"{store.dir}: {n} files checked, {len(bad)} bad, {legacy} without checksum "
+        f"(written before checksums; valid), {aside} in {store.corrupt_dir.name}/"
     )
     return 1 if bad else 0
 

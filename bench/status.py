@@ -1,4 +1,5 @@
-"""Where a planned sweep stands: one status per cell, the ``--status`` table, the ``--dry-run`` plan.
+"""Where a planned sweep stands: one status per cell, the ``--status`` table, the ``--dry-run``
+plan.
 
 The results store says what is done; the sweep's state file (:mod:`bench.executors.state`)
 and SLURM (:mod:`bench.executors.slurm_cluster`) say what runs, waits or failed, with the
@@ -226,7 +227,8 @@ def dry_run(p: Plan) -> str:
             gpu_h += hours * sr["gpus_per_node"] * len(chunks)
             cpu_h += hours * sr["cpus_per_task"] * len(chunks)
             res = (
-                f"nodes={r['nodes']} tasks/node={r['tasks_per_node']} gpus/node={r['gpus_per_node']}"
+                f"nodes={r['nodes']} tasks/node={r['tasks_per_node']} "
+                f"gpus/node={r['gpus_per_node']}"
                 if not trained
                 else "trained"
             )
@@ -237,7 +239,8 @@ def dry_run(p: Plan) -> str:
         else:
             n_train += 1
             lines.append(
-                f"  job   {tc.label():40s} {'train + ' if not trained else ''}{len(todo)} sample cells"
+                f"  job   {tc.label():40s} "
+                f"{'train + ' if not trained else ''}{len(todo)} sample cells"
             )
         n_cells += len(todo)
     if kind == "slurm":
@@ -246,7 +249,8 @@ def dry_run(p: Plan) -> str:
             f"for {n_cells} sample cell(s)"
         )
         lines.append(
-            f"cost upper bound (time limit x resources): {gpu_h:.1f} GPU-hours, {cpu_h:.1f} CPU-hours"
+            "cost upper bound (time limit x resources): "
+            f"{gpu_h:.1f} GPU-hours, {cpu_h:.1f} CPU-hours"
         )
     else:
         lines.append(f"jobs: {n_train} local job(s) for {n_cells} sample cell(s)")

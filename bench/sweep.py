@@ -1,4 +1,5 @@
-"""``python -m bench.sweep SWEEP.yaml [--executor local|slurm|debug] [--status] [--dry-run] [--cancel]``
+"""``python -m bench.sweep SWEEP.yaml [--executor local|slurm|debug] \
+[--status] [--dry-run] [--cancel]``
 
 Plans a sweep into content-addressed cells (:mod:`bench.plan`) and runs what is not yet in the
 results store (:mod:`bench.cells`) on the chosen executor (:mod:`bench.executors`):
@@ -137,22 +138,26 @@ def _interrupted(p, kind: str, started: list, stop: bool, signum: int) -> str:
     name = f"sweep {p.cfg.name}: interrupted ({signal.Signals(signum).name})"
     if kind == "debug":
         return (
-            f"{name}; the debug executor ran the job in this process, so it stopped (checkpoints are "
-            "kept); re-run the same command to resume"
+            f"{name}; the debug executor ran the job in this process, so it stopped "
+            "(checkpoints are kept); re-run the same command to resume"
         )
     if kind == "slurm":
         jobs = _live_slurm_jobs(p)
         if stop and jobs:
             slurm_cluster.scancel(jobs)
-            return f"{name}; cancelled SLURM job(s) {', '.join(jobs)}; re-run the same command to resume"
+            return (
+                f"{name}; cancelled SLURM job(s) {', '.join(jobs)}; "
+                "re-run the same command to resume"
+            )
         if jobs is None:
             return (
-                f"{name}; submitted SLURM jobs keep running: re-run the same command to keep watching, "
-                "--status to see them, --cancel to stop them"
+                f"{name}; submitted SLURM jobs keep running: re-run the same command to keep "
+                "watching, --status to see them, --cancel to stop them"
             )
         return (
-            f"{name}; {len(jobs)} SLURM job(s) keep running or queued ({', '.join(jobs) or '-'}): re-run "
-            "the same command to keep watching, --status to see them, --cancel to stop them"
+            f"{name}; {len(jobs)} SLURM job(s) keep running or queued "
+            f"({', '.join(jobs) or '-'}): re-run the same command to keep watching, "
+            "--status to see them, --cancel to stop them"
         )
     mine = {j.pid for j in started}
     live = [(tc, o) for tc, o in local.live_jobs(p) if not stop or o.get("pid") in mine]
@@ -167,9 +172,10 @@ def _interrupted(p, kind: str, started: list, stop: bool, signum: int) -> str:
         stopped = [str(o.get("pid")) for _, o, what in outcome if what in ("stopped", "gone")]
         left = [str(o.get("pid")) for _, o, what in outcome if what == "still running"]
         return (
-            f"{name}; stopped the {len(stopped)} local job(s) it started (pids {', '.join(stopped) or '-'}"
-            f"{'; still stopping: ' + ', '.join(left) if left else ''}); training saved its checkpoint, "
-            "re-run the same command to resume"
+            f"{name}; stopped the {len(stopped)} local job(s) it started "
+            f"(pids {', '.join(stopped) or '-'}"
+            f"{'; still stopping: ' + ', '.join(left) if left else ''}); "
+            "training saved its checkpoint, re-run the same command to resume"
         )
     if not live:
         return f"{name}; no job is running; re-run the same command to resume"

@@ -447,7 +447,10 @@ def fit(
             else None
         )
         kept = f"kept {last} (step {good})" if good is not None else "no checkpoint was written"
-        msg = f"{run_dir.name}: training diverged: {e.reason} at step {e.step}; stopped at step {e.at_step}, {kept}"
+        msg = (
+            f"{run_dir.name}: training diverged: {e.reason} at step {e.step}; "
+            f"stopped at step {e.at_step}, {kept}"
+        )
         if trainer.is_global_zero:
             write_failure(
                 run_dir,
@@ -514,7 +517,8 @@ def _resume_from(ckpt_dir: Path) -> tuple[Path, int] | None:
 
 
 def load_weights(method: Method, backbone: torch.nn.Module, path: str | Path) -> dict:
-    """Load what :func:`fit` wrote into ``backbone`` (EMA weights) and ``method``; returns metadata."""
+    """Load what :func:`fit` wrote into ``backbone`` (EMA weights) and ``method``; returns
+    metadata."""
     payload = torch.load(path, map_location="cpu", weights_only=False)
     backbone.load_state_dict(payload["backbone"])
     method.load_state_dict(payload["method_state"])

@@ -101,9 +101,10 @@ def slerp(p: Tensor, q: Tensor, t: Tensor | float) -> Tensor:
 def conditional_velocity(
     z_t: Tensor, z_1: Tensor, alpha: Tensor | float, dalpha: Tensor | float
 ) -> Tensor:
-    """u_{t|1}(z_t | z_1) = alpha'_t / (1 - alpha_t) log_{z_t}(z_1) (paper eq. spherical-conditional-vf,
-    derived in appendix "Deriving the Conditional Velocity Fields"): the time derivative of
-    z_t = SLERP(z_0, z_1, alpha_t). ``alpha`` / ``dalpha`` broadcast to ``z_t.shape[:-1]``."""
+    """u_{t|1}(z_t | z_1) = alpha'_t / (1 - alpha_t) log_{z_t}(z_1)
+    (paper eq. spherical-conditional-vf, derived in appendix "Deriving the Conditional Velocity
+    Fields"): the time derivative of z_t = SLERP(z_0, z_1, alpha_t). ``alpha`` / ``dalpha``
+    broadcast to ``z_t.shape[:-1]``."""
     a = torch.as_tensor(alpha, dtype=z_t.dtype, device=z_t.device)[..., None]
     da = torch.as_tensor(dalpha, dtype=z_t.dtype, device=z_t.device)[..., None]
     return da / (1 - a) * log_map(z_t, z_1)

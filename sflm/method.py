@@ -60,12 +60,14 @@ class SFLMOptions(Options):
     schedule: str = option(
         "linear",
         choices=("linear", "cos2"),
-        help="base schedule: linear alpha = 1 - t, or cos2 alpha = sin^2(pi/2 (1 - t)) (paper tab:noise-schedules)",
+        help="base schedule: linear alpha = 1 - t, or cos2 alpha = sin^2(pi/2 (1 - t)) "
+        "(paper tab:noise-schedules)",
     )
     alpha_max: float | str = option(
         "star",
         help="clean-weight cap of the truncated schedule: a number in (0, 1] "
-        "(1 = untruncated) or 'star' = alpha*(delta) for this vocabulary and width (eq. alpha-crit)",
+        "(1 = untruncated) or 'star' = alpha*(delta) for this vocabulary and width "
+        "(eq. alpha-crit)",
     )
     delta: float = option(
         0.1, gt=0.0, lt=1.0, help="delta of alpha*(delta) when alpha_max = 'star'"
@@ -115,7 +117,8 @@ class SFLMOptions(Options):
     input_scale: str = option(
         "unit",
         choices=("unit", "sqrt_d"),
-        help="DiT input: unit-norm z_t (reference SphereDiT) or z_t sqrt(d) (unit variance per coordinate)",
+        help="DiT input: unit-norm z_t (reference SphereDiT) or z_t sqrt(d) "
+        "(unit variance per coordinate)",
     )
     time_conditioning: bool = option(
         True, help="feed sigma = -log alpha_t to the network (reference: true)"
@@ -126,7 +129,8 @@ class SFLMOptions(Options):
     final_decode: str = option(
         "argmax",
         choices=("argmax", "sample"),
-        help="last step: argmax (reference noise_removal=greedy) or a draw from softmax(logits / T)",
+        help="last step: argmax (reference noise_removal=greedy) "
+        "or a draw from softmax(logits / T)",
     )
     slerp_float64: bool = option(
         True, help="training SLERP in float64 (reference algo.slerp_precision)"
@@ -244,7 +248,8 @@ class SFLM(Method):
         return self.schedule.alpha(t)
 
     def sigma(self, alpha_t: Tensor) -> Tensor:
-        """Network time input -log(alpha_t) (reference ``_sigma_from_alphat``); 0 without time conditioning."""
+        """Network time input -log(alpha_t) (reference ``_sigma_from_alphat``); 0 without time
+        conditioning."""
         if not self.opts.time_conditioning:
             return torch.zeros_like(alpha_t, dtype=torch.float32)
         return (-torch.log(alpha_t)).float()

@@ -42,7 +42,8 @@ def _omega_over_sin(c: Tensor, eps: float) -> Tensor:
 def exact_velocity(
     z: Tensor, probs: Tensor, embeddings: Tensor, *, eps: float = EPS, chunk: int | None = None
 ) -> Tensor:
-    """sum_v p_v log_z(e_v): the exact velocity direction (paper eq. flm-marginal-vf / Alg. Sampling).
+    """sum_v p_v log_z(e_v): the exact velocity direction (paper eq. flm-marginal-vf /
+    Alg. Sampling).
 
     Args:
         z: (..., d) unit vectors (B, L, d in the sampler).
@@ -85,7 +86,8 @@ def stochastic_velocity(
     generator: torch.Generator | None = None,
     float64: bool = True,
 ) -> Tensor:
-    """log_z(e_hat_{x^}) with x^ ~ softmax(logits) (Gumbel-max; paper Alg. "Stochastic sampling")."""
+    """log_z(e_hat_{x^}) with x^ ~ softmax(logits) (Gumbel-max; paper Alg.
+    "Stochastic sampling")."""
     idx = gumbel_argmax(logits, generator, float64)
     return log_map(z, embeddings[idx].to(z.dtype))
 
@@ -128,7 +130,8 @@ class Decoding:
 
 
 def parse_decoding(name: str, default_k: int) -> Decoding:
-    """``exact`` | ``stochastic`` | ``top1`` | ``topk`` (k from the options) | ``top<k>`` (any k >= 1)."""
+    """``exact`` | ``stochastic`` | ``top1`` | ``topk`` (k from the options) | ``top<k>``
+    (any k >= 1)."""
     if name in ("exact", "stochastic"):
         return Decoding(name)
     if name == "topk":

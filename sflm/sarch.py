@@ -88,7 +88,8 @@ class SArchBlock(nn.Module):
 
 class SArch(nn.Module):
     """The S-arch backbone. ``forward(x, sigma)``: x (B, L, d) unit-norm latents (or (B, L) ids,
-    looked up in the normalised table); sigma (B,) time input -log(alpha). Returns (B, L, V) logits."""
+    looked up in the normalised table); sigma (B,) time input -log(alpha). Returns (B, L, V)
+    logits."""
 
     def __init__(self, vocab_size: int, size: DiTSize):
         super().__init__()
@@ -121,7 +122,8 @@ class SArch(nn.Module):
     def renormalize_weights(self, embeddings: bool = False) -> None:
         """Unit-norm every matrix along the d_model axis (nGPT ``normalize_matrices``): rows of
         W_Q, W_K, W_V, W_fc, W_lm (weight[out, d]) and columns of W_O, W_out (weight[d, in]).
-        ``embeddings=True`` also re-projects the input table (reference ``normalize_input_embed``)."""
+        ``embeddings=True`` also re-projects the input table
+        (reference ``normalize_input_embed``)."""
         if embeddings:
             self.embed.weight.copy_(justnorm(self.embed.weight))
         self.lm_head.weight.copy_(justnorm(self.lm_head.weight))

@@ -13,7 +13,8 @@ script (`scripts/train/tinygsm/sfm_sphere_dit_truncated_fixed_no_renorm.sh`) set
 ``invert_time_convention=false`` and ``noise.alpha_max=0.121`` (= alpha*(0.1)).
 
 - Base schedules (reference ``noise_schedules.py``): linear (``LogLinear``)
-  alpha = eps + (1 - eps)(1 - t); cos^2 (``CosineSquared``) alpha = eps + (1 - eps) sin^2(pi/2 (1 - t)).
+  alpha = eps + (1 - eps)(1 - t); cos^2 (``CosineSquared``)
+  alpha = eps + (1 - eps) sin^2(pi/2 (1 - t)).
 - Truncation (``TruncatedScheduleWrapper``): rescale [base(1), base(0)] linearly onto
   [alpha_min, alpha_max], clamped at >= eps; training then only sees clean weights <= alpha_max.
 - alpha*(delta) (paper eq. alpha-crit), the truncation point, and its Monte-Carlo check live in
@@ -197,7 +198,8 @@ class AdaptiveSchedule(nn.Module):
     def set_extra_state(self, state: dict) -> None:
         if int(state.get("n_grid", self.n_grid)) != self.n_grid:
             raise ValueError(
-                f"adaptive schedule: checkpoint has n_grid={state['n_grid']}, options say {self.n_grid}"
+                f"adaptive schedule: checkpoint has n_grid={state['n_grid']}, "
+                f"options say {self.n_grid}"
             )
 
         def arr(a):
@@ -216,7 +218,8 @@ class AdaptiveSchedule(nn.Module):
 
     # -- recording and refit ------------------------------------------------------
     def record(self, t: Tensor, loss: Tensor, step: int, global_batch: int | None = None) -> bool:
-        """Append (t, loss) pairs (ignored before ``warmup``); refit when due. Returns True on refit.
+        """Append (t, loss) pairs (ignored before ``warmup``); refit when due. Returns True on
+        refit.
 
         ``step`` is the number of optimiser steps already taken (Lightning ``global_step``)."""
         if step < self.warmup:
@@ -241,7 +244,8 @@ class AdaptiveSchedule(nn.Module):
         return False
 
     def refit(self, t: np.ndarray | None = None, loss: np.ndarray | None = None) -> np.ndarray:
-        """One refit from the buffer (or from explicit ``t``, ``loss`` arrays); returns alpha on the grid."""
+        """One refit from the buffer (or from explicit ``t``, ``loss`` arrays); returns alpha on
+        the grid."""
         from scipy.interpolate import PchipInterpolator
         from sklearn.linear_model import Ridge
         from sklearn.pipeline import make_pipeline

@@ -223,7 +223,8 @@ def test_cached_unmasking_is_log_linear():
 
 def test_cached_continuous_step_contracts_to_the_sampled_embedding():
     """With an oracle, every step moves the cache towards Ehat[target]:
-    e_{k+1} - Ehat[y] = (1 - c_k)(e_k - Ehat[y]), c_k = step_size (sigma_k - sigma_{k+1}) / sigma_{k+1}^2."""
+    e_{k+1} - Ehat[y] = (1 - c_k)(e_k - Ehat[y]),
+    c_k = step_size (sigma_k - sigma_{k+1}) / sigma_{k+1}^2."""
     V, nfe, step = 10, 6, 0.7
     target, prompt, pmask = _prompt(V=V)
     m, net = make_method(CANDI, {"step_size": step}, V), Oracle(target, V)
@@ -244,8 +245,8 @@ def test_cached_continuous_step_contracts_to_the_sampled_embedding():
 
 def test_pure_gaussian_never_reveals_and_follows_the_reference_step():
     """Pure Gaussian: no position but the prompt is ever clean, every network input off the prompt
-    carries the mask component, and x moves by x - (s_k - s_{k+1})(x - p)/s_{k+1}^2; the output is the
-    argmax of x."""
+    carries the mask component, and x moves by x - (s_k - s_{k+1})(x - p)/s_{k+1}^2; the output is
+    the argmax of x."""
     V, nfe, a = 10, 8, 0.5
     target, prompt, pmask = _prompt(V=V)
     m, net = make_method(CANDI, {"pure_gaussian": True}, V), Oracle(target, V)
@@ -292,9 +293,10 @@ def test_prior_scale_and_float32_path(chunk, monkeypatch):
 
 
 # --------------------------------------------------------------------------- reference replay
-# Independent re-statement of the S-FLM port (first commit of FrankCCCCC/s-flm): `algo.py::CANDI.q_xt`,
-# `nll_per_token`, `_continuous_step(_cache)`, `_discrete_step(_optimized)`, `models/candi_dit.py::
-# ContDIT.forward`, `samplers.py::CANDISampler`, written here from those formulas, on a real random DiT.
+# Independent re-statement of the S-FLM port (first commit of FrankCCCCC/s-flm):
+# `algo.py::CANDI.q_xt`, `nll_per_token`, `_continuous_step(_cache)`, `_discrete_step(_optimized)`,
+# `models/candi_dit.py::ContDIT.forward`, `samplers.py::CANDISampler`, written here from those
+# formulas, on a real random DiT.
 
 
 def _ref_sigma(tau, vocab, lo=0.01, hi=0.25):

@@ -112,7 +112,10 @@ def test_hash_is_stable_and_content_addressed():
     c = build(TrainConfig, {"steps": 11, "lr": 0.001})
     assert config_hash(a) == config_hash(b) != config_hash(c)
     # the same across processes (no reliance on Python's randomised hash())
-    code = "from bench.config import *; print(config_hash(build(TrainConfig, {'lr': 1e-3, 'steps': 10})))"
+    code = (
+        "from bench.config import *; "
+        "print(config_hash(build(TrainConfig, {'lr': 1e-3, 'steps': 10})))"
+    )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.strip()

@@ -192,5 +192,6 @@ def test_learns_sort8(name, variant, tmp_path):
         callbacks=[stop],
     )
     assert stop.best >= 0.9, (
-        f"{name} {variant}: best exact match {stop.best:.3f} after {time.time() - t0:.0f}s; curve {stop.history}"
+        f"{name} {variant}: best exact match {stop.best:.3f} after {time.time() - t0:.0f}s; "
+        f"curve {stop.history}"
     )

@@ -300,7 +300,8 @@ def test_sampler_keeps_prompt_and_every_free_position_reaches_the_target(decodin
 
 def test_ancestral_positions_are_not_frozen():
     """Unlike MDLM, a position that already holds a token can change again: with a model that
-    always predicts uniform, a position moves at each step with probability (1 - 1/V)(1 - a_t/a_s)."""
+    always predicts uniform, a position moves at each step with probability
+    (1 - 1/V)(1 - a_t/a_s)."""
     V, L, n = 10, 16, 64
     method = Duo(DuoOptions(), V, L)
 
@@ -384,7 +385,8 @@ def test_sampler_feeds_sigma_minus_log_alpha():
 
 
 def test_duality_table_matches_monte_carlo_of_the_gaussian_argmax():
-    """alpha = T(gamma) = (V P[argmax w = x0] - 1)/(V - 1), w = sqrt(sig(-g)) e_x0 + sqrt(sig(g)) eps."""
+    """alpha = T(gamma) = (V P[argmax w = x0] - 1)/(V - 1),
+    w = sqrt(sig(-g)) e_x0 + sqrt(sig(g)) eps."""
     V = 10
     gam, alpha, dalpha = duality_table(V, -3.5, -1.75)
     assert (np.diff(alpha) < 0).all() and (dalpha < 0).all()  # more Gaussian noise -> smaller alpha

@@ -16,7 +16,8 @@ PACKAGES = ("bench", "baselines", "sflm")
 
 
 def module_files(root: Path = ROOT) -> dict[str, Path]:
-    """Dotted module name -> file, for every .py under the packages (``pkg/__init__.py`` is ``pkg``)."""
+    """Dotted module name -> file, for every .py under the packages (``pkg/__init__.py`` is
+    ``pkg``)."""
     out = {}
     for pkg in PACKAGES:
         for path in sorted((root / pkg).rglob("*.py")):

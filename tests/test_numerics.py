@@ -1,4 +1,5 @@
-"""The shared numerics (bench/numerics.py): interpolation, Gauss-Hermite, the log-linear schedule."""
+"""The shared numerics (bench/numerics.py): interpolation, Gauss-Hermite, the log-linear
+schedule."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def test_interp_matches_numpy_inside_and_clamps_outside(right):
 
 def test_interp_at_knots_right_is_exact():
     """``right=True`` returns fp[j] bit for bit at a knot; ``right=False`` (the segment on the left)
-    agrees to rounding. The two are kept because callers pinned their outputs with one or the other."""
+    agrees to rounding. The two are kept because callers pinned their outputs with one or the
+    other."""
     xp = torch.linspace(0.0, 1.0, 11, dtype=torch.float64) ** 2
     fp = torch.exp(3 * xp) / 7
     assert torch.equal(interp(xp, xp, fp, right=True), fp)

@@ -65,7 +65,8 @@ def test_cell_lock_has_one_owner_and_the_kernel_releases_it(tmp_path):
 SWEEP = """
 name: own
 results_dir: {rd}
-task: {{name: sudoku, grid: 4, difficulties: [easy], train_mix: true, n_train: 64, n_valid: 8, data_dir: {dd}}}
+task: {{name: sudoku, grid: 4, difficulties: [easy], train_mix: true, n_train: 64, \
+n_valid: 8, data_dir: {dd}}}
 backbone: {{size: cpu-mini}}
 train: {{steps: {steps}, batch_size: 8, warmup_steps: 1, checkpoint_every: 20, ema: 0.5}}
 sample: {{nfe: [2], temperature: [1.0], n_samples: 8, batch_size: 8}}

@@ -1,4 +1,5 @@
-"""alpha* (sflm.alpha_star): paper eq. alpha-crit, its Monte-Carlo check, the exact root, the table."""
+"""alpha* (sflm.alpha_star): paper eq. alpha-crit, its Monte-Carlo check, the exact root, the
+table."""
 
 from __future__ import annotations
 

@@ -305,7 +305,8 @@ def test_exact_velocity_peak_memory_is_a_few_BLV_buffers():
         def rss():
             with open('/proc/self/statm') as f:
                 return int(f.read().split()[1]) * resource.getpagesize()
-        exact_velocity(torch.randn(4, 8, dtype=torch.float64), torch.rand(4, 16, dtype=torch.float64),
+        exact_velocity(torch.randn(4, 8, dtype=torch.float64), \
+torch.rand(4, 16, dtype=torch.float64),
                        torch.randn(16, 8, dtype=torch.float64))  # warm up kernels
         E = torch.randn(V, d, dtype=torch.float64); E.div_(E.norm(dim=-1, keepdim=True))
         z = torch.randn(N, d, dtype=torch.float64); z.div_(z.norm(dim=-1, keepdim=True))

@@ -133,7 +133,8 @@ def test_adaptive_recording_warmup_and_refit_cadence():
         if s.record(t, loss, step):
             refits.append(step)
     assert s.t_buf is not None and len(s.t_buf) == 5 * 64  # paper: R x batch
-    # recording starts at step 10, the buffer is full after 5 batches (step 14), refits at 15, 20, ...
+    # recording starts at step 10, the buffer is full after 5 batches (step 14), refits at 15, 20,
+    # ...
     # (the fill step is 4 mod 5: s-flm 18d586f's per-write `end >= size` check never refits here)
     assert refits == [15, 20, 25, 30, 35]
     assert s.refit_count == 5 and s.fitted

@@ -349,7 +349,8 @@ def test_training_requeued_on_signal_resumes_to_identical_weights(tmp_path, resu
         assert torch.equal(got["backbone"][k], v), f"{k} differs from the uninterrupted run"
     recs = sacct(jid, duplicates=True)
     print(
-        f"requeue -> resume latency: {recs[0]['End']} -> {recs[1]['Start']} (interrupted at step {step})"
+        f"requeue -> resume latency: {recs[0]['End']} -> {recs[1]['Start']} "
+        f"(interrupted at step {step})"
     )
 
 

@@ -159,7 +159,8 @@ def test_verify_cli_exit_codes(tmp_path):
 SWEEP = """
 name: integrity
 results_dir: {rd}
-task: {{name: sudoku, grid: 4, difficulties: [easy, hard], train_mix: true, n_train: 64, n_valid: 8, data_dir: {dd}}}
+task: {{name: sudoku, grid: 4, difficulties: [easy, hard], train_mix: true, n_train: 64, \
+n_valid: 8, data_dir: {dd}}}
 backbone: {{size: cpu-mini}}
 train: {{steps: 2, batch_size: 8, warmup_steps: 1, checkpoint_every: 1, ema: 0.5}}
 sample: {{nfe: [2], temperature: [1.0], n_samples: 8, batch_size: 8}}

@@ -1,4 +1,5 @@
-"""Sudoku generator, token layout, cache and evaluator (bench/data/sudoku*.py, bench/evaluate/sudoku.py)."""
+"""Sudoku generator, token layout, cache and evaluator
+(bench/data/sudoku*.py, bench/evaluate/sudoku.py)."""
 
 from __future__ import annotations
 

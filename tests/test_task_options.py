@@ -89,7 +89,7 @@ def test_gsm8k_plans_without_its_tokenizer(monkeypatch):
     t = _task("gsm8k")
     assert (t.vocab_size, t.seq_len) == (tokenizers.SMOLLM_VOCAB_SIZE, 512)
     with pytest.raises(AssertionError, match="loaded"):
-        _task("gsm8k", tokenizer="someone/else").vocab_size
+        _ = _task("gsm8k", tokenizer="someone/else").vocab_size
 
 
 def test_declared_smollm_size_is_the_tokenizers():

@@ -30,7 +30,8 @@ def _cfg(steps):
 
 
 def _run(run_dir, steps):
-    """Train (or resume) in ``run_dir`` up to ``steps``; the weights file loaded into a fresh DiT."""
+    """Train (or resume) in ``run_dir`` up to ``steps``; the weights file loaded into a fresh
+    DiT."""
     res = train_sort_mdlm(run_dir, _cfg(steps), init_seed=123)
     fresh = MDLM(None, 10, 16).build_backbone(BB)
     load_weights(MDLM(None, 10, 16), fresh, res.weights)
@@ -47,7 +48,8 @@ def test_resume_is_exact(tmp_path):
 
 
 def test_resume_differs_from_restart_with_other_seed(tmp_path):
-    """Guard for the test above: a different seed gives different weights (the comparison is sensitive)."""
+    """Guard for the test above: a different seed gives different weights (the comparison is
+    sensitive)."""
     _, a = _run(tmp_path / "a", 3)
     cfg = _cfg(3)
     cfg.seed = 6

@@ -76,7 +76,8 @@ def resolve_size(cfg: BackboneConfig) -> DiTSize:
 
 
 class TimestepEmbedder(nn.Module):
-    """sigma (B,) -> (B, cond_dim): cos/sin features (max period 1e4) -> Linear -> SiLU -> Linear."""
+    """sigma (B,) -> (B, cond_dim): cos/sin features (max period 1e4) -> Linear -> SiLU
+    -> Linear."""
 
     def __init__(self, cond_dim: int, n_freq: int = 256):
         super().__init__()
@@ -104,7 +105,8 @@ def rotary_cos_sin(seq_len: int, head_dim: int, device, base: float = 1e4) -> tu
 
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate (B, H, L, Dh) by position, rotate-half convention (GPT-NeoX / flash-attn non-interleaved)."""
+    """Rotate (B, H, L, Dh) by position, rotate-half convention
+    (GPT-NeoX / flash-attn non-interleaved)."""
     x1, x2 = x.float().chunk(2, dim=-1)
     c, s = cos[None, None], sin[None, None]
     return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).to(x.dtype)

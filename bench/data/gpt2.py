@@ -70,7 +70,8 @@ def whisper_ranks_path() -> Path:
     spec = importlib.util.find_spec(WHISPER_PACKAGE)  # locate without importing (deps absent)
     if spec is None or spec.origin is None:
         raise ImportError(
-            f"package {WHISPER_DIST} is not installed (pip install --no-deps {WHISPER_DIST}==20250625)"
+            f"package {WHISPER_DIST} is not installed "
+            f"(pip install --no-deps {WHISPER_DIST}==20250625)"
         )
     return Path(spec.origin).parent.joinpath(*GPT2_TIKTOKEN)
 
@@ -92,7 +93,8 @@ def read_ranks(path: Path) -> dict[bytes, int]:
 
 def _last_merge(ranks: dict[bytes, int], token: bytes) -> tuple[bytes, bytes]:
     """The two parts that the merge of rank ``ranks[token]`` joins: run byte-level BPE on
-    ``token`` using only merges ranked below it (they all apply before it) until two parts remain."""
+    ``token`` using only merges ranked below it (they all apply before it) until two parts
+    remain."""
     limit = ranks[token]
     parts = [token[i : i + 1] for i in range(len(token))]
     while len(parts) > 2:

@@ -108,7 +108,8 @@ class SudokuOptions(Options):
 
 
 class SudokuTask(Task):
-    """Sudoku solving (paper, "Reasoning on Sudoku"): groups are difficulties; train 48k / valid 2k each."""
+    """Sudoku solving (paper, "Reasoning on Sudoku"): groups are difficulties;
+    train 48k / valid 2k each."""
 
     name = "sudoku"
     vocab_size = VOCAB_SIZE

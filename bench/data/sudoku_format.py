@@ -76,7 +76,8 @@ def decode(seq, n: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         n = next((k for k in BOXES if seq_len(k) == L), None)
         if n is None:
             raise ValueError(
-                f"decode: sequence length {L} is not a Sudoku layout ({[seq_len(k) for k in BOXES]})"
+                f"decode: sequence length {L} is not a Sudoku layout "
+                f"({[seq_len(k) for k in BOXES]})"
             )
     if L != seq_len(n):
         raise ValueError(f"decode: expected length {seq_len(n)} for {n}x{n}, got {L}")

@@ -362,7 +362,9 @@ def split_sha256(puzzles: np.ndarray, solutions: np.ndarray) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m bench.data.sudoku_reference",
-        description="Build (or load) a split of the paper harness's Sudoku data; print its SHA-256.",
+        description=(
+            "Build (or load) a split of the paper harness's Sudoku data; print its SHA-256."
+        ),
     )
     p.add_argument("--difficulty", choices=list(CLUES), required=True)
     p.add_argument("--split", choices=list(SPLITS), default="valid")

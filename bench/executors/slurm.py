@@ -77,7 +77,8 @@ class TrainJob(Checkpointable):
         except TrainingInterrupted as e:
             rank = submitit.JobEnvironment().global_rank
             print(
-                f"sflm: training interrupted at step {e.step} (rank {rank}); checkpoint {e.ckpt}; requeueing",
+                f"sflm: training interrupted at step {e.step} (rank {rank}); "
+                f"checkpoint {e.ckpt}; requeueing",
                 file=sys.stderr,
                 flush=True,
             )
@@ -263,7 +264,8 @@ def execute(
             n_train, n_tasks = _submit_missing(p, ex, state, status)
             if progress:
                 print(
-                    f"sweep {cfg.name}: submitted {n_train} train job(s) and {n_tasks} sampling task(s); "
+                    f"sweep {cfg.name}: submitted {n_train} train job(s) and "
+                    f"{n_tasks} sampling task(s); "
                     f"state: {state_dir(cfg) / 'state.json'}; logs: {log_dir(cfg, ex)}",
                     file=sys.stderr,
                 )

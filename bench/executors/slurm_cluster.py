@@ -34,7 +34,8 @@ _ENV_FIELDS = (
 )
 # a Python exception line, or slurmstepd's "*** JOB 12 ON node CANCELLED AT ... ***"
 _ERROR_LINE = re.compile(
-    r"^([A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Interrupted)\b|slurmstepd(-[\w.-]+)?: error:)"
+    r"^([A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Interrupted)\b"
+    r"|slurmstepd(-[\w.-]+)?: error:)"
 )
 
 

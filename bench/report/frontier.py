@@ -8,8 +8,8 @@ For every task whose rows have ``task_kind == "frontier"`` this section writes
   x = entropy (nats), y = Gen. PPL (log scale), one curve per (model, decoding) ordered by
   temperature; temperature-free decodings (S-FLM top-1, AR greedy) are single markers;
   autoregressive models (NFE = length) appear on every panel; the held-out "data" point
-  (rows with ``method == "data"``, ``kind == "reference"``) is a star on every panel; Pareto-optimal points inside the
-  window are ringed;
+  (rows with ``method == "data"``, ``kind == "reference"``) is a star on every panel;
+  Pareto-optimal points inside the window are ringed;
 - ``<task>_gen_ppl_vs_entropy_all_nfe.png/.pdf``: the grid of every NFE panel;
 - ``<task>_frontier.md``: every cell (H, Gen. PPL with CI, pooled Gen. PPL, n), and one scalar per
   (model, decoding, NFE): the Gen. PPL interpolated at the data's entropy along the model's
