@@ -176,12 +176,32 @@ def run_train(tc: TrainCell, threads: int = 0, progress: bool = True) -> str:
         return _train(tc, threads, progress)
 
 
+def _weights_readable(path) -> bool:
+    """True if ``path`` loads as what :func:`bench.train.fit` writes (a truncated or damaged
+    file is not)."""
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception:  # any unpickling / zip error means the file is damaged
+        return False
+    return isinstance(payload, dict) and {"backbone", "steps"} <= set(payload)
+
+
 def _train(tc: TrainCell, threads: int, progress: bool) -> str:
     if threads:
         torch.set_num_threads(threads)
     store = Store(tc.results_dir)
+    rebuild = False  # weights damaged after the cell was recorded: rebuild them, keep its rows
     if tc.weights.is_file() and store.has(tc.id):
-        return str(tc.weights)
+        if _weights_readable(tc.weights):
+            return str(tc.weights)
+        moved = tc.weights.with_name(f"{tc.weights.name}.corrupt-{os.getpid()}-{int(time.time())}")
+        os.replace(tc.weights, moved)
+        print(
+            f"warning: {tc.weights}: unreadable, moved to {moved.name}; rebuilding it from the "
+            "run's checkpoints",
+            file=sys.stderr,
+        )
+        rebuild = True
     tc.run_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(dataclasses.asdict(tc), tc.run_dir / "cell.json")
     task = _task(tc)
@@ -197,7 +217,7 @@ def _train(tc: TrainCell, threads: int, progress: bool) -> str:
     res = fit(
         method, backbone, data, train_cfg, tc.run_dir, progress=progress, extra={"cell": tc.id}
     )
-    if res.is_global_zero:  # DDP: every rank trains, rank 0 records
+    if res.is_global_zero and not rebuild:  # DDP: every rank trains, rank 0 records
         store.write_cell(tc.id, train_rows(tc, res, n_params, task=task))
     return str(res.weights)
 

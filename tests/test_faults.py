@@ -390,6 +390,31 @@ def test_truncated_store_and_checkpoint_files(tmp_path, reference):
     _assert_clean(c)
 
 
+def test_truncated_weights_are_rebuilt_and_the_train_row_kept(tmp_path, reference):
+    """A damaged weights.pt whose train row is in the store: the next job that needs the weights
+    (AR's sample row is gone) moves the file aside, rebuilds it from the run's last checkpoint,
+    leaves the train row as it was, and recomputes the sample row to the uninterrupted value."""
+    rd = _copy_reference(reference, tmp_path / "results")
+    path = _sweep(tmp_path, rd)
+    p = _plan(path)
+    mdlm, ar = p.train_cells
+    [ar_sample] = p.samples_of(ar)
+    w = ar.run_dir / "weights.pt"
+    w.write_bytes(w.read_bytes()[: w.stat().st_size // 3])
+    (rd / "store" / f"{ar_sample.id}.json").unlink()
+    train_row = (rd / "store" / f"{ar.id}.json").read_bytes()
+    _complete(path)
+    assert len(list(ar.run_dir.glob("weights.pt.corrupt-*"))) == 1
+    assert (rd / "store" / f"{ar.id}.json").read_bytes() == train_row
+    c = _check(
+        "truncated weights.pt (train row intact)",
+        rd,
+        reference["values"],
+        fits={mdlm.id[:10]: 0, ar.id[:10]: 1},
+    )
+    _assert_clean(c)
+
+
 def test_truncated_last_checkpoint_falls_back_to_the_previous_one(tmp_path, reference):
     """A truncated ckpt/last.ckpt (torn write on a filesystem without atomic rename, or a bad
     copy) with an intact earlier checkpoint: training resumes from the earlier one (a one-line
