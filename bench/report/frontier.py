@@ -355,7 +355,7 @@ def effective_window(c: pd.DataFrame, window: Window) -> tuple[Window, str]:
     if not len(m) or window.contains(m["H"], m["PPL"]).any():
         return window, ""
     h = c["H"].astype(float)
-    wide = Window(float(h.min()) - 0.05, float(h.max()) + 0.05, float("inf"))
+    wide = Window(round(float(h.min()) - 0.05, 2), round(float(h.max()) + 0.05, 2), float("inf"))
     return wide, (
         f"No model cell lies inside the window ({window.h_min} <= H <= {window.h_max}, "
         f"Gen. PPL <= {window.ppl_max:g}): the figures and scalars below use every cell "
