@@ -83,7 +83,9 @@ class AR(Method):
         x[~prompt_mask] = 0
         L = prompt.shape[1]
         start = self.generation_start(prompt_mask)
-        cache = [{} for _ in backbone.blocks] if self.kv_cache else None
+        # a backbone without per-block caches (a test stub, another network) re-reads the prefix
+        use_cache = self.kv_cache and hasattr(backbone, "blocks")
+        cache = [{} for _ in backbone.blocks] if use_cache else None
         for i in range(start, L):
             if cache is None:
                 logits = self.call(backbone, x[:, :i])[:, -1].float()

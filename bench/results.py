@@ -347,13 +347,13 @@ def read(results_dir: str | Path) -> pd.DataFrame:
 
 
 def task_columns(task) -> dict:
-    """The :data:`REPORT_COLUMNS` every row of ``task`` carries
-    (a :class:`bench.data.base.Task`)."""
+    """The :data:`REPORT_COLUMNS` every row of ``task`` carries (a :class:`bench.data.base.Task`;
+    a task class, as synthetic stores pass, has no options and so no protocol)."""
     return {
         "task_kind": task.report_kind,
         "task_title": task.title or task.name,
         "stand_in_for": task.stand_in_for,
-        "task_protocol": task.protocol(),
+        "task_protocol": "" if isinstance(task, type) else task.protocol(),
     }
 
 
