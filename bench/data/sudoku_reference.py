@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import logging
 import multiprocessing as mp
 import random
@@ -47,8 +46,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from bench.atomic import write_with
 from bench.data.sudoku_solver import count_solutions
+from bench.data.sudoku_splits import read_npz_cache, write_npz_cache
 
 log = logging.getLogger(__name__)
 
@@ -197,30 +196,6 @@ def cache_dir(data_dir: str = "") -> Path:
     return data_root(data_dir) / "reference"
 
 
-def _cached(path: Path, key: dict, names: tuple[str, ...]):
-    if not path.is_file():
-        return None
-    try:
-        with np.load(path) as z:
-            if json.loads(str(z["key"])) != key:
-                log.warning("%s: cache key mismatch, regenerating", path)
-                return None
-            return tuple(z[n] for n in names)
-    except Exception as e:  # noqa: BLE001 - an unreadable cache file is a miss
-        log.warning("%s: unreadable cache file (%s), regenerating", path, e)
-        return None
-
-
-def _store(path: Path, key: dict, **arrays) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-
-    def write(tmp: Path) -> None:
-        with open(tmp, "wb") as f:
-            np.savez_compressed(f, key=np.array(json.dumps(key, sort_keys=True)), **arrays)
-
-    write_with(path, write)
-
-
 # --------------------------------------------------------------------------- the data set
 
 
@@ -238,7 +213,7 @@ def kept_seeds(
         raise ValueError(f"total: must be >= 1, got {total}")
     key = {"what": "kept_seeds", "seed": seed, "total": total, "v": VERSION}
     path = cache_dir(data_dir) / f"kept-seed{seed}-total{total}-v{VERSION}.npz"
-    hit = _cached(path, key, ("seeds",))
+    hit = read_npz_cache(path, key, ("seeds",))
     if hit is not None:
         return hit[0]
     seen: set[bytes] = set()
@@ -266,7 +241,7 @@ def kept_seeds(
                 break
         start += batch
     arr = np.array(kept, np.int64)
-    _store(path, key, seeds=arr)
+    write_npz_cache(path, key, seeds=arr)
     return arr
 
 
@@ -311,7 +286,7 @@ def load_reference_split(
     path = cache_dir(data_dir) / (
         f"{split}-{difficulty}-train{n_train}-valid{n_valid}-seed{seed}-v{VERSION}.npz"
     )
-    hit = _cached(path, key, ("puzzles", "solutions"))
+    hit = read_npz_cache(path, key, ("puzzles", "solutions"))
     if hit is not None:
         return hit
     if not positions:
@@ -332,7 +307,7 @@ def load_reference_split(
     )
     puzzles = np.concatenate([p for p, _ in parts]).reshape(-1, 9, 9)
     solutions = np.concatenate([s for _, s in parts]).reshape(-1, 9, 9)
-    _store(path, key, puzzles=puzzles, solutions=solutions)
+    write_npz_cache(path, key, puzzles=puzzles, solutions=solutions)
     return puzzles, solutions
 
 
