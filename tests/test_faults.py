@@ -538,6 +538,24 @@ def _slurm_trainings(rd: Path) -> dict[str, tuple[int, int]]:
     return {k: (a, b) for k, (a, b) in out.items()}
 
 
+def _resume_node(node: str) -> None:
+    """`state=resume` the node, or check it is already back: with ReturnToService=2 slurmctld
+    may return a DOWN node to service itself when its slurmd re-registers, and then resume is
+    refused as 'Invalid node state specified'."""
+    r = run("scontrol", "update", f"nodename={node}", "state=resume")
+    if r.returncode == 0:
+        return
+    wait_until(
+        lambda: (
+            not re.search(
+                r"down|drain|fail", run("sinfo", "-h", "-n", node, "-o", "%T").stdout, re.I
+            )
+        ),
+        60,
+        f"node {node} back in service (resume said: {r.stderr.strip()})",
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.slurm
 def test_slurm_node_down_mid_training(tmp_path, slurm_cluster):
@@ -582,7 +600,7 @@ def test_slurm_node_down_mid_training(tmp_path, slurm_cluster):
             "the jobs on the downed node to stop",
         )
     finally:
-        assert run("scontrol", "update", f"nodename={node}", "state=resume").returncode == 0
+        _resume_node(node)
     try:
         _complete(path)
     finally:
