@@ -45,6 +45,27 @@ def log2_nfe_axis(ax, ticks) -> None:
     ax.xaxis.set_minor_formatter(NullFormatter())
 
 
+def _panels(sns, data, x: str, subs, *, xlabel: str, ylabel: str, title: str, **kw):
+    """One line panel per subset: ``value_pct`` vs ``x``, one hue per model."""
+    g = sns.relplot(
+        data=data,
+        x=x,
+        y="value_pct",
+        hue="model",
+        col="subset",
+        col_order=subs,
+        kind="line",
+        marker="o",
+        height=3.2,
+        aspect=1.1,
+        **kw,
+    )
+    g.set(xlabel=xlabel, ylabel=ylabel)
+    g.set_titles("{col_name}")
+    g.figure.suptitle(title, y=1.03)
+    return g
+
+
 def figures(task: str, df: pd.DataFrame, metric: str, out: Path) -> list[Path]:
     """``metric`` vs NFE (and vs temperature) for ``task``; returns the files written."""
     import matplotlib
@@ -66,44 +87,31 @@ def figures(task: str, df: pd.DataFrame, metric: str, out: Path) -> list[Path]:
     # metric vs NFE at T closest to 1 (AR, whose NFE is the length, appears as a single marker)
     s["_tdist"] = (s["temperature"].astype(float) - 1).abs()
     at1 = s[s["_tdist"] == s.groupby("model")["_tdist"].transform("min")]
-    g = sns.relplot(
-        data=at1,
-        x="nfe",
-        y="value_pct",
-        hue="model",
-        col="subset",
-        col_order=subs,
-        kind="line",
-        marker="o",
+    g = _panels(
+        sns,
+        at1,
+        "nfe",
+        subs,
+        xlabel="NFE (backbone calls; AR: generated length)",
+        ylabel=ylabel,
+        title=f"{task}: {metric.replace('_', ' ')} vs NFE (T closest to 1)",
         markersize=7,
-        height=3.2,
-        aspect=1.1,
         facet_kws={"sharey": True},
     )
     ticks = sorted(at1["nfe"].unique())
     for ax in g.axes.flat:
         log2_nfe_axis(ax, ticks)
-    g.set(xlabel="NFE (backbone calls; AR: generated length)", ylabel=ylabel)
-    g.set_titles("{col_name}")
-    g.figure.suptitle(f"{task}: {metric.replace('_', ' ')} vs NFE (T closest to 1)", y=1.03)
     written += save_figure(g.figure, out / f"{task}_{metric}_vs_nfe")
     if s["temperature"].nunique() > 1:
         top = s[s["nfe"] == s.groupby("model")["nfe"].transform("max")]
-        g = sns.relplot(
-            data=top,
-            x="temperature",
-            y="value_pct",
-            hue="model",
-            col="subset",
-            col_order=subs,
-            kind="line",
-            marker="o",
-            height=3.2,
-            aspect=1.1,
+        g = _panels(
+            sns,
+            top,
+            "temperature",
+            subs,
+            xlabel="temperature",
+            ylabel=ylabel,
+            title=f"{task}: {metric.replace('_', ' ')} vs temperature (largest NFE)",
         )
-        g.set(xlabel="temperature", ylabel=ylabel)
-        g.set_titles("{col_name}")
-        title = f"{task}: {metric.replace('_', ' ')} vs temperature (largest NFE)"
-        g.figure.suptitle(title, y=1.03)
         written += save_figure(g.figure, out / f"{task}_{metric}_vs_temperature")
     return written
