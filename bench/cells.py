@@ -22,9 +22,17 @@ import time
 import torch
 
 from bench import locks, registry
+from bench.config import config_hash
 from bench.plan import SampleCell, TrainCell
 from bench.results import Store, sample_columns, task_columns
-from bench.train import atomic_torch_save, fit, load_weights, write_json_atomic
+from bench.train import (
+    atomic_torch_save,
+    fit,
+    heldout_for,
+    load_weights,
+    log_path,
+    write_json_atomic,
+)
 
 
 def _device() -> torch.device:
@@ -60,7 +68,9 @@ def _base_row(tc: TrainCell) -> dict:
 
 def train_rows(tc: TrainCell, res, n_params: int, *, task) -> list[dict]:
     """The store rows of a finished train cell (``res``: :class:`bench.train.TrainResult`;
-    ``task``: the instance, for the report columns it declares)."""
+    ``task``: the instance, for the report columns it declares). ``train_log``: the run's CSV
+    log (:func:`bench.train.log_path`) relative to the results folder, when it was written."""
+    log = log_path(tc.run_dir)
     base = {
         **_base_row(tc),
         **task_columns(task),
@@ -68,6 +78,7 @@ def train_rows(tc: TrainCell, res, n_params: int, *, task) -> list[dict]:
         "train_steps": res.steps,
         "subset": "+".join(tc.groups),
         "wall_s": res.seconds,
+        "train_log": log.relative_to(tc.results_dir).as_posix() if log.is_file() else None,
     }
     return [
         {**base, "metric": "train_steps_per_s", "value": res.steps_per_s, "n": res.steps},
@@ -83,6 +94,7 @@ def sample_rows(
     ``method`` / ``task`` are the instances that produced them (for columns they declare)."""
     base = {
         **_base_row(c.train),
+        "variant": c.variant or c.train.variant,  # entries may share the model (bench.plan)
         "kind": "sample",
         "train_steps": train_steps,
         "nfe": nfe,
@@ -215,7 +227,14 @@ def _train(tc: TrainCell, threads: int, progress: bool) -> str:
     data = task.train_data(tc.groups)
     n_params = sum(p.numel() for p in backbone.parameters())
     res = fit(
-        method, backbone, data, train_cfg, tc.run_dir, progress=progress, extra={"cell": tc.id}
+        method,
+        backbone,
+        data,
+        train_cfg,
+        tc.run_dir,
+        progress=progress,
+        extra={"cell": tc.id},
+        val_data=heldout_for(task, tc.groups, train_cfg),
     )
     if res.is_global_zero and not rebuild:  # DDP: every rank trains, rank 0 records
         store.write_cell(tc.id, train_rows(tc, res, n_params, task=task))
@@ -261,8 +280,15 @@ def _sample(tc: TrainCell, todo: list[SampleCell], store: Store, progress: bool)
     meta = load_weights(method, backbone, tc.weights)
     backbone.to(dev).eval()
     method.to(dev)
+    samplers = {config_hash(tc.options): method}  # sampling options -> the model's method
     for c in todo:
         t0 = time.perf_counter()
+        key = config_hash(c.options)
+        if key not in samplers:  # sampling-only options of the cell's entry (bench.plan)
+            samplers[key] = registry.make_method(tc.method, c.options, task)
+            samplers[key].load_state_dict(method.state_dict())  # the trained model's state
+            samplers[key].to(dev)
+        sampler = samplers[key]
         data = task.eval_data(c.subset, c.n_samples)
         part_dir = tc.run_dir / "samples" / c.id
         part_dir.mkdir(parents=True, exist_ok=True)
@@ -278,8 +304,8 @@ def _sample(tc: TrainCell, todo: list[SampleCell], store: Store, progress: bool)
             sl = slice(bi, bi + c.batch_size)
             prompt, pmask = data.x[sl].to(dev), data.clean_mask[sl].to(dev)
             gen = torch.Generator(device=dev).manual_seed(c.seed * 1_000_003 + bi)
-            method.nfe_counter = 0
-            ids = method.sample(
+            sampler.nfe_counter = 0
+            ids = sampler.sample(
                 backbone,
                 prompt,
                 pmask,
@@ -289,7 +315,7 @@ def _sample(tc: TrainCell, todo: list[SampleCell], store: Store, progress: bool)
                 float64=c.float64,
                 generator=gen,
             ).cpu()
-            nfe_used = method.nfe_counter
+            nfe_used = sampler.nfe_counter
             atomic_torch_save({"ids": ids, "nfe": nfe_used}, path)
             outs.append(ids)
         samples = torch.cat(outs)
@@ -300,7 +326,7 @@ def _sample(tc: TrainCell, todo: list[SampleCell], store: Store, progress: bool)
         rows = sample_rows(
             c,
             metrics,
-            method=method,
+            method=sampler,
             task=task,
             train_steps=meta["steps"],
             nfe=nfe_used,

@@ -33,6 +33,21 @@ class ConfigError(ValueError):
 
 # --------------------------------------------------------------------------- sections
 
+#: ``train.logger`` values: Lightning loggers the trainer can write to (bench.train.make_loggers)
+LOGGERS = ("csv", "tensorboard", "wandb", "none")
+#: the package each optional logger needs (imported only when it is chosen)
+_LOGGER_PACKAGES = {"tensorboard": ("tensorboard", "tensorboardX"), "wandb": ("wandb",)}
+
+
+def logger_missing_package(logger: str) -> str | None:
+    """The package ``train.logger`` needs and this environment lacks (None: nothing missing)."""
+    import importlib.util
+
+    pkgs = _LOGGER_PACKAGES.get(logger, ())
+    if pkgs and not any(importlib.util.find_spec(p) is not None for p in pkgs):
+        return pkgs[0]
+    return None
+
 
 @dataclass
 class TaskConfig:
@@ -97,6 +112,29 @@ class TrainConfig:
     devices: int = option(1, gt=0, help="GPUs (or CPU processes) per node for DDP")
     num_nodes: int = option(1, gt=0)
     threads: int = option(0, ge=0, help="torch CPU threads (0 = leave torch's default)")
+    # training curves (bench.train: <run>/logs/metrics.csv; the report's <task>_training_curves)
+    logger: str = option(
+        "csv",
+        choices=LOGGERS,
+        help="csv: <run>/logs/metrics.csv (what the report draws); tensorboard / wandb: that "
+        "logger as well as the CSV (needs its package); none: no logs",
+    )
+    log_every: int = option(50, gt=0, help="steps between logged training losses")
+    val_every: int | None = option(
+        None,
+        ge=0,
+        help="steps between validation losses on held-out examples (0 = off; null = steps // 20, "
+        "at least 1)",
+    )
+    val_batches: int = option(2, gt=0, help="held-out batches (of batch_size) per validation")
+
+    def validate(self) -> None:
+        """The logger's package must be importable (checked when the sweep is planned)."""
+        missing = logger_missing_package(self.logger)
+        if missing:
+            raise ConfigError(
+                f"logger: {self.logger!r} needs the {missing} package (pip install {missing})"
+            )
 
 
 @dataclass

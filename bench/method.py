@@ -110,6 +110,10 @@ class Method(nn.Module):
     nfe_is_length: ClassVar[bool] = False
     #: decodings for which temperature has no effect (grid collapses to T = 1)
     temperature_free: ClassVar[tuple[str, ...]] = ()
+    #: ``Options`` fields that only change how a trained model samples (e.g. S-FLM's top_k):
+    #: they stay out of the train cell's identity, so variants differing only in them share
+    #: one trained model (bench.plan)
+    sampling_options: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, options: Options | None, vocab_size: int, seq_len: int):
         super().__init__()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import json
 import platform
@@ -336,6 +337,141 @@ def bench_velocity(args, device) -> list[dict]:
     return [row]
 
 
+def agreement_cells(run_dir: Path, decoding: str = "exact", max_cells: int = 0):
+    """(train cell, [sample cells]) of a trained run folder: the sweep's own sample cells
+    (``samples/<id>.pt``) with the given decoding, sorted by id; ``max_cells`` > 0 keeps the
+    first ones. Raises ConfigError naming the folder when it holds no such model or cell."""
+    from bench.plan import SampleCell, TrainCell
+
+    path = Path(run_dir) / "cell.json"
+    if not path.is_file() or not (Path(run_dir) / "weights.pt").is_file():
+        raise ConfigError(f"--runs {run_dir}: no cell.json / weights.pt (not a trained run)")
+    tc = TrainCell(**json.loads(path.read_text()))
+    tc = dataclasses.replace(tc, results_dir=str(Path(run_dir).parent.parent))
+    if tc.method != "sflm":
+        raise ConfigError(f"--runs {run_dir}: method {tc.method!r}, not sflm")
+    cells = []
+    for f in sorted((Path(run_dir) / "samples").glob("*.pt")):
+        c = torch.load(f, map_location="cpu", weights_only=False)["cell"]
+        if c["decoding"] == decoding:
+            c.pop("train", None)
+            cells.append(SampleCell(train=tc, **c))
+    if not cells:
+        raise ConfigError(f"--runs {run_dir}: no sampled cell with decoding {decoding!r}")
+    return tc, cells[:max_cells] if max_cells > 0 else cells
+
+
+def token_agreement(sample, prompt, pmask, seed: int) -> dict:
+    """Sample the same batch in float64 and float32 from one seed (``sample(prompt, pmask,
+    float64, generator)`` -> ids) and count the positions whose final tokens agree."""
+
+    def run(f64):
+        g = torch.Generator(device=prompt.device).manual_seed(seed)
+        return sample(prompt, pmask, f64, g)
+
+    a, b = run(True), run(False)
+    same = a == b
+    return {
+        "positions": same.numel(),
+        "agree": int(same.sum()),
+        "generated": int((~pmask).sum()),
+        "generated_agree": int((same & ~pmask).sum()),
+        "float64_ids": a,
+    }
+
+
+def bench_agreement(args, device) -> list[dict]:
+    """Float32 vs float64 S-FLM sampling on trained models: each sweep sample cell of every
+    ``--runs`` folder re-run in both dtypes with the sweep's seeds (``bench.cells._sample``),
+    and the fraction of final tokens that agree; ``float64_matches_store`` compares the
+    float64 run with the ids the sweep stored."""
+    from bench.cells import _method_backbone, _task
+    from bench.config import config_hash
+    from bench.train import load_weights
+
+    rows = []
+    for run_dir in args.runs:
+        tc, cells = agreement_cells(Path(run_dir), args.agree_decoding, args.agree_max_cells)
+        task = _task(tc)
+        method, backbone = _method_backbone(tc, task)
+        load_weights(method, backbone, tc.weights)
+        backbone.to(device).eval()
+        method.to(device)
+        for c in cells:
+            sampler = method
+            if config_hash(c.options) != config_hash(tc.options):
+                sampler = registry.make_method(tc.method, c.options, task)
+                sampler.load_state_dict(method.state_dict())
+                sampler.to(device)
+            data = task.eval_data(c.subset, c.n_samples)
+            stored = torch.load(tc.run_dir / "samples" / f"{c.id}.pt", weights_only=False)["ids"]
+            tot = {"positions": 0, "agree": 0, "generated": 0, "generated_agree": 0}
+            f64 = []
+            t0 = time.perf_counter()
+            for bi in range(0, len(data), c.batch_size):
+                sl = slice(bi, bi + c.batch_size)
+
+                def sample(prompt, pmask, f64_, gen, c=c, sampler=sampler, bb=backbone):
+                    return sampler.sample(
+                        bb,
+                        prompt,
+                        pmask,
+                        nfe=c.nfe,
+                        temperature=c.temperature,
+                        decoding=c.decoding,
+                        float64=f64_,
+                        generator=gen,
+                    ).cpu()
+
+                res = token_agreement(
+                    sample,
+                    data.x[sl].to(device),
+                    data.clean_mask[sl].to(device),
+                    c.seed * 1_000_003 + bi,  # the sweep's per-batch seed (bench.cells._sample)
+                )
+                f64.append(res.pop("float64_ids"))
+                for k in tot:
+                    tot[k] += res[k]
+            rows.append(
+                {
+                    "bench": "agreement",
+                    "run": Path(run_dir).name,
+                    "cell": c.id,
+                    "subset": c.subset,
+                    "nfe": c.nfe,
+                    "temperature": c.temperature,
+                    "decoding": c.decoding,
+                    "samples": len(data),
+                    **tot,
+                    "agreement": tot["agree"] / tot["positions"],
+                    "generated_agreement": tot["generated_agree"] / max(1, tot["generated"]),
+                    "float64_matches_store": bool(torch.equal(torch.cat(f64), stored)),
+                    "wall_s": time.perf_counter() - t0,
+                }
+            )
+            _progress(
+                f"agreement {rows[-1]['run']} {c.label()}: "
+                f"{rows[-1]['generated_agreement']:.5f} of generated positions"
+            )
+    if rows:
+        pos = sum(r["generated"] for r in rows)
+        rows.append(
+            {
+                "bench": "agreement",
+                "run": "all",
+                "cell": f"{len(rows)} cells",
+                "positions": sum(r["positions"] for r in rows),
+                "agree": sum(r["agree"] for r in rows),
+                "generated": pos,
+                "generated_agree": sum(r["generated_agree"] for r in rows),
+                "agreement": sum(r["agree"] for r in rows) / sum(r["positions"] for r in rows),
+                "generated_agreement": sum(r["generated_agree"] for r in rows) / max(1, pos),
+                "float64_matches_store": all(r["float64_matches_store"] for r in rows),
+            }
+        )
+    return rows
+
+
 def _reset_peak(device: torch.device, trim: bool = True) -> int | None:
     """Reset the peak-memory counter; return the memory in use now (None: cannot reset).
     ``trim=False`` leaves malloc's settings alone (the train bench: a fixed mmap threshold would
@@ -412,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
         "benches",
         nargs="*",
         default=["train", "sample", "velocity"],
-        help="any of train, sample, velocity (default: all)",
+        help="any of train, sample, velocity, agreement (default: the first three)",
     )
     ap.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda")
     ap.add_argument(
@@ -464,6 +600,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--vel-float32", action="store_true", help="sample in float32 (default float64)"
     )
+    ap.add_argument("--runs", nargs="+", default=[], help="agreement: trained S-FLM run folders")
+    ap.add_argument("--agree-decoding", default="exact", help="agreement: decoding to compare")
+    ap.add_argument(
+        "--agree-max-cells", type=int, default=0, help="agreement: first N cells per run (0: all)"
+    )
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
     ap.add_argument("--out", help="write results JSON here (atomically)")
     ap.add_argument("--md", help="also write the tables as Markdown here (atomically)")
@@ -474,10 +615,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.sample_batch is None:
         args.sample_batch = args.batch
 
-    unknown = [b for b in args.benches if b not in ("train", "sample", "velocity")]
+    unknown = [b for b in args.benches if b not in ("train", "sample", "velocity", "agreement")]
     if unknown:
         print(
-            f"error: unknown benchmark {unknown[0]!r} (known: train, sample, velocity)",
+            f"error: unknown benchmark {unknown[0]!r} (known: train, sample, velocity, agreement)",
             file=sys.stderr,
         )
         return 2
@@ -510,6 +651,10 @@ def main(argv: list[str] | None = None) -> int:
             rows += bench_sample(models, args, device)
         if "velocity" in args.benches:
             rows += bench_velocity(args, device)
+        if "agreement" in args.benches:
+            if not args.runs:
+                raise ConfigError("agreement: give the trained S-FLM run folders with --runs")
+            rows += bench_agreement(args, device)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -543,7 +688,7 @@ def main(argv: list[str] | None = None) -> int:
         + ", ".join(f"{k} {v}" for k, v in env["scale"].items())
         + f"; 1-min load average at the end: {env['loadavg_1min']}",
     ]
-    for bench in ("train", "sample", "velocity"):
+    for bench in ("train", "sample", "velocity", "agreement"):
         sel = [r for r in rows if r["bench"] == bench]
         if sel:
             md += [

@@ -4,7 +4,13 @@
   its run folder ``<results>/runs/<method>-<variant>-<hash>`` holds resumable checkpoints and
   the final EMA weights;
 - a **sample cell** = train cell x evaluation subset (Sudoku difficulty) x nfe x temperature x
-  decoding (+ sample size / seed).
+  decoding (+ sample size / seed, and the entry's sampling-only options when not their defaults).
+
+A method's sampling-only options (``Method.sampling_options``, e.g. S-FLM's ``top_k`` and
+``final_decode``) are not part of a train cell's identity: method entries that differ only in
+them share one train cell (trained once), and each keeps its own sample cells, variant name and
+sampling options. A train cell's identity holds them at their defaults, which keeps the ids of
+sweeps written before these options existed.
 
 This is the one place where a sweep's method and task sections become objects: the task
 (which parses and checks its own typed options; it loads no data and no tokenizer) and each
@@ -33,8 +39,16 @@ from bench.config import (
     config_hash,
 )
 
-# fields that do not change what a cell computes (paths, threads, checkpoint cadence)
-_NON_SEMANTIC_TRAIN = ("threads", "checkpoint_every")
+# fields that do not change what a cell computes (paths, threads, checkpoint cadence, logging
+# and validation: bench.train runs validation under a forked RNG, the weights are unchanged)
+_NON_SEMANTIC_TRAIN = (
+    "threads",
+    "checkpoint_every",
+    "logger",
+    "log_every",
+    "val_every",
+    "val_batches",
+)
 # task fields that are not part of a train cell's identity: where data is cached, and the
 # subsets / mixing, which the cell's ``groups`` already say
 _NON_SEMANTIC_TASK = ("data_dir", "difficulties", "train_mix")
@@ -92,12 +106,21 @@ class SampleCell:
     batch_size: int
     float64: bool
     seed: int
+    #: the method entry's variant (entries differing only in sampling options share ``train``)
+    variant: str = ""
+    #: the entry's sampling-only options that differ from their defaults (part of ``id``)
+    sampling: dict = field(default_factory=dict)
+
+    @property
+    def options(self) -> dict:
+        """The method options this cell samples with: the model's, overlaid with ``sampling``."""
+        return {**self.train.options, **self.sampling}
 
     def label(self) -> str:
         seed = f" seed {self.train.train['seed']}" if self.train.train.get("seed") else ""
         return (
-            f"{self.train.method}/{self.train.variant}{seed} {self.subset} nfe={self.nfe} "
-            f"T={self.temperature:g} {self.decoding}"
+            f"{self.train.method}/{self.variant or self.train.variant}{seed} {self.subset} "
+            f"nfe={self.nfe} T={self.temperature:g} {self.decoding}"
         )
 
     def absolute(self) -> SampleCell:
@@ -143,6 +166,29 @@ def _method(entry: MethodEntry, task, where: str):
     return method, canonical(opts)
 
 
+def _split_sampling(method, opts: dict) -> tuple[dict, dict]:
+    """(the options with every sampling-only option at its default: the model's identity,
+    the sampling-only options that differ from their defaults)."""
+    fields = {f.name: f for f in dataclasses.fields(type(method).Options)}
+    model, sampling = dict(opts), {}
+    for name in type(method).sampling_options:
+        f = fields.get(name)
+        if f is None or (
+            f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        ):
+            raise TypeError(
+                f"{type(method).__name__}.sampling_options: {name!r} is not an Options field "
+                "with a default"
+            )
+        default = canonical(
+            f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        )
+        model[name] = default
+        if opts[name] != default:
+            sampling[name] = opts[name]
+    return model, sampling
+
+
 def _decodings(method, entry: MethodEntry, sweep_decodings: list[str], where: str) -> list[str]:
     """The method's decodings for this entry, resolved by the method itself ('default' -> its
     default; S-FLM: any ``top<k>``). A name in the entry's own ``decoding`` list that the method
@@ -167,9 +213,12 @@ def plan(cfg: SweepConfig, source: str = "sweep") -> Plan:
     subsets = list(task.groups())  # Sudoku: the difficulties; GSM8K: the test split
     groups_list = [subsets] if cfg.task.train_mix else [[g] for g in subsets]
     s = cfg.sample
+    models: dict[str, TrainCell] = {}  # train cell id -> the cell (entries may share one)
+    owner: dict[str, int] = {}  # sample cell id -> the methods[] index that planned it
     for i, entry in enumerate(cfg.methods):
         where = f"{source}: methods[{i}]"
         method, opts = _method(entry, task, where)
+        model_opts, sampling = _split_sampling(method, opts)
         # per-method train overrides use TrainConfig's own fields and rules
         train0 = build(
             TrainConfig, {**dataclasses.asdict(cfg.train), **entry.train}, where=f"{where}.train"
@@ -187,39 +236,49 @@ def plan(cfg: SweepConfig, source: str = "sweep") -> Plan:
                 "backbone": canonical(cfg.backbone),
                 "train": train_sem,
                 "method": entry.method,
-                "options": opts,
+                "options": model_opts,
             }
-            tc = TrainCell(
-                config_hash(ident),
-                cfg.name,
-                cfg.results_dir,
-                canonical(cfg.task),
-                canonical(cfg.backbone),
-                canonical(train),
-                entry.method,
-                _variant(entry),
-                opts,
-                groups,
-            )
-            out.train_cells.append(tc)
+            tid = config_hash(ident)
+            tc = models.get(tid)
+            if tc is None:  # the first entry with this model names its run folder
+                tc = models[tid] = TrainCell(
+                    tid,
+                    cfg.name,
+                    cfg.results_dir,
+                    canonical(cfg.task),
+                    canonical(cfg.backbone),
+                    canonical(train),
+                    entry.method,
+                    _variant(entry),
+                    model_opts,
+                    groups,
+                )
+                out.train_cells.append(tc)
             for subset in groups:
                 for dec in decodings:
                     nfes = [0] if method.nfe_is_length else s.nfe
                     temps = [1.0] if dec in method.temperature_free else s.temperature
                     for nfe in nfes:
                         for temp in temps:
-                            sid = config_hash(
-                                {
-                                    "train": tc.id,
-                                    "subset": subset,
-                                    "nfe": nfe,
-                                    "temperature": temp,
-                                    "decoding": dec,
-                                    "n": s.n_samples,
-                                    "float64": s.float64,
-                                    "seed": s.seed,
-                                }
-                            )
+                            key = {
+                                "train": tc.id,
+                                "subset": subset,
+                                "nfe": nfe,
+                                "temperature": temp,
+                                "decoding": dec,
+                                "n": s.n_samples,
+                                "float64": s.float64,
+                                "seed": s.seed,
+                            }
+                            if sampling:  # absent at defaults: the ids sweeps always had
+                                key["sampling"] = sampling
+                            sid = config_hash(key)
+                            if owner.setdefault(sid, i) != i:
+                                raise ConfigError(
+                                    f"{where}: same model, options and sampling as "
+                                    f"methods[{owner[sid]}] (only the variant name differs); "
+                                    "remove one of them"
+                                )
                             out.sample_cells.append(
                                 SampleCell(
                                     sid,
@@ -232,6 +291,8 @@ def plan(cfg: SweepConfig, source: str = "sweep") -> Plan:
                                     s.batch_size,
                                     s.float64,
                                     s.seed,
+                                    _variant(entry),
+                                    sampling,
                                 )
                             )
     return out

@@ -18,6 +18,9 @@ reported on stderr by name and moved aside to ``store/corrupt/`` (never deleted)
 then counts as not done (:meth:`Store.has` is False), so the next sweep computes it again and
 the report goes on without it. Files written before checksums existed (version 1: a bare JSON
 list of rows) are still read, and trusted when they parse and pass the schema check.
+A version-2 file whose checksum holds but whose rows carry columns this code does not know was
+written by a newer version of sflm-bench: it is valid, read with the columns this code knows
+(the others are dropped from what it returns), left in place, and named once on stderr.
 ``python -m bench.results verify [--results-dir DIR] [--move]`` checks a whole store.
 """
 
@@ -73,6 +76,7 @@ COLUMNS = [
     "temperature_free",
     "default_decoding",
     "task_protocol",
+    "train_log",
 ]
 #: Columns added after the first stores were written: :meth:`Store.read` lists one only when a
 #: row has it, so an older store reads (and exports to results.csv) exactly as before.
@@ -87,7 +91,9 @@ COLUMNS = [
 #:   ignores the temperature; the planner samples it at T = 1 only), ``default_decoding`` (the
 #:   decoding is the method's default, what the paper ran when it names none); sample rows;
 #: - ``task_protocol``: the task options that decide which items and which grader a number comes
-#:   from (Sudoku ``generator=fast|reference``; GSM8K ``grader=...; separator=...``); every row.
+#:   from (Sudoku ``generator=fast|reference``; GSM8K ``grader=...; separator=...``); every row;
+#: - ``train_log``: the run's training log (``runs/<run>/logs/metrics.csv``, relative to the
+#:   results folder; :mod:`bench.report.curves` draws it), empty when none was written; train rows.
 REPORT_COLUMNS = COLUMNS[COLUMNS.index("task_kind") :]
 
 
@@ -141,19 +147,22 @@ def rows_checksum(rows) -> str:
     return hashlib.sha256(canonical_rows(rows).encode()).hexdigest()
 
 
-def check_rows(rows, cell_id: str) -> None:
+def check_rows(rows, cell_id: str, *, newer_ok: bool = False) -> list[str]:
     """The row schema: a list of flat dicts with known columns, this cell's id, a metric name,
-    a numeric (or empty) value, each metric once. Raises :class:`BadStoreFile`."""
+    a numeric (or empty) value, each metric once. Raises :class:`BadStoreFile`. With
+    ``newer_ok`` (a checksummed file: its rows are what a writer wrote) columns this code does
+    not know are allowed, as a newer version's, and returned (sorted); they are not checked."""
     if not isinstance(rows, list):
         raise BadStoreFile(f"wrong schema: rows is a {type(rows).__name__}, not a list")
-    metrics = []
+    metrics, known, newer = [], set(COLUMNS), set()
     for i, r in enumerate(rows):
         if not isinstance(r, dict):
             raise BadStoreFile(f"wrong schema: row {i} is a {type(r).__name__}, not an object")
-        unknown = set(r) - set(COLUMNS)
-        if unknown:
+        unknown = set(r) - known
+        if unknown and not newer_ok:
             raise BadStoreFile(f"wrong schema: row {i} has unknown columns {sorted(unknown)}")
-        nested = sorted(k for k, v in r.items() if not isinstance(v, _SCALARS))
+        newer |= unknown
+        nested = sorted(k for k, v in r.items() if k in known and not isinstance(v, _SCALARS))
         if nested:
             raise BadStoreFile(f"wrong schema: row {i} has non-scalar values in {nested}")
         if r.get("cell_id") != cell_id:
@@ -170,11 +179,16 @@ def check_rows(rows, cell_id: str) -> None:
         metrics.append(r["metric"])
     if len(set(metrics)) != len(metrics):
         raise BadStoreFile(f"wrong schema: duplicate metrics {metrics}")
+    return sorted(newer)
 
 
-def parse_store_file(raw: bytes, cell_id: str) -> tuple[list[dict], bool]:
-    """Validate the bytes of ``<cell_id>.json``: (rows, has_checksum). Raises :class:`BadStoreFile`
-    (truncated or invalid JSON, wrong schema, checksum mismatch)."""
+def parse_store_file(raw: bytes, cell_id: str) -> tuple[list[dict], bool, list[str]]:
+    """Validate the bytes of ``<cell_id>.json``: (rows, has_checksum, newer_columns). Raises
+    :class:`BadStoreFile` (truncated or invalid JSON, wrong schema, checksum mismatch).
+
+    ``newer_columns``: the columns, unknown to this code, that a newer version wrote into a
+    checksummed file; ``rows`` then hold only the known columns. A file without a checksum
+    (version 1, written only by older code) with unknown columns is bad."""
     try:
         data = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
@@ -185,7 +199,7 @@ def parse_store_file(raw: bytes, cell_id: str) -> tuple[list[dict], bool]:
         ) from None
     if isinstance(data, list):  # version 1: written before checksums, trusted if the schema holds
         check_rows(data, cell_id)
-        return data, False
+        return data, False, []
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise BadStoreFile(f"wrong schema: not a {FORMAT} file")
     if data.get("version") != VERSION:
@@ -199,8 +213,28 @@ def parse_store_file(raw: bytes, cell_id: str) -> tuple[list[dict], bool]:
         )
     if rows_checksum(data["rows"]) != data["sha256"]:
         raise BadStoreFile("checksum mismatch (the rows changed after they were written)")
-    check_rows(data["rows"], cell_id)
-    return data["rows"], True
+    newer = check_rows(data["rows"], cell_id, newer_ok=True)
+    if newer:
+        known = set(COLUMNS)
+        return [{k: v for k, v in r.items() if k in known} for r in data["rows"]], True, newer
+    return data["rows"], True, []
+
+
+_warned_newer: set[Path] = set()  # stores named once (this process) as holding newer rows
+
+
+def _warn_newer(store_dir: Path, p: Path, newer: list[str]) -> None:
+    """Say once per store and process that it holds rows from a newer version."""
+    if store_dir in _warned_newer:
+        return
+    _warned_newer.add(store_dir)
+    print(
+        f"warning: {p}: rows written by a newer version of sflm-bench (unknown columns "
+        f"{newer}); reading the columns this version knows, the file stays in place "
+        f"(other such files in {store_dir} are not named again)",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 class Store:
@@ -234,13 +268,15 @@ class Store:
         except FileNotFoundError:
             return None
         try:
-            rows, _ = parse_store_file(raw, p.stem)
+            rows, _, newer = parse_store_file(raw, p.stem)
         except BadStoreFile as e:
             if not self._quarantine(p, str(e), st.st_ino) and retry:
                 return self._load(
                     p, retry=False
                 )  # replaced by a writer meanwhile: read the new one
             return None
+        if newer:
+            _warn_newer(self.dir.resolve(), p, newer)
         self._valid[p.name] = (key, rows)
         return rows
 
@@ -267,24 +303,26 @@ class Store:
             )
         return True
 
-    def verify(self, move: bool = False) -> tuple[list[tuple[Path, str]], int, int]:
-        """Check every file: (bad files with reasons, files checked, files without checksum).
+    def verify(self, move: bool = False) -> tuple[list[tuple[Path, str]], int, int, int]:
+        """Check every file: (bad files with reasons, files checked, files without checksum,
+        valid files from a newer version, i.e. with columns this code does not know).
         Read-only unless ``move`` (then bad files go to ``corrupt/`` as on any read)."""
-        bad, n, legacy = [], 0, 0
+        bad, n, legacy, newer = [], 0, 0, 0
         for p in sorted(self.dir.glob("*.json")):
             n += 1
             try:
                 with open(p, "rb") as f:
                     ino, raw = os.fstat(f.fileno()).st_ino, f.read()
-                _, checked = parse_store_file(raw, p.stem)
+                _, checked, extra = parse_store_file(raw, p.stem)
                 legacy += not checked
+                newer += bool(extra)
             except FileNotFoundError:
                 n -= 1
             except BadStoreFile as e:
                 bad.append((p, str(e)))
                 if move:
                     self._quarantine(p, str(e), ino, say=False)
-        return bad, n, legacy
+        return bad, n, legacy, newer
 
     def write_cell(self, cell_id: str, rows: list[dict]) -> Path:
         """Write all rows of one cell at once (replacing an earlier write of the same cell)."""
@@ -484,13 +522,14 @@ def main(argv: list[str] | None = None) -> int:
     if not store.dir.is_dir():
         print(f"error: {store.dir}: no results store", file=sys.stderr)
         return 2
-    bad, n, legacy = store.verify(move=args.move)
+    bad, n, legacy, newer = store.verify(move=args.move)
     for p, reason in bad:
         print(f"bad: {p}: {reason}" + (f" (moved to {store.corrupt_dir}/)" if args.move else ""))
     aside = len(list(store.corrupt_dir.glob("*.json"))) if store.corrupt_dir.is_dir() else 0
     print(
         f"{store.dir}: {n} files checked, {len(bad)} bad, {legacy} without checksum "
-        f"(written before checksums; valid), {aside} in {store.corrupt_dir.name}/"
+        f"(written before checksums; valid), {newer} from a newer version (unknown columns "
+        f"ignored; valid), {aside} in {store.corrupt_dir.name}/"
     )
     return 1 if bad else 0
 

@@ -163,6 +163,8 @@ class SFLM(Method):
     Options = SFLMOptions
     decodings = ("exact", "stochastic", "top1", "topk")
     temperature_free = ("top1",)
+    #: options of the sampler only: a new k or final decode reuses the trained model
+    sampling_options = ("top_k", "final_decode")
     #: extra option sets the shared conformance suite runs (tests/test_conformance.py)
     conformance_variants = [
         {},

@@ -125,6 +125,8 @@ def adaptive_runs(results_dir: Path) -> list[dict]:
             {
                 "run": cell.parent.name,
                 "variant": meta.get("variant", ""),
+                "task": (meta.get("task") or {}).get("name", ""),
+                "seed": (meta.get("train") or {}).get("seed"),
                 "t": grid,
                 "adaptive": vals,
                 "refits": int(ex.get("refit_count", 0)),
@@ -175,10 +177,15 @@ def render_schedules(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> lis
     ax.legend(fontsize=6)
     if runs:
         ax = axes[0][1]
+        based = set()  # runs of one (task, variant) share their base: one legend entry
         for i, r in enumerate(runs):
-            lab = f"{r['variant']} ({r['refits']} refits)"
+            name = f"{r.get('task', '')} {r['variant']}".strip()
+            seed = f" seed {r['seed']}" if r.get("seed") is not None else ""
+            lab = f"{name}{seed} ({r['refits']} refits)"
             ax.plot(1 - r["t"], r["adaptive"], color=f"C{i}", label=f"learned: {lab}")
-            ax.plot(1 - r["t"], r["base"], color=f"C{i}", ls=":", label=f"base: {r['variant']}")
+            blab = "_nolegend_" if name in based else f"base: {name}"
+            based.add(name)
+            ax.plot(1 - r["t"], r["base"], color=f"C{i}", ls=":", label=blab)
             idx = np.linspace(0, len(r["t"]) - 1, 11).astype(int)
             for kind in ("adaptive", "base"):
                 data += [

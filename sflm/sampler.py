@@ -39,42 +39,115 @@ def _omega_over_sin(c: Tensor, eps: float) -> Tensor:
     return w.masked_fill_(near_zero, 1.0)
 
 
+#: float (rows, V) buffers of the exact velocity's workspace (probabilities, cosines, sin w,
+#: w / sin w): bytes per row = 4 V itemsize
+WORKSPACE_BUFFERS = 4
+#: CPU: the workspace may use this fraction of MemAvailable; CUDA: of the free device memory
+WORKSPACE_FRACTION = {"cpu": 0.25, "cuda": 0.5}
+#: upper bound on the workspace (bytes) whatever the free memory: larger chunks are not faster
+#: (measured, docs/methods/sflm.md "Measured cost"), and it keeps the extra peak memory of a
+#: sampler step below one (B, L, V) buffer at the paper's batch sizes
+WORKSPACE_CAP = {"cpu": 256 << 20, "cuda": 2 << 30}
+
+
+def _free_bytes(device: torch.device) -> int | None:
+    """Free memory the workspace may draw on: CUDA free device memory; CPU MemAvailable."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def workspace_rows(
+    n: int, vocab: int, dtype: torch.dtype, device: torch.device, budget: int | None = None
+) -> int:
+    """Rows of (., V) processed at a time by ``exact_velocity`` so that its workspace
+    (``WORKSPACE_BUFFERS`` buffers of (rows, V) in ``dtype``) fits ``budget`` bytes.
+
+    ``budget=None``: ``WORKSPACE_FRACTION`` of the free memory, at most ``WORKSPACE_CAP``
+    (devices other than cpu / cuda use the CPU numbers). Always at least one row."""
+    per_row = vocab * WORKSPACE_BUFFERS * torch.empty((), dtype=dtype).element_size()
+    if budget is None:
+        kind = "cuda" if device.type == "cuda" else "cpu"
+        budget = WORKSPACE_CAP[kind]
+        free = _free_bytes(device)
+        if free is not None:
+            budget = min(budget, int(free * WORKSPACE_FRACTION[kind]))
+    return max(1, min(n, int(budget) // per_row))
+
+
 def exact_velocity(
-    z: Tensor, probs: Tensor, embeddings: Tensor, *, eps: float = EPS, chunk: int | None = None
+    z: Tensor,
+    probs: Tensor,
+    embeddings: Tensor,
+    *,
+    eps: float = EPS,
+    chunk: int | None = None,
+    budget: int | None = None,
+    logits: bool = False,
+    temperature: float = 1.0,
 ) -> Tensor:
     """sum_v p_v log_z(e_v): the exact velocity direction (paper eq. flm-marginal-vf /
     Alg. Sampling).
 
     Args:
-        z: (..., d) unit vectors (B, L, d in the sampler).
-        probs: (..., V) posterior weights (rows sum to 1; any non-negative weights work).
-        embeddings: (V, d) unit rows e_hat_v.
-        chunk: optional number of rows of the flattened leading dims processed at a time.
+        z: (..., d) unit vectors (B, L, d in the sampler); sets the compute dtype.
+        probs: (..., V) posterior weights (rows sum to 1; any non-negative weights work), or
+            with ``logits=True`` raw logits (any float dtype): p = softmax(logits / temperature)
+            is then formed row block by row block in z's dtype, never as a whole (B, L, V) copy.
+        embeddings: (V, d) unit rows e_hat_v, in z's dtype.
+        chunk: rows of the flattened leading dims processed at a time; None: as many as fit
+            ``budget`` bytes of workspace (``workspace_rows``; None: from the free memory).
     Returns:
         (..., d) tangent vectors at z, without the alpha'/(1 - alpha) factor.
 
     With C = z E^T, log_z(e_v) = w_v / sin w_v (e_v - C_v z) and w_v = arccos C_v, so
     sum_v p_v log_z(e_v) = (p * S) E - z sum_v p_v S_v C_v with S = w / sin w (reference
-    ``sfm_compute_velocity``). Only (N, V) buffers are materialised (C, sin w, S), never
-    (N, V, d); the cost is two (N x d x V) matrix products.
+    ``sfm_compute_velocity``), and sum_v p_v S_v C_v = z . ((p * S) E), so the velocity is the
+    tangent part of (p * S) E. The cost is two (N x d x V) matrix products; the (rows, V)
+    workspace is allocated once and every elementwise step runs in place in it.
     """
     lead = z.shape[:-1]
     d = z.shape[-1]
     zf = z.reshape(-1, d)
-    pf = probs.reshape(-1, probs.shape[-1])
-    n = zf.shape[0]
-    step = n if chunk is None else max(1, int(chunk))
+    src = probs.reshape(-1, probs.shape[-1])
+    n, V = src.shape
+    if chunk is None:
+        chunk = workspace_rows(n, V, z.dtype, z.device, budget)
+    step = max(1, min(n, int(chunk)))
+    ws = torch.empty((WORKSPACE_BUFFERS, step, V), dtype=z.dtype, device=z.device)
+    one = torch.ones((), dtype=z.dtype, device=z.device)
     out = torch.empty_like(zf)
+    Et = embeddings.T
     for a in range(0, n, step):
-        zc, pc = zf[a : a + step], pf[a : a + step]
-        c = zc @ embeddings.T  # (N, V) cosines
-        c.clamp_(-1.0, 1.0)
-        ps = _omega_over_sin(c, eps).mul_(pc)  # p_v w_v / sin w_v
-        coef = torch.bmm(ps.unsqueeze(1), c.unsqueeze(2)).squeeze(
-            2
-        )  # sum_v p_v S_v C_v, no (N, V) temp
-        del c
-        out[a : a + step] = ps @ embeddings - zc * coef
+        m = min(step, n - a)
+        p, c, s, w = ws[0, :m], ws[1, :m], ws[2, :m], ws[3, :m]
+        zc = zf[a : a + m]
+        if logits:  # softmax(logits / T) in the compute dtype, staged through s
+            s.copy_(src[a : a + m])
+            if temperature != 1.0:
+                s.div_(temperature)
+            torch.softmax(s, -1, out=p)
+        else:
+            p.copy_(src[a : a + m])
+        torch.mm(zc, Et, out=c)  # cosines C_v
+        # S = w / sin w with w = atan2(sin w, cos w), sin w = sqrt(1 - c^2) floored at eps: the
+        # floor is the reference's (``omega / sin(omega).clamp(min=eps)``) at c -> -1, and at
+        # c -> 1 it gives atan2(eps, c) / eps = 1 - O(eps^2), the limit 1 without a mask
+        torch.addcmul(one, c, c, value=-1.0, out=s).clamp_min_(eps * eps).sqrt_()
+        torch.atan2(s, c, out=w)
+        w.div_(s).mul_(p)  # p_v S_v
+        # sum_v p_v S_v (e_v - C_v z) = y - (z . y) z with y = (p S) E, since
+        # sum_v p_v S_v C_v = z . y: one (rows, d) product instead of a (rows, V) reduction
+        o = out[a : a + m]
+        torch.mm(w, embeddings, out=o)
+        o.sub_(zc * (zc * o).sum(-1, keepdim=True))
     return out.reshape(*lead, d)
 
 
@@ -157,6 +230,7 @@ def sample_sphere_flow(
     generator: torch.Generator | None = None,
     renormalize: bool = True,
     sign: float = 1.0,
+    workspace_bytes: int | None = None,
 ) -> Tensor:
     """Geodesic Euler sampler (paper Alg. Sampling / Stochastic sampling; reference ``SFMSampler``).
 
@@ -174,6 +248,8 @@ def sample_sphere_flow(
             exp map keeps |z| = 1 up to rounding, so this changes nothing else).
         sign: +1 (the flow); -1 walks the velocity backwards (used only by tests to show that
             a wrong-signed sampler fails).
+        workspace_bytes: memory for the exact velocity's (rows, V) workspace; None: a share of
+            the free memory, capped (``workspace_rows``). Changes the chunking, not the result.
     Returns (n, L) ids. Makes exactly ``len(alphas) - 1`` calls.
     """
     nfe = len(alphas) - 1
@@ -183,31 +259,37 @@ def sample_sphere_flow(
     dev = prompt.device
     dtype = torch.float64 if float64 else torch.float32
     E = normalize(embeddings.detach().to(dtype))
-    z = uniform_sphere((n, L, E.shape[-1]), generator=generator, device=dev, dtype=dtype)
+    # the noise is drawn in float64 whatever the dtype, so that a float32 run starts from the
+    # float64 run's z_0 rounded (same seed -> comparable tokens; bench.perf agreement)
+    z = uniform_sphere((n, L, E.shape[-1]), generator=generator, device=dev, dtype=torch.float64)
+    z = z.to(dtype)
     pm = prompt_mask[..., None]
     clean = E[prompt]
     z = torch.where(pm, clean, z)
     alphas = alphas.to(torch.float64)
     x = None
     for k in range(nfe):
-        logits = call(z, alphas[k]).to(dtype)
+        raw = call(z, alphas[k])  # the network's logits; cast to ``dtype`` only where needed
         if k == nfe - 1:
-            if final == "argmax":
-                x = logits.argmax(-1)
+            if final == "argmax":  # the float casts are exact and monotone: same argmax
+                x = raw.argmax(-1)
             elif final == "sample":
-                x = gumbel_argmax(logits / temperature, generator, float64)
+                x = gumbel_argmax(raw.to(dtype) / temperature, generator, float64)
             else:
                 raise ValueError(
                     f"sflm sampler: unknown final decode {final!r} (known: argmax, sample)"
                 )
             break
-        logits = logits / temperature
-        if decoding.velocity == "exact":
-            v = exact_velocity(z, torch.softmax(logits, -1), E)
+        if decoding.velocity == "exact":  # softmax fused in, block by block: no (B, L, V) copy
+            v = exact_velocity(
+                z, raw, E, logits=True, temperature=temperature, budget=workspace_bytes
+            )
+            del raw
         elif decoding.velocity == "stochastic":
+            logits = raw.to(dtype) / temperature
             v = stochastic_velocity(z, logits, E, generator=generator, float64=float64)
         else:
-            v = topk_velocity(z, logits, E, decoding.k)
+            v = topk_velocity(z, raw.to(dtype) / temperature, E, decoding.k)
         s = step_size(alphas[k], alphas[k + 1]).to(dtype)
         z = exp_map(z, (sign * s) * v)
         if renormalize:

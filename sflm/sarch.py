@@ -91,6 +91,11 @@ class SArch(nn.Module):
     looked up in the normalised table); sigma (B,) time input -log(alpha). Returns (B, L, V)
     logits."""
 
+    #: scale the head's rows by s~_z instead of the (B, L, V) logits (fewer (B, L, V) passes in
+    #: training; equal up to float rounding, so off by default: results stay bit-identical to the
+    #: runs recorded with the logit-side scale; issue 14 measures whether it pays)
+    fold_logit_scale = False
+
     def __init__(self, vocab_size: int, size: DiTSize):
         super().__init__()
         d = size.d_model
@@ -118,20 +123,30 @@ class SArch(nn.Module):
             nn.init.zeros_(blk.mlp_out.bias)
         nn.init.normal_(self.lm_head.weight, std=std)
 
+    def sphere_matrices(self, embeddings: bool = False) -> tuple[list[Tensor], list[Tensor]]:
+        """The matrices kept unit-norm along the d_model axis: (row-normalised, i.e. weight[out, d]:
+        W_Q, W_K, W_V, W_fc, W_lm and, with ``embeddings``, the input table; column-normalised,
+        i.e. weight[d, in]: W_O, W_out)."""
+        rows = [self.embed.weight] if embeddings else []
+        rows.append(self.lm_head.weight)
+        cols = []
+        for blk in self.blocks:
+            rows += [blk.query.weight, blk.key.weight, blk.value.weight, blk.c_fc.weight]
+            cols += [blk.att_out.weight, blk.mlp_out.weight]
+        return rows, cols
+
     @torch.no_grad()
     def renormalize_weights(self, embeddings: bool = False) -> None:
         """Unit-norm every matrix along the d_model axis (nGPT ``normalize_matrices``): rows of
         W_Q, W_K, W_V, W_fc, W_lm (weight[out, d]) and columns of W_O, W_out (weight[d, in]).
         ``embeddings=True`` also re-projects the input table
-        (reference ``normalize_input_embed``)."""
-        if embeddings:
-            self.embed.weight.copy_(justnorm(self.embed.weight))
-        self.lm_head.weight.copy_(justnorm(self.lm_head.weight))
-        for blk in self.blocks:
-            for lin in (blk.query, blk.key, blk.value, blk.c_fc):
-                lin.weight.copy_(justnorm(lin.weight))
-            for lin in (blk.att_out, blk.mlp_out):
-                lin.weight.copy_(justnorm(lin.weight.T).T)
+        (reference ``normalize_input_embed``). One in-place foreach division by the norms (no
+        normalised copies); bitwise equal to ``w.copy_(justnorm(w))`` per matrix (same norms,
+        same division; tests/test_sflm_method.py)."""
+        rows, cols = self.sphere_matrices(embeddings)
+        norms = [w.norm(dim=-1, keepdim=True).clamp_min_(NORM_EPS) for w in rows]
+        norms += [w.norm(dim=0, keepdim=True).clamp_min_(NORM_EPS) for w in cols]
+        torch._foreach_div_(rows + cols, norms)
 
     def forward(self, x: Tensor, sigma: Tensor | None = None) -> Tensor:
         h = justnorm(self.embed(x)) if not x.dtype.is_floating_point else x
@@ -142,4 +157,10 @@ class SArch(nn.Module):
         cos, sin = rotary_cos_sin(L, self.d_model // self.n_heads, h.device)
         for blk in self.blocks:
             h = blk(h, t_emb, cos, sin)
-        return self.lm_head(h) * (self.s_z * (1.0 / self.b))
+        scale = self.s_z * (1.0 / self.b)
+        if self.fold_logit_scale:
+            # (h W^T) diag(s) = h (diag(s) W)^T: the scale on the (V, d) matrix instead of the
+            # (B, L, V) logits (nGPT ``model.py::GPT.forward`` scales the logits; equal up to
+            # float rounding)
+            return F.linear(h, self.lm_head.weight * scale[:, None])
+        return self.lm_head(h) * scale

@@ -7,8 +7,14 @@ torch and the method registry are imported inside the functions that need them, 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
+from functools import cache
+from pathlib import Path
+
+#: 30 rows in TinyGSM's schema (question, code) for the TinyGSM / GSM8K data tests
+TINYGSM_FIXTURE = Path(__file__).parent / "fixtures" / "tinygsm_sample.jsonl"
 
 
 def make_method(method, options: dict | None = None, vocab: int = 10, seq_len: int = 16):
@@ -58,6 +64,44 @@ def wait_until(pred, timeout: float, what: str, interval: float = 0.5):
             return value
         assert time.monotonic() < deadline, f"timed out after {timeout:.0f} s waiting for {what}"
         time.sleep(interval)
+
+
+@cache
+def tinygsm_rows() -> list[dict]:
+    """The rows of :data:`TINYGSM_FIXTURE` (read once; do not mutate)."""
+    return [json.loads(line) for line in TINYGSM_FIXTURE.read_text().splitlines()]
+
+
+def tinygsm_options(**kw):
+    """``TinyGSMOptions`` reading :data:`TINYGSM_FIXTURE`, ``max_len`` 160 unless given."""
+    from bench.data.tinygsm import TinyGSMOptions
+
+    return TinyGSMOptions(data_files=[str(TINYGSM_FIXTURE)], **{"max_len": 160, **kw})
+
+
+def tinygsm_bpe():
+    """A small byte-level BPE in the Hugging Face interface, like SmolLM's (BOS = EOS = 0,
+    ``[PAD]`` added), trained on :data:`TINYGSM_FIXTURE`: no download. A test module makes it
+    a fixture with ``bpe = pytest.fixture(tinygsm_bpe, scope="module", name="bpe")``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    raw = Tokenizer(models.BPE())
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    raw.decoder = decoders.ByteLevel()
+    raw.train_from_iterator(
+        [r["question"] + "\n" + r["code"] for r in tinygsm_rows()],
+        trainers.BpeTrainer(
+            vocab_size=600,
+            special_tokens=["<|endoftext|>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=raw, bos_token="<|endoftext|>", eos_token="<|endoftext|>"
+    )
+    tok.add_special_tokens({"pad_token": "[PAD]"})
+    return tok
 
 
 def train_sort_mdlm(run_dir, cfg, *, init_seed: int = 0, callbacks=()):

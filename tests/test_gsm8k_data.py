@@ -5,10 +5,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
-from pathlib import Path
 
 import pytest
 import torch
+from helpers import TINYGSM_FIXTURE as FIXTURE
+from helpers import tinygsm_bpe, tinygsm_options, tinygsm_rows
 
 from bench.config import ConfigError, TaskConfig
 from bench.data import tinygsm
@@ -18,33 +19,9 @@ from bench.data.program_task import decode_continuations
 from bench.data.tokenizers import CharTokenizer
 from bench.evaluate.sandbox import STATUSES
 
-FIXTURE = Path(__file__).parent / "fixtures" / "tinygsm_sample.jsonl"
-ROWS = [json.loads(line) for line in FIXTURE.read_text().splitlines()]
-
-
-@pytest.fixture(scope="module")
-def bpe():
-    """A small byte-level BPE in the Hugging Face interface, like SmolLM's (BOS = EOS = 0,
-    [PAD] added), trained on the fixture so the test needs no download."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    raw = Tokenizer(models.BPE())
-    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    raw.decoder = decoders.ByteLevel()
-    raw.train_from_iterator(
-        [r["question"] + "\n" + r["code"] for r in ROWS],
-        trainers.BpeTrainer(
-            vocab_size=600,
-            special_tokens=["<|endoftext|>"],
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        ),
-    )
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=raw, bos_token="<|endoftext|>", eos_token="<|endoftext|>"
-    )
-    tok.add_special_tokens({"pad_token": "[PAD]"})
-    return tok
+ROWS = tinygsm_rows()
+_opts = tinygsm_options
+bpe = pytest.fixture(tinygsm_bpe, scope="module", name="bpe")
 
 
 # --------------------------------------------------------------------------- tokenizers
@@ -75,10 +52,6 @@ def test_char_tokenizer_pieces_longest_first():
 
 
 # --------------------------------------------------------------------------- TinyGSM
-
-
-def _opts(**kw):
-    return tinygsm.TinyGSMOptions(data_files=[str(FIXTURE)], **{"max_len": 160, **kw})
 
 
 def test_tinygsm_layout_masks_and_filter(tmp_path, bpe, monkeypatch):

@@ -391,6 +391,8 @@ def test_cells_write_the_report_columns_of_their_task_and_method_instances(tmp_p
         train={"seed": 0},
         id="t0",
         groups=["easy"],
+        results_dir=str(tmp_path),
+        run_dir=tmp_path / "runs" / "ar-base-t0",
     )
     c = SimpleNamespace(train=tc, temperature=1.0, decoding="greedy", subset="medium")
     metrics = [

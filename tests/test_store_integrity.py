@@ -80,7 +80,7 @@ def test_wrong_schema_is_moved_aside(tmp_path, capsys, edit, needle):
 @pytest.mark.parametrize(
     "edit,needle",
     [
-        (lambda r: r[0].update(nested={"a": 1}), "unknown columns ['nested']"),
+        (lambda r: r[0].update(n={"a": 1}), "non-scalar values in ['n']"),
         (lambda r: r[0].update(value="high"), "non-numeric value"),
         (lambda r: r[0].update(cell_id="zzz"), "cell_id 'zzz'"),
         (lambda r: r[1].update(metric="exact_match"), "duplicate metrics"),
@@ -113,9 +113,67 @@ def test_files_written_before_checksums_still_read(tmp_path, capsys):
     s.path("old").write_text(json.dumps(rows, indent=1))
     assert s.has("old") and len(s.read()) == 2 and s.rows("old") == rows
     assert capsys.readouterr().err == ""
-    assert s.verify() == ([], 1, 1)
+    assert s.verify() == ([], 1, 1, 0)
     s.path("old").write_text(json.dumps(rows)[:-3])
     assert not Store(tmp_path).has("old")
+
+
+def _add_newer_columns(path: Path, **extra) -> None:
+    """What a newer version of the code writes: rows with more columns, checksummed."""
+    from bench.results import rows_checksum
+
+    def edit(d):
+        for r in d["rows"]:
+            r.update(extra)
+        d["sha256"] = rows_checksum(d["rows"])
+
+    _tamper(path, edit)
+
+
+def test_rows_from_a_newer_version_are_read_in_place(tmp_path, capsys):
+    """A checksummed file whose rows carry columns this code does not know was written by a
+    newer version: it is valid (done, not recomputed), read with the known columns, left in
+    place (not moved to corrupt/), and the store is named on stderr once."""
+    s = Store(tmp_path)
+    p = s.write_cell("abc", _rows(0.5))
+    q = s.write_cell("def", _rows(0.1))
+    want = {c: s.rows(c) for c in ("abc", "def")}
+    _add_newer_columns(p, tokens_per_s=12.5, note="new")
+    _add_newer_columns(q, tokens_per_s=3.0, extra={"nested": [1, 2]})  # dropped unchecked
+    before = {f: f.read_bytes() for f in (p, q)}
+    capsys.readouterr()
+    fresh = Store(tmp_path)
+    assert fresh.has("abc") and fresh.rows("abc") == want["abc"]
+    assert fresh.has("def") and fresh.rows("def") == want["def"]
+    df = Store(tmp_path).read()  # a second reader in the same process: no second warning
+    assert len(df) == 4 and list(df.columns) == [c for c in COLUMNS if c in df.columns]
+    assert "tokens_per_s" not in df.columns and "note" not in df.columns
+    [line] = _warnings(capsys.readouterr().err)
+    assert "newer version" in line and str(p) in line and "'tokens_per_s'" in line
+    assert "stays in place" in line
+    assert {f: f.read_bytes() for f in (p, q)} == before  # untouched, in place
+    assert not (tmp_path / "store" / "corrupt").exists()
+    assert Store(tmp_path).verify(move=True) == ([], 2, 0, 2)
+    r = _verify("verify", "--results-dir", str(tmp_path))
+    assert r.returncode == 0 and "2 files checked, 0 bad" in r.stdout, r.stdout + r.stderr
+    assert "2 from a newer version" in r.stdout and p.exists() and q.exists()
+
+
+def test_newer_columns_do_not_excuse_a_bad_file(tmp_path, capsys):
+    """Unknown columns are a newer version's only where the checksum vouches for the rows:
+    a checksum mismatch, or a version-1 file (no checksum; only older code wrote those),
+    is still moved aside."""
+    s = Store(tmp_path)
+    p = s.write_cell("abc", _rows(0.5))
+    _add_newer_columns(p, tokens_per_s=1.0)
+    _tamper(p, lambda d: d["rows"][0].update(tokens_per_s=2.0))  # after the checksum
+    assert not Store(tmp_path).has("abc")
+    assert "checksum mismatch" in capsys.readouterr().err
+    rows = [{**dict.fromkeys(COLUMNS), **r, "cell_id": "old", "zz": 1} for r in _rows(0.5)]
+    s.path("old").write_text(json.dumps(rows))
+    assert not Store(tmp_path).has("old")
+    assert "unknown columns ['zz']" in capsys.readouterr().err
+    assert len(list((tmp_path / "store" / "corrupt").iterdir())) == 2
 
 
 def _verify(*args):

@@ -13,43 +13,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from helpers import tinygsm_bpe, tinygsm_options, tinygsm_rows
 
 from bench.config import TaskConfig
 from bench.data import stats, tinygsm
 from bench.data.tokenizers import CharTokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURE = ROOT / "tests" / "fixtures" / "tinygsm_sample.jsonl"
-ROWS = [json.loads(line) for line in FIXTURE.read_text().splitlines()]
-
-
-@pytest.fixture(scope="module")
-def bpe():
-    """A small byte-level BPE in the Hugging Face interface (BOS = EOS = 0, [PAD] added),
-    trained on the fixture: no download."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    raw = Tokenizer(models.BPE())
-    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    raw.decoder = decoders.ByteLevel()
-    raw.train_from_iterator(
-        [r["question"] + "\n" + r["code"] for r in ROWS],
-        trainers.BpeTrainer(
-            vocab_size=600,
-            special_tokens=["<|endoftext|>"],
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        ),
-    )
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=raw, bos_token="<|endoftext|>", eos_token="<|endoftext|>"
-    )
-    tok.add_special_tokens({"pad_token": "[PAD]"})
-    return tok
-
-
-def _opts(**kw):
-    return tinygsm.TinyGSMOptions(data_files=[str(FIXTURE)], **{"max_len": 160, **kw})
+ROWS = tinygsm_rows()
+_opts = tinygsm_options
+bpe = pytest.fixture(tinygsm_bpe, scope="module", name="bpe")
 
 
 # --------------------------------------------------------------------------- separator

@@ -310,9 +310,16 @@ class ArithTask(ProgramTask):
         )
 
     def train_data(self, groups: list[str]) -> TaskData:
+        return self._encode(self._examples("train", self.cfg.n_train))
+
+    def heldout_data(self, groups: list[str], n: int) -> TaskData:
+        """The first ``n`` held-out problems with their programs, as training encodes them."""
+        return self._encode(self._examples("heldout", n))
+
+    def _encode(self, ex: list[dict]) -> TaskData:
+        """Question + program rows packed as training data."""
         from bench.data.tinygsm import encode_pair, pack
 
-        ex = self._examples("train", self.cfg.n_train)
         tok = self.tokenizer
         ids, pl = encode_pair(
             tok,

@@ -88,6 +88,13 @@ class Task:
         """The first ``n`` held-out examples of ``group`` (deterministic)."""
         raise NotImplementedError
 
+    def heldout_data(self, groups: list[str], n: int) -> TaskData | None:
+        """Up to ``n`` held-out examples in the training format (prompt and target, the training
+        loss mask), deterministic, never trained on, for the trainer's validation loss
+        (``train.val_every``) of a model trained on ``groups``. None: the task has none, and its
+        runs log no validation loss."""
+        return None
+
     def evaluate(self, samples: Tensor, data: TaskData, group: str) -> list[MetricValue]:
         """Score (N, L) generated ids against ``data``."""
         raise NotImplementedError

@@ -210,6 +210,10 @@ class GSM8KTask(ProgramTask):
 
         return load_tinygsm(self.tinygsm, self.tokenizer, self.cfg.data_dir, "valid", n=n)
 
+    def heldout_data(self, groups: list[str], n: int) -> TaskData:
+        """The first ``n`` rows of the TinyGSM validation split (question + program)."""
+        return self.valid_data(n)
+
     def test_problems(self) -> list[Problem]:
         if self._test is None:
             self._test, self.test_source = load_gsm8k_test(self.opts.gsm8k_source)

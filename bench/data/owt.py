@@ -520,6 +520,12 @@ class OWTTask(Task):
         b = self.split("valid").memmap()
         return np.asarray(b[: n if n is not None else len(b)], dtype=np.int64)
 
+    def heldout_data(self, groups: list[str], n: int) -> TaskData:
+        """The first ``n`` held-out blocks, every position in the loss (as training)."""
+        x = torch.from_numpy(self.valid_blocks(n))
+        clean = torch.zeros(x.shape, dtype=torch.bool)
+        return TaskData(x, clean, ~clean, meta={})
+
     def eval_data(self, group: str, n: int) -> TaskData:
         """An all-masked canvas of ``n`` x L (unconditional generation: no prompt)."""
         self._check_group(group)

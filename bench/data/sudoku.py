@@ -199,6 +199,17 @@ class SudokuTask(Task):
         puzzles, solutions = self._split(group, "valid")
         return self._to_data(puzzles[:n], solutions[:n], group)
 
+    def heldout_data(self, groups: list[str], n: int) -> TaskData:
+        """The first validation puzzles of each group, about ``n`` in all (the training format:
+        the solution, the givens clean)."""
+        each = min(self.cfg.n_valid, max(1, -(-n // len(groups))))
+        parts = [self.eval_data(g, each) for g in groups]
+        return TaskData(
+            torch.cat([p.x for p in parts])[:n],
+            torch.cat([p.clean_mask for p in parts])[:n],
+            torch.cat([p.loss_mask for p in parts])[:n],
+        )
+
     def evaluate(self, samples: Tensor, data: TaskData, group: str) -> list[MetricValue]:
         from bench.evaluate.sudoku import evaluate_sudoku
 

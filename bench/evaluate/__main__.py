@@ -2,7 +2,8 @@
 
 Adding an evaluator is one line in :data:`EVALUATORS`: a module that defines ``CLI_HELP``,
 ``add_arguments(parser)`` and ``run(args) -> int`` (its exit status). Usage errors exit 2 with
-a single line on stderr.
+a single line on stderr (:mod:`bench.evaluate.cli`: raise its ``UsageError``, return
+``usage_exit(prog, error)``).
 """
 
 from __future__ import annotations
@@ -11,18 +12,17 @@ import argparse
 import importlib
 import sys
 
+from bench.evaluate.cli import PROG, usage_exit
+
 EVALUATORS = {
     "gsm8k": "bench.evaluate.gsm8k",
     "genppl": "bench.evaluate.genppl",
 }
 
-PROG = "python -m bench.evaluate"
-
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2 (argparse prints usage + error)
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
+        raise SystemExit(usage_exit(self.prog, message))
 
 
 def main(argv: list[str] | None = None) -> int:

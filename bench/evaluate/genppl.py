@@ -69,6 +69,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from bench.evaluate.cli import PROG as EVALUATE_PROG
+from bench.evaluate.cli import UsageError, check_out_dir, usage_exit
+
 PAPER_REF = "gpt2-large"
 OFFLINE_REF = "smollm2-135m"
 AUTO = "auto"
@@ -609,12 +612,8 @@ class GenPPL:
 # --------------------------------------------------------------------------- CLI
 
 CLI_HELP = "score samples (token ids or text) by a reference LM: Gen. PPL and unigram entropy"
-PROG = "python -m bench.evaluate genppl"
+PROG = f"{EVALUATE_PROG} genppl"
 ID_KEYS = ("ids", "text")
-
-
-class UsageError(Exception):
-    """Bad input or arguments (exit status 2)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -767,9 +766,7 @@ def run(args: argparse.Namespace) -> int:
         if args.batch_tokens < 2 or args.flush_every < 1 or args.bootstrap < 1:
             raise UsageError("--batch-tokens must be >= 2, --flush-every and --bootstrap >= 1")
         items = read_samples(args.samples)
-        d = os.path.dirname(os.path.abspath(args.out))
-        if not os.path.isdir(d):
-            raise UsageError(f"--out: directory does not exist: {d}")
+        check_out_dir("--out", args.out)
         try:  # also for text rows: their entropy is over the samples' tokenizer ids
             sample_tok = _load_sample_tokenizer(args.tokenizer, args.data_dir)
         except Exception as e:
@@ -806,8 +803,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--ref-model {args.ref_model}: {e}") from None
         done = _done_rows(args.out, ref.name, args.mode)
     except UsageError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return 2
+        return usage_exit(PROG, e)
     todo = [i for i in range(len(items)) if i not in done]
     print(
         f"{PROG}: {len(items)} samples ({len(done)} already in {args.out}); ref {ref.name} "

@@ -41,6 +41,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 from bench.evaluate import gsm8k_reference
+from bench.evaluate.cli import PROG as EVALUATE_PROG
+from bench.evaluate.cli import UsageError, check_out_dir, usage_exit
 from bench.evaluate.sandbox import STATUSES, ExecResult, Sandbox, SandboxConfig, SandboxError
 from bench.evaluate.stats import PAPER_RESAMPLES, bootstrap_accuracy
 
@@ -257,10 +259,7 @@ def format_summary(s: dict, name: str = "gsm8k") -> str:
 # --------------------------------------------------------------------------- CLI
 
 CLI_HELP = "run model-written programs in the sandbox and score them against gold answers"
-
-
-class UsageError(Exception):
-    """Bad input file or arguments (CLI exit status 2)."""
+PROG = f"{EVALUATE_PROG} gsm8k"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -374,10 +373,8 @@ def run(args: argparse.Namespace) -> int:
         items = read_inputs(args.programs, eos, args.grader)
         if not items:
             raise UsageError(f"{args.programs}: no programs (the file has no JSON lines)")
-        for flag, path in (("--out", args.out), ("--summary", args.summary)):
-            d = os.path.dirname(os.path.abspath(path)) if path else ""
-            if d and not os.path.isdir(d):
-                raise UsageError(f"{flag}: directory does not exist: {d}")
+        check_out_dir("--out", args.out)
+        check_out_dir("--summary", args.summary)
         cfg = SandboxConfig(
             timeout_s=args.timeout,
             memory_mb=args.memory_mb,
@@ -386,8 +383,7 @@ def run(args: argparse.Namespace) -> int:
             runner=REFERENCE_RUNNER if args.grader == "reference" else "",
         )
     except (UsageError, ValueError) as e:
-        print(f"python -m bench.evaluate gsm8k: error: {e}", file=sys.stderr)
-        return 2
+        return usage_exit(PROG, e)
     t0 = time.monotonic()
     partial = args.out + ".partial"
     try:
@@ -423,13 +419,10 @@ def run(args: argparse.Namespace) -> int:
             os.replace(partial, args.out)
             workers, child_python = sb.workers, sb.child_python
     except SandboxError as e:
-        print(f"python -m bench.evaluate gsm8k: sandbox broken: {e}", file=sys.stderr)
+        print(f"{PROG}: sandbox broken: {e}", file=sys.stderr)
         return 1
     except OSError as e:
-        print(
-            f"python -m bench.evaluate gsm8k: error: cannot write {partial}: {e}", file=sys.stderr
-        )
-        return 2
+        return usage_exit(PROG, f"cannot write {partial}: {e}")
     summary = summarize(rows, n_resamples=args.bootstrap, seed=args.seed)
     summary["wall_s"] = round(time.monotonic() - t0, 2)
     summary["workers"] = workers

@@ -14,6 +14,11 @@ Writes to ``<results>/report`` (or ``--out``):
   (cell accuracy, valid grids), one table per ablation table of the paper (e.g. S-FLM schedule x
   renorm) with our value beside each of its rows, and every cell of the grid;
 - ``training.md``: train throughput and final loss of every model;
+- ``training_cost.md`` / ``.csv``: steps/s, duration and device-hours per (task, model) beside
+  the paper's table "Training cost" (:mod:`bench.report.training_cost`; also ``--figure
+  tab-training-cost``);
+- ``<task>_training_curves.png`` / ``.pdf``: training loss and validation loss against step per
+  model, from the run logs the train rows name (:mod:`~bench.report.curves`);
 - ``<task>_<metric>_vs_nfe.png`` / ``.pdf``: the headline metric against NFE per method
   (one panel per subset), and ``..._vs_temperature`` when the grid has several temperatures;
 - tasks of kind ``program`` (GSM8K, its stand-in): a section of ``<task>.md`` with accuracy and its

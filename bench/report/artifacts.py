@@ -26,10 +26,10 @@ import pandas as pd
 from bench import atomic
 from bench.report.common import flag, headline_cells, md_table, pct, rows
 from bench.report.figures import log2_nfe_axis, save_figure
-from bench.report.paper import PAPER_DIR, ours_for, paper_numbers
+from bench.report.paper import PAPER_DIR, ours_for, paper_numbers, protocol
 
 #: modules that contribute artifacts (their ``ARTIFACTS`` list), after the built-in ones
-PROVIDERS: tuple[str, ...] = ("sflm.paper_artifacts",)
+PROVIDERS: tuple[str, ...] = ("sflm.paper_artifacts", "bench.report.training_cost")
 #: the top-k grid of the appendix figure (the paper does not list its k; "k >= 10 plateau");
 #: sweeps/gsm8k_nfe.yaml samples the S-arch model with exactly these decodings
 TOPK_GRID = (1, 2, 5, 10, 50, 100)
@@ -339,10 +339,35 @@ def render_main_table(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> li
         table.append(row)
     _, missing = a.needs(a, df)
     head = (
-        f"Ours: {name}, headline metric at the largest NFE of the grid and T closest to 1 "
-        "(%, 95 % CI or mean +- sd over seeds). Paper: its reported numbers."
+        f"Ours: {name}{_where(best)}, headline metric at the largest NFE of the grid and T "
+        "closest to 1 (%, 95 % CI or mean +- sd over seeds). Paper: its reported numbers "
+        f"({protocol(a.task)}); compare them only where the protocols match."
     )
     return _write_table(a, out, pd.DataFrame(table), head, [], missing)
+
+
+def _where(best: pd.DataFrame) -> str:
+    """What our numbers come from: sweep(s), task protocol, NFE and T of the headline cells (a
+    CPU quickstart's 4x4 Sudoku must not read as the paper's 9x9)."""
+    if not len(best):
+        return ""
+
+    def vals(col, fmt=str):
+        v = best[col].dropna() if col in best else []
+        return ", ".join(dict.fromkeys(fmt(x) for x in v if str(x) != ""))
+
+    parts = [f"sweep {vals('sweep')}"] if vals("sweep") else []
+    if vals("task_protocol"):
+        parts.append(vals("task_protocol"))
+    length = flag(best["nfe_is_length"])
+    nfe = ", ".join(str(int(x)) for x in sorted(set(best.loc[~length, "nfe"].dropna())))
+    ar = ", ".join(str(int(x)) for x in sorted(set(best.loc[length, "nfe"].dropna())))
+    temp = vals("temperature", lambda x: f"{float(x):g}")
+    parts.append(
+        ", ".join(x for x in (f"NFE {nfe}" if nfe else "", f"NFE = length {ar}" if ar else "") if x)
+        + f", T = {temp}"
+    )
+    return " (" + "; ".join(parts) + ")"
 
 
 def render_renorm_table(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> list[Path]:

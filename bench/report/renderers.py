@@ -64,7 +64,12 @@ def _training(df: pd.DataFrame, out: Path, args) -> list[Path]:
 #: built-in store-wide sections
 SECTIONS: list[Section] = [Section("training", _training)]
 #: modules (method packages' report hooks) whose ``SECTIONS`` the report adds after the built-in
-PROVIDERS: tuple[str, ...] = ("sflm.report", "bench.report.frontier")
+PROVIDERS: tuple[str, ...] = (
+    "sflm.report",
+    "bench.report.frontier",
+    "bench.report.training_cost",
+    "bench.report.curves",
+)
 
 
 def sections() -> list[Section]:

@@ -1,0 +1,274 @@
+"""Training cost per model and task (paper table "Training cost", ``tab:training-cost``): steps/s,
+duration and device-hours from the store's train rows, in the paper's layout (rows: its models;
+columns: steps/s, duration (h), GPU-hours, each for TinyGSM and OWT) with its numbers beside ours
+(``results/paper/training_cost.csv``). Tasks the paper has no column for (Sudoku) get their own.
+
+Written as the report section ``training_cost`` (``<out>/training_cost.md`` / ``.csv``, when the
+store has train rows) and the paper artifact ``tab-training-cost`` (``--figure``, ``--paper``).
+
+From one train cell's rows (:func:`bench.cells.train_rows`): ``train_steps_per_s``,
+``train_steps`` and ``wall_s``. Duration (h) = steps / (steps/s) / 3600, as the paper derives it
+from its step rate (it equals ``wall_s`` for a run that was never resumed; a resumed run's
+``wall_s`` covers only its last process). Device-hours = duration x devices: GPU-hours when the
+row records a CUDA ``device``, CPU-hours otherwise. Rows without a ``device`` / ``devices``
+column (the store does not record them yet) count one device of unrecorded kind, said so in the
+table. Several train cells of one (task, model) (seeds, Sudoku's per-difficulty models): the mean
+per run, with the number of runs.
+
+``results/paper/training_cost.csv``: one row per (paper model, task, metric); ``variant`` may list
+alternatives separated by ``|`` (the first one the store has is used: S-arch is ``sarch`` in the
+GSM8K sweeps and ``sarch-trunc-adaptive`` in the quickstart); ``steps`` and ``gpus`` are the
+paper's run (250k steps on 8 H100s for TinyGSM, 1M on 16 for OWT).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from bench import atomic
+from bench.report.artifacts import Artifact
+from bench.report.common import md_table, model_label, rows
+from bench.report.paper import PAPER_DIR
+from bench.report.renderers import Section
+
+LABEL = "tab-training-cost"
+#: the paper's task columns: store task (or the task its CPU stand-in replaces) -> header
+PAPER_TASKS = {"gsm8k": "TinyGSM", "owt": "OWT"}
+QUANTITIES = (  # (column group, our field, the paper's metric)
+    ("steps/s", "steps_per_s", "steps_per_s"),
+    ("duration (h)", "duration_h", "duration_h"),
+    ("device-hours", "device_hours", "gpu_hours"),
+)
+SWEEP = (
+    "any sweep's train rows; paper columns: sweeps/gsm8k_nfe.yaml, sweeps/owt_frontier.yaml "
+    "(CPU: sweeps/gsm8k_smoke.yaml, sweeps/owt_smoke.yaml)"
+)
+
+
+def paper_cost() -> pd.DataFrame:
+    """``results/paper/training_cost.csv`` (empty when absent)."""
+    p = PAPER_DIR / "training_cost.csv"
+    if not p.is_file():
+        return pd.DataFrame(columns=["task", "method", "variant", "metric", "value", "label"])
+    return pd.read_csv(p, keep_default_na=False)
+
+
+def _paper_task(task: str, stand_in_for, task_kind) -> str | None:
+    """The paper column a store task fills: itself, the benchmark it stands in for, or OWT for
+    the frontier kind; None for a task the paper has no cost for."""
+    for t in (task, str(stand_in_for or "").lower()):
+        if t in PAPER_TASKS:
+            return t
+    return "owt" if task_kind == "frontier" else None
+
+
+def _is_gpu(device) -> bool:
+    d = str(device or "").lower()
+    return d.startswith("cuda") or "gpu" in d or "nvidia" in d
+
+
+def runs(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per train cell: task, method, variant, paper task, steps, steps/s, wall_s,
+    duration_h, device, devices, device_hours."""
+    t = rows(df, kind="train")
+    t = t[t["metric"] == "train_steps_per_s"]
+    out = []
+    for _, r in t.iterrows():
+        sps = float(r["value"])
+        steps = int(r["train_steps"]) if pd.notna(r["train_steps"]) else int(r["n"])
+        dur = steps / sps / 3600 if sps > 0 else float("nan")
+        device = r.get("device") if pd.notna(r.get("device")) else None
+        n_dev = r.get("devices")
+        n_dev = int(n_dev) if pd.notna(n_dev) else 1
+        out.append(
+            {
+                "task": r["task"],
+                "paper_task": _paper_task(r["task"], r["stand_in_for"], r["task_kind"]),
+                "method": r["method"],
+                "variant": r["variant"],
+                "cell": r["train_cell"] if pd.notna(r["train_cell"]) else r["config_hash"],
+                "steps": steps,
+                "steps_per_s": sps,
+                "wall_s": float(r["wall_s"]) if pd.notna(r["wall_s"]) else float("nan"),
+                "duration_h": dur,
+                "device": device or "",
+                "devices": n_dev,
+                "unit": "unrecorded" if device is None else ("GPU" if _is_gpu(device) else "CPU"),
+                "device_hours": dur * n_dev,
+            }
+        )
+    return pd.DataFrame(out)
+
+
+def _columns(r: pd.DataFrame, p: pd.DataFrame) -> list[tuple[str, str | None, str | None]]:
+    """(header, our task, paper task) per task column: the paper's TinyGSM and OWT first (our task
+    that fills each, or none), then the store's tasks the paper has no cost for."""
+    cols = []
+    for pt, head in PAPER_TASKS.items():
+        ours = sorted(r.loc[r["paper_task"] == pt, "task"].unique()) if len(r) else []
+        if ours:
+            cols += [(head if o == pt else f"{head} [ours: {o}]", o, pt) for o in ours]
+        elif pt in set(p["task"]):
+            cols.append((head, None, pt))
+    if len(r):
+        for task in sorted(r.loc[r["paper_task"].isna(), "task"].unique()):
+            cols.append((task, task, None))
+    return cols
+
+
+def _g(x: float) -> str:
+    if pd.isna(x):
+        return ""
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+def cost_table(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, list[str], list[str]]:
+    """(Markdown-shaped table, tidy table, present, missing): the paper's rows in its order, our
+    value beside each of its numbers; store models the paper does not list after them."""
+    r, p = runs(df), paper_cost()
+    cols = _columns(r, p)
+    models = []  # (label, method, [variants] | None = any variant not in a paper row)
+    for (m, v), g in p.groupby(["method", "variant"], sort=False):
+        models.append((g["label"].iloc[0], m, str(v).split("|")))
+    used: set[tuple[str, str, str]] = set()
+    picked: dict[tuple[int, str], pd.DataFrame] = {}
+    for i, (_, m, variants) in enumerate(models):
+        for _head, task, _pt in cols:
+            if task is None or not len(r):
+                continue
+            g = r[(r["task"] == task) & (r["method"] == m)]
+            v = next((v for v in variants if v in set(g["variant"])), None)
+            if v is not None:
+                picked[(i, task)] = g[g["variant"] == v]
+                used.add((task, m, v))
+    extra = []
+    if len(r):
+        for (m, v), _g2 in r.groupby(["method", "variant"], sort=True):
+            tasks = {t for t in r.loc[(r["method"] == m) & (r["variant"] == v), "task"]}
+            left = sorted(t for t in tasks if (t, m, v) not in used)
+            if left:
+                lab = model_label({"method": m, "variant": v, "decoding": ""})
+                extra.append((f"{lab} (not in the paper's table)", m, [v]))
+                for t in left:
+                    picked[(len(models) + len(extra) - 1, t)] = r[
+                        (r["task"] == t) & (r["method"] == m) & (r["variant"] == v)
+                    ]
+    table, tidy, have, miss = [], [], [], []
+    for i, (label, m, variants) in enumerate(models + extra):
+        row = {"model": label}
+        paper_row = i < len(models)
+        for qhead, field, pmetric in QUANTITIES:
+            for head, task, pt in cols:
+                g = picked.get((i, task)) if task else None
+                text = ""
+                if g is not None and len(g):
+                    text = _g(g[field].mean())
+                    if field == "device_hours":
+                        units = set(g["unit"])
+                        text += f" {units.pop()}" if len(units) == 1 else " mixed"
+                    if field == "duration_h":
+                        text += f" ({int(g['steps'].mean()):,} steps)"
+                    if len(g) > 1 and field == "steps_per_s":
+                        text += f" ({len(g)} runs)"
+                row[f"{qhead} {head}"] = text
+                if pt is not None and paper_row:
+                    pv = p[
+                        (p["method"] == m)
+                        & (p["variant"] == "|".join(variants))
+                        & (p["task"] == pt)
+                        & (p["metric"] == pmetric)
+                    ]["value"]
+                    row[f"{qhead} {head} (paper)"] = f"{float(pv.iloc[0]):g}" if len(pv) else ""
+        table.append(row)
+        for head, task, pt in cols:
+            g = picked.get((i, task)) if task else None
+            ours = g is not None and len(g)
+            if paper_row and pt is not None:
+                (have if ours else miss).append(f"{head}: {label}")
+            elif ours:
+                have.append(f"{head}: {label}")
+            rec = {"model": label, "method": m, "column": head, "task": task or "", "runs": 0}
+            if ours:
+                rec.update(
+                    variant=g["variant"].iloc[0],
+                    runs=len(g),
+                    steps=float(g["steps"].mean()),
+                    steps_per_s=float(g["steps_per_s"].mean()),
+                    wall_s=float(g["wall_s"].mean()),
+                    duration_h=float(g["duration_h"].mean()),
+                    device_hours=float(g["device_hours"].mean()),
+                    unit="/".join(sorted(set(g["unit"]))),
+                    devices=int(g["devices"].max()),
+                )
+            if pt is not None and paper_row:
+                pp = p[(p["method"] == m) & (p["variant"] == "|".join(variants))]
+                pp = pp[pp["task"] == pt]
+                for _, x in pp.iterrows():
+                    rec[f"paper_{x['metric']}"] = float(x["value"])
+                if len(pp):
+                    rec["paper_steps"], rec["paper_gpus"] = (
+                        int(pp["steps"].iloc[0]),
+                        int(pp["gpus"].iloc[0]),
+                    )
+            tidy.append(rec)
+    return pd.DataFrame(table), pd.DataFrame(tidy), have, miss
+
+
+def markdown(df: pd.DataFrame, title: str) -> tuple[str, pd.DataFrame]:
+    table, tidy, _have, miss = cost_table(df)
+    r = runs(df)
+    units = set(r["unit"]) if len(r) else set()
+    notes = [
+        "Ours: mean per training run (train cell) of the store's train rows; duration = steps / "
+        "(steps/s), as the paper derives it; device-hours = duration x devices, suffixed GPU / "
+        "CPU by the device the row records. The recorded wall time of each run's last process "
+        "(`wall_s`) is in the CSV.",
+        "Paper: tab:training-cost, 250k steps on 8 H100s (TinyGSM) and 1M steps on 16 H100s "
+        "(OWT), bfloat16; its GPU-hours are duration x GPUs. Our runs are far shorter and on "
+        "other hardware: compare ratios between models, not absolute numbers.",
+    ]
+    if "unrecorded" in units:
+        notes.append(
+            "`unrecorded`: the train rows carry no device kind or count (no `device` / `devices` "
+            "column), so device-hours count one device of unknown kind (= duration)."
+        )
+    stand = [c for c in table.columns if "[ours:" in c and c.startswith("steps/s")]
+    if stand:
+        notes.append(
+            "A column `X [ours: task]` holds our task filling the paper's column X (a CPU "
+            "stand-in is not the paper's task)."
+        )
+    if not len(r):
+        notes.append("The store has no train rows: only the paper's numbers are shown.")
+    text = [f"# {title}", "", md_table(table.fillna("")), ""] + [f"- {n}" for n in notes]
+    if miss:
+        text += ["", "Not in the store: " + "; ".join(miss)]
+    return "\n".join(text) + "\n", tidy
+
+
+def _section(df: pd.DataFrame, out: Path, args) -> list[Path]:
+    if not len(runs(df)):
+        return []
+    text, tidy = markdown(df, "Training cost (paper table tab:training-cost)")
+    atomic.write_with(out / "training_cost.csv", lambda t: tidy.to_csv(t, index=False))
+    return [atomic.write_text(out / "training_cost.md", text), out / "training_cost.csv"]
+
+
+def _render(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> list[Path]:
+    text, tidy = markdown(df, f"{a.label}: {a.title}")
+    stem = out / a.label
+    atomic.write_with(stem.with_suffix(".csv"), lambda t: tidy.to_csv(t, index=False))
+    return [atomic.write_text(stem.with_suffix(".md"), text), stem.with_suffix(".csv")]
+
+
+def _needs(a: Artifact, df: pd.DataFrame) -> tuple[list[str], list[str]]:
+    _t, _tidy, have, miss = cost_table(df)
+    return have, miss
+
+
+SECTIONS = [Section("training_cost", _section)]
+ARTIFACTS = [
+    Artifact(LABEL, "table", "Training cost (steps/s, duration, GPU-hours)", SWEEP, _render, _needs)
+]
