@@ -93,7 +93,11 @@ class MDLM(Method):
         # log p = 0 at unmasked positions (x_t = x_0), which ``masked`` zeroes below anyway, and
         # at masked ones -log p(x_0) is the cross-entropy of the zero-masked logits (fused kernel)
         logits = backbone(x_t, self.sigma(alpha_t)).float()
-        logits[..., self.mask_id] = NEG_INF  # zero masking
+        # zero masking outside autograd: the masked column is a constant of the loss, and its
+        # softmax weight exp(NEG_INF - lse) is exactly 0, so its gradient is the 0 that
+        # autograd's set-item backward (a (B, L, V) clone + fill) would write
+        with torch.no_grad():
+            logits[..., self.mask_id] = NEG_INF
         logp_x0 = -F.cross_entropy(
             logits.flatten(0, 1), batch.x.flatten(), reduction="none"
         ).view_as(batch.x)

@@ -94,7 +94,8 @@ def sample_rows(
     ``method`` / ``task`` are the instances that produced them (for columns they declare)."""
     base = {
         **_base_row(c.train),
-        "variant": c.variant or c.train.variant,  # entries may share the model (bench.plan)
+        # entries may share the model (bench.plan); a cell pickled before variants: the model's
+        "variant": getattr(c, "variant", "") or c.train.variant,
         "kind": "sample",
         "train_steps": train_steps,
         "nfe": nfe,

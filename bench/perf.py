@@ -50,6 +50,19 @@ MODELS = [
     ("sflm", "sflm", {}),
     ("sflm/sarch", "sflm", {"backbone": "sarch"}),
 ]
+#: opt-in speed paths of the same models (equal up to float rounding, so off by default: results
+#: stay bit-identical); chosen with ``--models`` only: label -> (object, attribute set to True)
+FAST_PATHS = {
+    "duo+fused": ("duo", {}, "method", "fused_nelbo"),
+    "sflm/sarch+fold": ("sflm", {"backbone": "sarch"}, "backbone", "fold_logit_scale"),
+}
+VARIANTS = [(label, name, opts) for label, (name, opts, _, _) in FAST_PATHS.items()]
+
+
+def _fast_path(label: str, method, backbone) -> None:
+    if label in FAST_PATHS:
+        _, _, which, attr = FAST_PATHS[label]
+        setattr(method if which == "method" else backbone, attr, True)
 
 
 #: ``--scale`` presets: (DiT size, |V|, L, batch, fraction of each row given as prompt). The GPU
@@ -187,6 +200,7 @@ def bench_train(models, args, device) -> list[dict]:
     entries = [("bare", _Bare(args.vocab, args.size, device), None)]
     for label, name, opts in models:
         method, backbone = _make(name, opts, args.vocab, args.seq_len, args.size, device)
+        _fast_path(label, method, backbone)
         entries.append((label, method, backbone))
     batch = _sudoku_batch(
         args.batch, args.vocab, args.seq_len, device, prompt_frac=args.prompt_frac
@@ -234,6 +248,7 @@ def bench_sample(models, args, device) -> list[dict]:
     rows = []
     for label, name, opts in models:
         method, backbone = _make(name, opts, args.vocab, args.seq_len, args.size, device)
+        _fast_path(label, method, backbone)
         backbone.eval()
         batch = _sudoku_batch(
             args.sample_batch, args.vocab, args.seq_len, device, prompt_frac=args.prompt_frac
@@ -385,13 +400,16 @@ def bench_agreement(args, device) -> list[dict]:
     ``--runs`` folder re-run in both dtypes with the sweep's seeds (``bench.cells._sample``),
     and the fraction of final tokens that agree; ``float64_matches_store`` compares the
     float64 run with the ids the sweep stored."""
+    runs = [
+        (run_dir, *agreement_cells(Path(run_dir), args.agree_decoding, args.agree_max_cells))
+        for run_dir in args.runs
+    ]  # every folder checked before the (slow) imports below
     from bench.cells import _method_backbone, _task
     from bench.config import config_hash
     from bench.train import load_weights
 
     rows = []
-    for run_dir in args.runs:
-        tc, cells = agreement_cells(Path(run_dir), args.agree_decoding, args.agree_max_cells)
+    for run_dir, tc, cells in runs:
         task = _task(tc)
         method, backbone = _method_backbone(tc, task)
         load_weights(method, backbone, tc.weights)
@@ -436,6 +454,8 @@ def bench_agreement(args, device) -> list[dict]:
                 {
                     "bench": "agreement",
                     "run": Path(run_dir).name,
+                    "task": tc.task["name"],
+                    "vocab": method.vocab_size,
                     "cell": c.id,
                     "subset": c.subset,
                     "nfe": c.nfe,
@@ -560,7 +580,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--models",
         default="",
-        help="comma-separated labels (default: all of " + ", ".join(m[0] for m in MODELS) + ")",
+        help="comma-separated labels (default: all of "
+        + ", ".join(m[0] for m in MODELS)
+        + "; opt-in fast paths: "
+        + ", ".join(FAST_PATHS)
+        + ")",
     )
     ap.add_argument(
         "--scale",
@@ -632,14 +656,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.precision == "auto":
         args.precision = "bf16-mixed" if args.device == "cuda" else "32"
     labels = [s for s in args.models.split(",") if s] or [m[0] for m in MODELS]
-    bad = [s for s in labels if s not in {m[0] for m in MODELS}]
+    bad = [s for s in labels if s not in {m[0] for m in MODELS + VARIANTS}]
     if bad:
+        known = ", ".join(m[0] for m in MODELS + VARIANTS)
         print(
-            f"error: --models: unknown model {bad[0]!r} (known: {', '.join(m[0] for m in MODELS)})",
+            f"error: --models: unknown model {bad[0]!r} (known: {known})",
             file=sys.stderr,
         )
         return 2
-    models = [m for m in MODELS if m[0] in labels]
+    models = [m for m in MODELS + VARIANTS if m[0] in labels]
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)

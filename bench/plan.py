@@ -114,13 +114,14 @@ class SampleCell:
     @property
     def options(self) -> dict:
         """The method options this cell samples with: the model's, overlaid with ``sampling``."""
-        return {**self.train.options, **self.sampling}
+        # getattr: a cell pickled (a queued job) before this field existed samples the model
+        return {**self.train.options, **getattr(self, "sampling", {})}
 
     def label(self) -> str:
         seed = f" seed {self.train.train['seed']}" if self.train.train.get("seed") else ""
         return (
-            f"{self.train.method}/{self.variant or self.train.variant}{seed} {self.subset} "
-            f"nfe={self.nfe} T={self.temperature:g} {self.decoding}"
+            f"{self.train.method}/{getattr(self, 'variant', '') or self.train.variant}{seed} "
+            f"{self.subset} nfe={self.nfe} T={self.temperature:g} {self.decoding}"
         )
 
     def absolute(self) -> SampleCell:

@@ -410,7 +410,8 @@ class _Validation(Callback):
     device) with the numpy and python RNG states restored, without gradients, with the modules in
     eval mode and then back in their own mode; it reads the weights and the method's state and
     writes neither, and the data stream is a function of (seed, step) only. Under DDP every rank
-    evaluates its slice of each batch and the mean is reduced over ranks.
+    evaluates its slice of each batch and the mean is reduced over ranks (the noise draws then
+    depend on the number of ranks: compare validation losses across runs of one layout).
     """
 
     def __init__(self, data: TaskData, every: int, batches: int, batch_size: int, seed: int):

@@ -179,8 +179,13 @@ class AdaptiveSchedule(nn.Module):
         self.alpha_vals: np.ndarray | None = None
         self.refit_count = 0
         self._coef: dict[tuple, tuple[Tensor, Tensor]] = {}
+        # (buffer position, t, loss) recorded but not yet copied to the host buffer: the copy (a
+        # host sync on GPU) waits for the next refit or state read, not every step
+        self._pending: list[tuple[int, Tensor, Tensor]] = []
 
     def get_extra_state(self) -> dict:
+        self._flush()
+
         def arr(a):
             return None if a is None else torch.from_numpy(np.asarray(a, dtype=np.float64).copy())
 
@@ -224,24 +229,29 @@ class AdaptiveSchedule(nn.Module):
         ``step`` is the number of optimiser steps already taken (Lightning ``global_step``)."""
         if step < self.warmup:
             return False
-        t, loss = _gather(t.detach()), _gather(loss.detach())
-        t_np = t.double().cpu().numpy().reshape(-1)
-        l_np = loss.double().cpu().numpy().reshape(-1)
+        t, loss = _gather(t.detach()).reshape(-1), _gather(loss.detach()).reshape(-1)
         if self.t_buf is None:
-            size = self.buffer_size or self.refit_every * len(t_np)  # paper: R x batch size
+            size = self.buffer_size or self.refit_every * len(t)  # paper: R x batch size
             self.t_buf, self.loss_buf = np.zeros(size), np.zeros(size)
         size = len(self.t_buf)
-        if len(t_np) >= size:
-            t_np, l_np = t_np[-size:], l_np[-size:]
-        idx = (self.buf_pos + np.arange(len(t_np))) % size
-        self.t_buf[idx], self.loss_buf[idx] = t_np, l_np
-        end = self.buf_pos + len(t_np)
+        if len(t) >= size:
+            t, loss = t[-size:], loss[-size:]
+        self._pending.append((self.buf_pos, t, loss))  # written by _flush, in order
+        end = self.buf_pos + len(t)
         self.buf_filled = self.buf_filled or end >= size
         self.buf_pos = end % size
         if self.buf_filled and step % self.refit_every == 0:
             self.refit()
             return True
         return False
+
+    def _flush(self) -> None:
+        """Copy the pending (t, loss) pairs into the host ring buffer (one host sync on GPU)."""
+        pending, self._pending = self._pending, []
+        for pos, t, loss in pending:
+            t_np, l_np = t.double().cpu().numpy(), loss.double().cpu().numpy()
+            idx = (pos + np.arange(len(t_np))) % len(self.t_buf)
+            self.t_buf[idx], self.loss_buf[idx] = t_np, l_np
 
     def refit(self, t: np.ndarray | None = None, loss: np.ndarray | None = None) -> np.ndarray:
         """One refit from the buffer (or from explicit ``t``, ``loss`` arrays); returns alpha on
@@ -253,6 +263,7 @@ class AdaptiveSchedule(nn.Module):
 
         if self.base is None:
             raise RuntimeError("adaptive schedule: no base schedule set")
+        self._flush()
         t = self.t_buf if t is None else np.asarray(t, dtype=np.float64)
         loss = self.loss_buf if loss is None else np.asarray(loss, dtype=np.float64)
         # 1. loss profile: cubic spline basis + ridge (Alg. line 1)

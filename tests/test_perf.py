@@ -114,3 +114,26 @@ def test_scale_preset_sets_the_shape_and_flags_override_it(tmp_path):
         and env["scale"]["size"] == "cpu-mini"
     )
     assert "| bare |" in md.read_text() and "--scale sudoku-cpu" in md.read_text()
+
+
+def test_fast_path_variants_are_opt_in_rows(tmp_path, monkeypatch):
+    """``duo+fused`` / ``sflm/sarch+fold`` are rows only when named, and their row runs the fast
+    path (the attribute set on that model's method / backbone, not on the class)."""
+    from baselines.duo import Duo
+    from sflm.sarch import SArch
+
+    seen = []
+    real = perf._fast_path
+    monkeypatch.setattr(
+        perf, "_fast_path", lambda label, m, bb: (real(label, m, bb), seen.append((label, m, bb)))
+    )
+    out = tmp_path / "perf.json"
+    models = "duo,duo+fused,sflm/sarch+fold"
+    assert perf.main(["train", "--models", models, *TINY, "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["model"] for r in rows} == {"bare", "duo", "duo+fused", "sflm/sarch+fold"}
+    by = {label: (m, bb) for label, m, bb in seen}
+    assert by["duo+fused"][0].fused_nelbo and not by["duo"][0].fused_nelbo
+    assert by["sflm/sarch+fold"][1].fold_logit_scale
+    assert not Duo.fused_nelbo and not SArch.fold_logit_scale  # defaults untouched
+    assert "duo+fused" not in {m[0] for m in perf.MODELS}  # not in the default set

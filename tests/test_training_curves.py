@@ -100,6 +100,11 @@ def test_validation_leaves_the_final_weights_bit_identical(tmp_path, monkeypatch
     for k in a["backbone"]:
         assert torch.equal(a["backbone"][k], b["backbone"][k]), k
     assert on.final_loss == off.final_loss
+    # nor does logging itself
+    quiet = torch.load(
+        _train(tmp_path / "quiet", _cfg(7, logger="none")).weights, weights_only=False
+    )
+    assert all(torch.equal(quiet["backbone"][k], b["backbone"][k]) for k in b["backbone"])
     # guard: the same validation without the forked RNG changes training (the test is sensitive)
     monkeypatch.setattr(torch.random, "fork_rng", lambda devices=None: contextlib.nullcontext())
     leak = torch.load(_train(tmp_path / "leak", _cfg(7, val_every=1)).weights, weights_only=False)[

@@ -170,7 +170,10 @@ def curve_needs(a: Artifact, df: pd.DataFrame) -> tuple[list[str], list[str]]:
     for p in a.panels:
         for ser in p.series:
             g, v = series_rows(s, ser, p.temperature)
-            (have if v is not None else miss).append(f"{p.title}: {ser.need(p.temperature)}")
+            what = f"{p.title}: {ser.need(p.temperature)}"
+            if v is not None and v != ser.variants[0]:  # drawn from a fallback variant
+                what += f" (drawn from {ser.method}/{v})"
+            (have if v is not None else miss).append(what)
     return list(dict.fromkeys(have)), list(dict.fromkeys(miss))
 
 
@@ -192,11 +195,14 @@ def render_curves(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> list[P
     s, name = task_rows(df, a.task)
     mk = marks(a.label)
     n = len(a.panels)
+    # one color per series label across the panels (a series keeps its color left and right)
+    labels = list(dict.fromkeys(ser.label for p in a.panels for ser in p.series))
+    color = {lab: f"C{i % 10}" for i, lab in enumerate(labels)}
     fig, axes = plt.subplots(1, n, figsize=(5.0 * n, 3.8), squeeze=False, sharey=True)
     data, missing = [], []
     for ax, p in zip(axes[0], a.panels):
         ticks = set()
-        for i, ser in enumerate(p.series):
+        for ser in p.series:
             g, v = series_rows(s, ser, p.temperature)
             if v is None:
                 missing.append(f"{p.title}: {ser.need(p.temperature)}")
@@ -222,7 +228,7 @@ def render_curves(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> list[P
                 capsize=2,
                 lw=1.3,
                 label=label,
-                color=f"C{i}",
+                color=color[ser.label],
             )
             ticks |= set(c["nfe"])
             for _, r in c.iterrows():
@@ -251,10 +257,13 @@ def render_curves(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> list[P
             )
         if ticks:
             log2_nfe_axis(ax, sorted(ticks))
-        ax.set_title(f"{p.title} (T = {p.temperature:g})", fontsize=9)
+        title = "" if p.title == "main" else p.title  # "main": the figure's only panel
+        if "T =" not in title and all(ser.temperature is None for ser in p.series):
+            title = f"{title} (T = {p.temperature:g})" if title else f"T = {p.temperature:g}"
+        ax.set_title(title, fontsize=9)
         ax.set_xlabel("NFE")
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7, loc="lower right")
+            ax.legend(fontsize=7, loc="best")
     axes[0][0].set_ylabel("GSM8K accuracy (%)" if a.task == "gsm8k" else "accuracy (%)")
     fig.suptitle(f"{a.title}: {name}", fontsize=10)
     if missing:

@@ -173,14 +173,15 @@ def cost_table(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, list[str],
                     if len(g) > 1 and field == "steps_per_s":
                         text += f" ({len(g)} runs)"
                 row[f"{qhead} {head}"] = text
-                if pt is not None and paper_row:
+                if pt is not None and paper_row:  # one paper column per paper task
+                    pcol = f"{qhead} {PAPER_TASKS[pt]} (paper)"
                     pv = p[
                         (p["method"] == m)
                         & (p["variant"] == "|".join(variants))
                         & (p["task"] == pt)
                         & (p["metric"] == pmetric)
                     ]["value"]
-                    row[f"{qhead} {head} (paper)"] = f"{float(pv.iloc[0]):g}" if len(pv) else ""
+                    row[pcol] = f"{float(pv.iloc[0]):g}" if len(pv) else ""
         table.append(row)
         for head, task, pt in cols:
             g = picked.get((i, task)) if task else None
