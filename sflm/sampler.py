@@ -10,6 +10,8 @@ Velocities (all take the posterior after temperature, paper eq. temperature-scal
 Step: z <- exp_z(s_n v) with s_n = (alpha_{n+1} - alpha_n) / (1 - alpha_n) (paper eq. step-size).
 With ``float64`` the latent stays in float64 between steps. The reference casts its state back to
 float32 after each step, a difference of about 2e-7 in the network input (docs/methods/sflm.md).
+Without it the sampler runs in float32 from the float64 noise rounded, so both dtypes can be
+compared token by token from one seed (``python -m bench.perf agreement``).
 """
 
 from __future__ import annotations
@@ -71,7 +73,8 @@ def workspace_rows(
     (``WORKSPACE_BUFFERS`` buffers of (rows, V) in ``dtype``) fits ``budget`` bytes.
 
     ``budget=None``: ``WORKSPACE_FRACTION`` of the free memory, at most ``WORKSPACE_CAP``
-    (devices other than cpu / cuda use the CPU numbers). Always at least one row."""
+    (devices other than cpu / cuda use the CPU numbers). At most half the rows (rounded up), so
+    the workspace never exceeds two (B, L, V) buffers; always at least one row."""
     per_row = vocab * WORKSPACE_BUFFERS * torch.empty((), dtype=dtype).element_size()
     if budget is None:
         kind = "cuda" if device.type == "cuda" else "cpu"
@@ -79,7 +82,7 @@ def workspace_rows(
         free = _free_bytes(device)
         if free is not None:
             budget = min(budget, int(free * WORKSPACE_FRACTION[kind]))
-    return max(1, min(n, int(budget) // per_row))
+    return max(1, min((n + 1) // 2, int(budget) // per_row))
 
 
 def exact_velocity(

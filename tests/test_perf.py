@@ -137,3 +137,21 @@ def test_fast_path_variants_are_opt_in_rows(tmp_path, monkeypatch):
     assert by["sflm/sarch+fold"][1].fold_logit_scale
     assert not Duo.fused_nelbo and not SArch.fold_logit_scale  # defaults untouched
     assert "duo+fused" not in {m[0] for m in perf.MODELS}  # not in the default set
+
+
+def test_profile_script_writes_top_ops_tables(tmp_path):
+    """scripts/perf_profile.py: a table per model of the bench's train step; bad input: exit 2."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "perf_profile.py"
+    out = tmp_path / "prof.md"
+    cmd = [sys.executable, str(script), "--scale", "sudoku-cpu", "--steps", "1", "--top", "3"]
+    r = subprocess.run([*cmd, "--models", "bare,duo+fused", "--out", str(out)], capture_output=True)
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    text = out.read_text()
+    assert "### bare:" in text and "### duo+fused:" in text
+    assert text.count("| op | self CPU ms/step |") == 2 and "`aten::" in text
+    bad = subprocess.run([*cmd, "--models", "nope"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown model 'nope'" in bad.stderr

@@ -82,7 +82,10 @@ def test_workspace_rows_accounting():
     assert workspace_rows(100, 1000, torch.float64, cpu, budget=10 * per_row - 1) == 9
     assert workspace_rows(100, 1000, torch.float32, cpu, budget=10 * per_row) == 20
     assert workspace_rows(100, 1000, torch.float64, cpu, budget=1) == 1  # at least one row
-    assert workspace_rows(100, 1000, torch.float64, cpu, budget=1 << 40) == 100  # at most n
+    # at most half the rows: the workspace stays within 2 (B, L, V) buffers
+    assert workspace_rows(100, 1000, torch.float64, cpu, budget=1 << 40) == 50
+    assert workspace_rows(101, 1000, torch.float64, cpu, budget=1 << 40) == 51
+    assert workspace_rows(1, 1000, torch.float64, cpu, budget=1 << 40) == 1
     auto = workspace_rows(10**9, 50_000, torch.float64, cpu)  # free-memory default, capped
     assert 1 <= auto * 50_000 * WORKSPACE_BUFFERS * 8 <= 256 << 20
 
