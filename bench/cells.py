@@ -79,6 +79,8 @@ def train_rows(tc: TrainCell, res, n_params: int, *, task) -> list[dict]:
         "subset": "+".join(tc.groups),
         "wall_s": res.seconds,
         "train_log": log.relative_to(tc.results_dir).as_posix() if log.is_file() else None,
+        "device": getattr(res, "device", None),
+        "devices": getattr(res, "devices", None),
     }
     return [
         {**base, "metric": "train_steps_per_s", "value": res.steps_per_s, "n": res.steps},

@@ -77,6 +77,9 @@ COLUMNS = [
     "default_decoding",
     "task_protocol",
     "train_log",
+    # train rows: where the run trained ("cuda:<GPU name>" / "cpu") and on how many processes
+    "device",
+    "devices",
 ]
 #: Columns added after the first stores were written: :meth:`Store.read` lists one only when a
 #: row has it, so an older store reads (and exports to results.csv) exactly as before.
@@ -94,6 +97,8 @@ COLUMNS = [
 #:   from (Sudoku ``generator=fast|reference``; GSM8K ``grader=...; separator=...``); every row;
 #: - ``train_log``: the run's training log (``runs/<run>/logs/metrics.csv``, relative to the
 #:   results folder; :mod:`bench.report.curves` draws it), empty when none was written; train rows.
+#: - ``device`` / ``devices``: where the run trained (``cuda:<GPU name>`` or ``cpu``) and its
+#:   process count (devices x nodes), for :mod:`bench.report.training_cost`; train rows.
 REPORT_COLUMNS = COLUMNS[COLUMNS.index("task_kind") :]
 
 

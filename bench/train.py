@@ -547,6 +547,8 @@ class TrainResult:
     final_loss: float
     weights: Path
     is_global_zero: bool = True  # False on the other DDP ranks (they write nothing)
+    device: str = "cpu"  # "cuda:<name of GPU 0>" or "cpu" (the training-cost table's kind)
+    devices: int = 1  # processes of the run: devices x num_nodes
 
 
 class _Timer(Callback):
@@ -710,6 +712,8 @@ def fit(
         float(timer.last_loss),
         weights,
         trainer.is_global_zero,
+        f"cuda:{torch.cuda.get_device_name(0)}" if accelerator == "gpu" else "cpu",
+        cfg.devices * cfg.num_nodes,
     )
 
 

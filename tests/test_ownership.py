@@ -211,3 +211,24 @@ def test_sigterm_with_stop_on_interrupt_stops_the_jobs_it_started(tmp_path):
     assert not locks.alive(owner["pid"], owner["start"])
     [folder] = (tmp_path / "results" / "logs" / "local").iterdir()
     assert json.loads((folder / "result.json").read_text())["stopped"] is True
+
+
+@pytest.mark.slow
+def test_cancel_while_the_driver_runs_stops_it_from_starting_queued_jobs(tmp_path):
+    """``--cancel`` from another shell stops the running job; the driver, which did not stop it
+    itself, starts none of the jobs still queued (one job folder) and says so."""
+    path, _, _ = _sweep(tmp_path, steps=100_000, kind="local")
+    path.write_text(path.read_text() + "  - {method: ar}\n")  # a second model, queued behind
+    from bench.config import load_sweep
+    from bench.plan import plan
+
+    first, second = plan(load_sweep(path), path).train_cells
+    driver = _driver(path)
+    owner = _job_started(first)
+    c = _sweep_cli(path, "--cancel")
+    assert c.returncode == 0 and f"stopped (pid {owner['pid']}" in c.stdout, c.stdout + c.stderr
+    _, err = driver.communicate(timeout=180)
+    assert driver.returncode == 1, err
+    assert "not starting the 1 queued job(s)" in err and "Traceback" not in err, err
+    assert len(list((tmp_path / "results" / "logs" / "local").iterdir())) == 1
+    assert not (second.run_dir / "ckpt").exists()

@@ -108,6 +108,16 @@ def execute(p: Plan, kind: str, progress: bool = True, started: list | None = No
                     still.append(job)
                     continue
                 result = job.result()
+                if result.get("stopped") and job.term_at is None and queue:
+                    # SIGTERM from outside this driver (--cancel, an operator): start nothing more
+                    print(
+                        f"sweep {cfg.name}: {job.tc.label()} was stopped from outside this "
+                        f"driver; not starting the {len(queue)} queued job(s) (run the sweep "
+                        "again to resume)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    queue.clear()
                 if job.proc is None and result.get("ok") is False and not result.get("busy"):
                     # the job it attached to failed or was stopped (--cancel): not retried here
                     what = "was stopped" if result.get("stopped") else "failed"
