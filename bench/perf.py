@@ -15,6 +15,12 @@ Targets and timings live here, not in tests. Three benchmarks, each on CPU or GP
   outside the denoiser (softmax, ``exact_velocity``, exp map) relative to one denoiser forward,
   and the peak extra memory of the run in units of one float64 (B, L, V) buffer. Timed through
   the real sampler (``SFLM.sample``) with the backbone call wrapped, not a re-implementation.
+- ``arcache`` (opt-in): AR generation with the KV cache vs re-reading the prefix every call
+  (``AR.kv_cache = False``) at ``--ar-len`` (default 512, ``--prompt-frac`` given), same weights
+  and prompts, greedy: seconds, tokens/s, speed-up, NFE of both, and whether the tokens match.
+- ``genppl`` (opt-in): tokens/s of the Gen. PPL scorer (``bench.evaluate.genppl``) with
+  ``--genppl-ref`` (default the offline ``smollm2-135m``) on ``--genppl-n`` random samples of
+  ``--genppl-len`` ids of the reference's own vocabulary.
 
 Results print as a table and are written atomically to ``--out`` (JSON) when given.
 """
@@ -26,6 +32,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import math
 import platform
 import statistics
 import sys
@@ -94,6 +101,8 @@ SCALES: dict[str, dict] = {
         "prompt_frac": 0.0,
     },
 }
+#: the benchmarks ``main`` knows, in run order
+BENCHES = ("train", "sample", "velocity", "agreement", "arcache", "genppl")
 LEGACY = {"size": "cpu-small", "vocab": 12, "seq_len": 180, "batch": 32, "prompt_frac": 0.5}
 
 
@@ -492,6 +501,112 @@ def bench_agreement(args, device) -> list[dict]:
     return rows
 
 
+def bench_arcache(args, device) -> list[dict]:
+    """AR decoding with the KV cache (``AR.kv_cache``, the default) vs re-reading the prefix
+    every call (``kv_cache = False``), on the same weights and prompts, one run each per batch
+    size in ``--ar-batches``; greedy, so the two token tensors must be identical."""
+    L = args.ar_len
+    start = max(int(L * args.prompt_frac), 1)  # as _sudoku_batch, AR.generation_start
+    stop = L if not args.ar_new else min(L, start + args.ar_new)
+    method, backbone = _make("ar", {}, args.vocab, stop, args.size, device)
+    backbone.eval()
+    rows = []
+    for B in args.ar_batches:
+        # the first ``stop`` positions of a length-L row: AR is causal, so these are exactly the
+        # first ``stop - start`` generated tokens of the full-length run
+        full = _sudoku_batch(B, args.vocab, L, device, prompt_frac=args.prompt_frac)
+        x, pmask = full.x[:, :stop], full.clean_mask[:, :stop]
+        out, secs, nfe = {}, {}, {}
+        for cached in (True, False):
+            method.kv_cache = cached
+            warm = min(stop, int(pmask[0].sum()) + 2)  # a short untimed run (allocations)
+            method.sample(backbone, x[:, :warm], pmask[:, :warm], decoding=args.ar_decoding)
+            method.nfe_counter = 0
+            _sync(device)
+            t0 = time.perf_counter()
+            with _autocast(device, args.precision):
+                out[cached] = method.sample(
+                    backbone,
+                    x,
+                    pmask,
+                    decoding=args.ar_decoding,
+                    generator=torch.Generator(device=device).manual_seed(0),
+                )
+            _sync(device)
+            secs[cached], nfe[cached] = time.perf_counter() - t0, method.nfe_counter
+            _progress(f"arcache B={B} kv_cache={cached}: {secs[cached]:.2f} s, {nfe[cached]} calls")
+        method.kv_cache = True
+        generated = int((~pmask).sum())
+        rows.append(
+            {
+                "bench": "arcache",
+                "model": "ar",
+                "batch": B,
+                "seq_len": L,
+                "prompt_len": start,
+                "timed_positions": stop - start,
+                "decoding": args.ar_decoding,
+                "nfe_cache": nfe[True],
+                "nfe_recompute": nfe[False],
+                "s_cache": secs[True],
+                "s_recompute": secs[False],
+                "tokens_per_s_cache": generated / secs[True],
+                "tokens_per_s_recompute": generated / secs[False],
+                "speedup": secs[False] / secs[True],
+                "identical_tokens": bool(torch.equal(out[True], out[False])),
+            }
+        )
+    return rows
+
+
+def bench_genppl(args, device) -> list[dict]:
+    """Tokens/s of the Gen. PPL scorer (``bench.evaluate.genppl.score_prepared``, what
+    ``python -m bench.evaluate genppl`` runs) on ``--genppl-n`` synthetic samples of
+    ``--genppl-len`` uniform random ids of the reference LM's own vocabulary (no
+    retokenisation: the model's time only), after one untimed short batch."""
+    from bench.evaluate import genppl
+
+    try:
+        ref = genppl.load_reference(args.genppl_ref, device=device)
+    except genppl.ReferenceModelError as e:
+        raise ConfigError(f"genppl: {e}") from None
+    V = int(ref.model.get_output_embeddings().weight.shape[0])
+    gen = torch.Generator().manual_seed(0)
+    items = []
+    for _ in range(args.genppl_n):
+        ids = torch.randint(0, V, (args.genppl_len,), generator=gen)
+        ids[ids == ref.eot_id] = (ref.eot_id + 1) % V  # "paper" mode cuts at end-of-text
+        body = ids.tolist()
+        items.append(genppl.Prepared([ref.context_id, *body], [False] + [True] * len(body), False))
+    warm = [genppl.Prepared(it.ids[:33], it.scored[:33], False) for it in items[:2]]
+    genppl.score_prepared(ref, warm, batch_tokens=args.genppl_batch_tokens)
+    stats = genppl.ScoreStats()
+    _sync(device)
+    t0 = time.perf_counter()
+    nll, cnt = genppl.score_prepared(ref, items, batch_tokens=args.genppl_batch_tokens, stats=stats)
+    _sync(device)
+    wall = time.perf_counter() - t0
+    scored = int(cnt.sum())
+    _progress(f"genppl {ref.name}: {scored} tokens scored in {wall:.2f} s")
+    return [
+        {
+            "bench": "genppl",
+            "model": ref.name,
+            "samples": args.genppl_n,
+            "sample_len": args.genppl_len,
+            "context": ref.context,
+            "batch_tokens": args.genppl_batch_tokens,
+            "tokens_scored": scored,
+            "tokens_run": stats.tokens,
+            "chunks": stats.chunks,
+            "seconds": wall,
+            "tokens_per_s": scored / wall,
+            "tokens_run_per_s": stats.tokens_per_s,
+            "ppl_pooled": math.exp(float(nll.sum()) / scored) if scored else None,
+        }
+    ]
+
+
 def _reset_peak(device: torch.device, trim: bool = True) -> int | None:
     """Reset the peak-memory counter; return the memory in use now (None: cannot reset).
     ``trim=False`` leaves malloc's settings alone (the train bench: a fixed mmap threshold would
@@ -568,7 +683,8 @@ def main(argv: list[str] | None = None) -> int:
         "benches",
         nargs="*",
         default=["train", "sample", "velocity"],
-        help="any of train, sample, velocity, agreement (default: the first three)",
+        help="any of train, sample, velocity, agreement, arcache, genppl (default: the first "
+        "three)",
     )
     ap.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda")
     ap.add_argument(
@@ -624,6 +740,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--vel-float32", action="store_true", help="sample in float32 (default float64)"
     )
+    ap.add_argument("--ar-len", type=int, default=512, help="arcache: sequence length L")
+    ap.add_argument(
+        "--ar-batches", type=int, nargs="+", default=[1], help="arcache: batch sizes to time"
+    )
+    ap.add_argument(
+        "--ar-new",
+        type=int,
+        default=0,
+        help="arcache: time only the first N generated positions (0: all L - prompt)",
+    )
+    ap.add_argument("--ar-decoding", default="greedy", choices=("greedy", "sample"))
+    ap.add_argument(
+        "--genppl-ref", default="smollm2-135m", help="genppl: reference LM (as genppl --ref-model)"
+    )
+    ap.add_argument("--genppl-n", type=int, default=8, help="genppl: synthetic samples")
+    ap.add_argument("--genppl-len", type=int, default=1024, help="genppl: ids per sample")
+    ap.add_argument("--genppl-batch-tokens", type=int, default=8192, help="genppl: batch size")
     ap.add_argument("--runs", nargs="+", default=[], help="agreement: trained S-FLM run folders")
     ap.add_argument("--agree-decoding", default="exact", help="agreement: decoding to compare")
     ap.add_argument(
@@ -639,10 +772,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.sample_batch is None:
         args.sample_batch = args.batch
 
-    unknown = [b for b in args.benches if b not in ("train", "sample", "velocity", "agreement")]
+    unknown = [b for b in args.benches if b not in BENCHES]
     if unknown:
         print(
-            f"error: unknown benchmark {unknown[0]!r} (known: train, sample, velocity, agreement)",
+            f"error: unknown benchmark {unknown[0]!r} (known: {', '.join(BENCHES)})",
             file=sys.stderr,
         )
         return 2
@@ -680,6 +813,10 @@ def main(argv: list[str] | None = None) -> int:
             if not args.runs:
                 raise ConfigError("agreement: give the trained S-FLM run folders with --runs")
             rows += bench_agreement(args, device)
+        if "arcache" in args.benches:
+            rows += bench_arcache(args, device)
+        if "genppl" in args.benches:
+            rows += bench_genppl(args, device)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -713,7 +850,7 @@ def main(argv: list[str] | None = None) -> int:
         + ", ".join(f"{k} {v}" for k, v in env["scale"].items())
         + f"; 1-min load average at the end: {env['loadavg_1min']}",
     ]
-    for bench in ("train", "sample", "velocity", "agreement"):
+    for bench in BENCHES:
         sel = [r for r in rows if r["bench"] == bench]
         if sel:
             md += [
