@@ -119,7 +119,11 @@ class TrainConfig:
         help="csv: <run>/logs/metrics.csv (what the report draws); tensorboard / wandb: that "
         "logger as well as the CSV (needs its package); none: no logs",
     )
-    log_every: int = option(50, gt=0, help="steps between logged training losses")
+    log_every: int | None = option(
+        None,
+        gt=0,
+        help="steps between logged training losses (null = min(50, steps // 20), at least 1)",
+    )
     val_every: int | None = option(
         None,
         ge=0,

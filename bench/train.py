@@ -275,6 +275,14 @@ def log_path(run_dir: str | Path) -> Path:
     return Path(run_dir) / LOG_DIR / LOG_FILE
 
 
+def log_interval(cfg: TrainConfig) -> int:
+    """Steps between logged training losses; ``log_every`` null = min(50, steps // 20), at least
+    1 (a short run still draws a curve)."""
+    if cfg.log_every is None:
+        return max(1, min(50, cfg.steps // 20))
+    return cfg.log_every
+
+
 def val_interval(cfg: TrainConfig) -> int:
     """Steps between validation passes (0: none); ``val_every`` null = steps // 20, at least 1."""
     if cfg.val_every is None:
@@ -373,7 +381,7 @@ def make_loggers(cfg: TrainConfig, run_dir: Path) -> list:
         )
     out = [
         ContinuingCSVLogger(
-            run_dir, name=LOG_DIR, version="", flush_logs_every_n_steps=cfg.log_every
+            run_dir, name=LOG_DIR, version="", flush_logs_every_n_steps=log_interval(cfg)
         )
     ]
     if cfg.logger == "tensorboard":
@@ -651,7 +659,7 @@ def fit(
         limit_val_batches=0,
         num_sanity_val_steps=0,
         default_root_dir=run_dir,
-        log_every_n_steps=cfg.log_every,
+        log_every_n_steps=log_interval(cfg),
     )
     # The loader iterator is created (and its first batch prefetched) before any training
     # hook runs, so the stream must know its rank and resume step now.
