@@ -270,6 +270,39 @@ def run_samples(cells: list[SampleCell], threads: int = 0, progress: bool = True
             lock.release()
 
 
+def cell_sampler(method, c: SampleCell, task, device, cache: dict):
+    """The method instance that samples cell ``c``: ``method`` (the trained model) itself, or,
+    when the cell's entry sets sampling-only options (:mod:`bench.plan`), an instance with those
+    options and the trained model's state, built once per option set in ``cache``."""
+    key = config_hash(c.options)
+    if key == config_hash(c.train.options):
+        return method
+    if key not in cache:
+        cache[key] = registry.make_method(c.train.method, c.options, task)
+        cache[key].load_state_dict(method.state_dict())  # the trained model's state
+        cache[key].to(device)
+    return cache[key]
+
+
+def batch_seed(c: SampleCell, start: int) -> int:
+    """The seed of the batch of cell ``c`` that starts at example ``start``."""
+    return c.seed * 1_000_003 + start
+
+
+def sample_batch(sampler, backbone, c: SampleCell, prompt, pmask, generator, *, float64: bool):
+    """One batch of cell ``c``'s samples (ids on the CPU)."""
+    return sampler.sample(
+        backbone,
+        prompt,
+        pmask,
+        nfe=c.nfe,
+        temperature=c.temperature,
+        decoding=c.decoding,
+        float64=float64,
+        generator=generator,
+    ).cpu()
+
+
 def _sample(tc: TrainCell, todo: list[SampleCell], store: Store, progress: bool) -> int:
     from tqdm import tqdm
 
@@ -283,15 +316,10 @@ def _sample(tc: TrainCell, todo: list[SampleCell], store: Store, progress: bool)
     meta = load_weights(method, backbone, tc.weights)
     backbone.to(dev).eval()
     method.to(dev)
-    samplers = {config_hash(tc.options): method}  # sampling options -> the model's method
+    samplers: dict = {}
     for c in todo:
         t0 = time.perf_counter()
-        key = config_hash(c.options)
-        if key not in samplers:  # sampling-only options of the cell's entry (bench.plan)
-            samplers[key] = registry.make_method(tc.method, c.options, task)
-            samplers[key].load_state_dict(method.state_dict())  # the trained model's state
-            samplers[key].to(dev)
-        sampler = samplers[key]
+        sampler = cell_sampler(method, c, task, dev, samplers)
         data = task.eval_data(c.subset, c.n_samples)
         part_dir = tc.run_dir / "samples" / c.id
         part_dir.mkdir(parents=True, exist_ok=True)
@@ -306,18 +334,9 @@ def _sample(tc: TrainCell, todo: list[SampleCell], store: Store, progress: bool)
                 continue
             sl = slice(bi, bi + c.batch_size)
             prompt, pmask = data.x[sl].to(dev), data.clean_mask[sl].to(dev)
-            gen = torch.Generator(device=dev).manual_seed(c.seed * 1_000_003 + bi)
+            gen = torch.Generator(device=dev).manual_seed(batch_seed(c, bi))
             sampler.nfe_counter = 0
-            ids = sampler.sample(
-                backbone,
-                prompt,
-                pmask,
-                nfe=c.nfe,
-                temperature=c.temperature,
-                decoding=c.decoding,
-                float64=c.float64,
-                generator=gen,
-            ).cpu()
+            ids = sample_batch(sampler, backbone, c, prompt, pmask, gen, float64=c.float64)
             nfe_used = sampler.nfe_counter
             atomic_torch_save({"ids": ids, "nfe": nfe_used}, path)
             outs.append(ids)

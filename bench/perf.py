@@ -413,8 +413,7 @@ def bench_agreement(args, device) -> list[dict]:
         (run_dir, *agreement_cells(Path(run_dir), args.agree_decoding, args.agree_max_cells))
         for run_dir in args.runs
     ]  # every folder checked before the (slow) imports below
-    from bench.cells import _method_backbone, _task
-    from bench.config import config_hash
+    from bench.cells import _method_backbone, _task, batch_seed, cell_sampler, sample_batch
     from bench.train import load_weights
 
     rows = []
@@ -424,12 +423,9 @@ def bench_agreement(args, device) -> list[dict]:
         load_weights(method, backbone, tc.weights)
         backbone.to(device).eval()
         method.to(device)
+        samplers: dict = {}
         for c in cells:
-            sampler = method
-            if config_hash(c.options) != config_hash(tc.options):
-                sampler = registry.make_method(tc.method, c.options, task)
-                sampler.load_state_dict(method.state_dict())
-                sampler.to(device)
+            sampler = cell_sampler(method, c, task, device, samplers)
             data = task.eval_data(c.subset, c.n_samples)
             stored = torch.load(tc.run_dir / "samples" / f"{c.id}.pt", weights_only=False)["ids"]
             tot = {"positions": 0, "agree": 0, "generated": 0, "generated_agree": 0}
@@ -439,22 +435,13 @@ def bench_agreement(args, device) -> list[dict]:
                 sl = slice(bi, bi + c.batch_size)
 
                 def sample(prompt, pmask, f64_, gen, c=c, sampler=sampler, bb=backbone):
-                    return sampler.sample(
-                        bb,
-                        prompt,
-                        pmask,
-                        nfe=c.nfe,
-                        temperature=c.temperature,
-                        decoding=c.decoding,
-                        float64=f64_,
-                        generator=gen,
-                    ).cpu()
+                    return sample_batch(sampler, bb, c, prompt, pmask, gen, float64=f64_)
 
                 res = token_agreement(
                     sample,
                     data.x[sl].to(device),
                     data.clean_mask[sl].to(device),
-                    c.seed * 1_000_003 + bi,  # the sweep's per-batch seed (bench.cells._sample)
+                    batch_seed(c, bi),  # the sweep's per-batch seed
                 )
                 f64.append(res.pop("float64_ids"))
                 for k in tot:

@@ -104,9 +104,28 @@ def tinygsm_bpe():
     return tok
 
 
-def train_sort_mdlm(run_dir, cfg, *, init_seed: int = 0, callbacks=()):
+def sort_train_config(steps: int, **kw):
+    """The small TrainConfig of the trainer tests (batch 16, lr 1e-3, warm-up 2, EMA 0.9, one
+    thread, seed 5); ``kw`` overrides or adds fields."""
+    from bench.config import TrainConfig, build
+
+    base = {
+        "steps": steps,
+        "batch_size": 16,
+        "lr": 1e-3,
+        "warmup_steps": 2,
+        "ema": 0.9,
+        "checkpoint_every": 3,
+        "threads": 1,
+        "seed": 5,
+    }
+    return build(TrainConfig, {**base, **kw})
+
+
+def train_sort_mdlm(run_dir, cfg, *, init_seed: int = 0, callbacks=(), val_data=None):
     """Train MDLM with the shared trainer on 200 sort-8 examples (cpu-mini DiT, dropout 0.1 so
-    that the dropout RNG is part of what a resume must restore); returns ``fit``'s result."""
+    that the dropout RNG is part of what a resume must restore); returns ``fit``'s result.
+    ``val_data``: held-out examples for the validation loss."""
     import torch
 
     from baselines.mdlm import MDLM
@@ -125,4 +144,5 @@ def train_sort_mdlm(run_dir, cfg, *, init_seed: int = 0, callbacks=()):
         run_dir,
         progress=False,
         callbacks=list(callbacks),
+        val_data=val_data,
     )

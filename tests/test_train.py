@@ -1,10 +1,10 @@
 """The shared trainer: exact resume, EMA with warm-up, what it writes."""
 
 import torch
-from helpers import train_sort_mdlm
+from helpers import sort_train_config, train_sort_mdlm
 
 from baselines.mdlm import MDLM
-from bench.config import BackboneConfig, TrainConfig, build
+from bench.config import BackboneConfig
 from bench.data.toy import sort_data
 from bench.train import StepBatches, TrainModule, ema_avg_fn, load_weights
 
@@ -14,19 +14,7 @@ BB = BackboneConfig(
 
 
 def _cfg(steps):
-    return build(
-        TrainConfig,
-        {
-            "steps": steps,
-            "batch_size": 16,
-            "lr": 1e-3,
-            "warmup_steps": 2,
-            "ema": 0.9,
-            "checkpoint_every": 3,
-            "threads": 1,
-            "seed": 5,
-        },
-    )
+    return sort_train_config(steps)
 
 
 def _run(run_dir, steps):

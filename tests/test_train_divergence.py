@@ -7,10 +7,11 @@ from datetime import datetime
 
 import pytest
 import torch
+from helpers import sort_train_config
 from lightning.pytorch.callbacks import Callback
 
 from baselines.mdlm import MDLM
-from bench.config import BackboneConfig, TrainConfig, build
+from bench.config import BackboneConfig
 from bench.data.toy import sort_data
 
 
@@ -32,19 +33,7 @@ class PoisonedMDLM(MDLM):
 def _fit(run_dir, method, steps, checkpoint_every, callbacks=()):
     from bench.train import fit
 
-    cfg = build(
-        TrainConfig,
-        {
-            "steps": steps,
-            "batch_size": 16,
-            "lr": 1e-3,
-            "warmup_steps": 2,
-            "ema": 0.9,
-            "checkpoint_every": checkpoint_every,
-            "threads": 1,
-            "seed": 5,
-        },
-    )
+    cfg = sort_train_config(steps, checkpoint_every=checkpoint_every)
     torch.manual_seed(0)
     backbone = method.build_backbone(BackboneConfig(size="cpu-mini"))
     return fit(

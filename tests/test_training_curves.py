@@ -7,46 +7,26 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import sort_train_config, train_sort_mdlm
 
-from baselines.mdlm import MDLM
-from bench.config import BackboneConfig, ConfigError, TrainConfig, build, load_sweep
+from bench.config import ConfigError, TrainConfig, build, load_sweep
 from bench.data.toy import sort_data
 from bench.plan import plan
-from bench.train import fit, log_path, make_loggers
+from bench.train import log_path, make_loggers
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "sweeps" / "quickstart.yaml"
 
 
 def _cfg(steps, **kw):
-    return build(
-        TrainConfig,
-        {
-            "steps": steps,
-            "batch_size": 16,
-            "lr": 1e-3,
-            "warmup_steps": 2,
-            "ema": 0.9,
-            "checkpoint_every": 4,
-            "threads": 1,
-            "seed": 5,
-            "log_every": 2,
-            "val_every": 3,
-            "val_batches": 2,
-            **kw,
-        },
-    )
+    log = {"checkpoint_every": 4, "log_every": 2, "val_every": 3, "val_batches": 2}
+    return sort_train_config(steps, **{**log, **kw})
 
 
 def _train(run_dir, cfg, val=True):
-    """MDLM on sort-8 (cpu-mini DiT, dropout 0.1: the dropout RNG is part of training); held-out
-    examples from another seed."""
-    method = MDLM(None, 10, 16)
-    torch.manual_seed(123)
-    backbone = method.build_backbone(BackboneConfig(size="cpu-mini", dropout=0.1))
+    """MDLM on sort-8 (the trainer tests' run: dropout RNG included); held-out examples from
+    another seed."""
     val_data = sort_data(40, seed=77) if val else None
-    return fit(
-        method, backbone, sort_data(200, seed=1), cfg, run_dir, progress=False, val_data=val_data
-    )
+    return train_sort_mdlm(run_dir, cfg, init_seed=123, val_data=val_data)
 
 
 def _log(run_dir) -> list[dict]:
