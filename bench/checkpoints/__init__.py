@@ -1,0 +1,257 @@
+"""The S-FLM paper's released checkpoints (and any file in the reference harness's format):
+inspect, convert into a model folder this harness samples like a trained run, load in Python,
+and export a model trained here back into the reference format.
+
+    python -m bench.checkpoints inspect SRC
+    python -m bench.checkpoints convert SRC --out DIR [--family F] [--option key=value ...]
+    python -m bench.checkpoints export RUN_DIR --out FILE
+
+``SRC`` is a local file or ``hf://jdeschena/s-flm/<path>`` (see :mod:`bench.checkpoints.source`).
+In Python, :func:`load` returns the method (options set from the file) and its backbone holding
+the EMA weights. A sweep uses a file with ``checkpoint: SRC`` in a method entry (an import cell
+instead of a train cell; :mod:`bench.plan`). docs/checkpoints.md lists the 15 released files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.checkpoints.reference import FAMILIES, RefFile, Spec, adaptive_state, our_state
+from bench.checkpoints.reference import read as read_reference
+from bench.checkpoints.reference import spec as reference_spec
+from bench.checkpoints.source import CheckpointError, Source, resolve
+from bench.config import BackboneConfig, ConfigError, canonical
+
+__all__ = [
+    "FAMILIES",
+    "CheckpointError",
+    "Loaded",
+    "MODEL_JSON",
+    "convert",
+    "load",
+    "open_source",
+    "resolve_options",
+]
+
+#: the file a converted model folder (or an import cell's run folder) describes itself in
+MODEL_JSON = "model.json"
+MODEL_FORMAT = "sflm-bench-model/1"
+
+
+@dataclass
+class Loaded:
+    """A loaded model. ``info``: provenance (source, sha256, global step, family, options)."""
+
+    method: Any
+    backbone: torch.nn.Module
+    family: str
+    info: dict = field(default_factory=dict)
+
+
+@dataclass
+class Opened:
+    """A resolved and read reference file."""
+
+    source: Source
+    ref: RefFile
+    spec: Spec
+
+
+def open_source(src: str, *, family: str | None = None) -> Opened:
+    """Resolve ``src`` (downloading a hub file when needed) and read it."""
+    source = resolve(src)
+    ref = read_reference(source.path, family=family)
+    return Opened(source, ref, reference_spec(ref))
+
+
+def resolve_options(sp: Spec, requested: dict | None, *, where: str = "options") -> dict:
+    """The file's options overlaid with ``requested``. An option the file fixes may only take a
+    value the file allows (``sp.choices``); any other value is a :class:`CheckpointError` naming
+    both. Options the file does not fix (e.g. sampling-only ones) pass through."""
+    out = dict(sp.options)
+    for key, value in (requested or {}).items():
+        if key in sp.choices:
+            allowed = sp.choices[key]
+            if canonical(value) not in [canonical(a) for a in allowed]:
+                raise CheckpointError(
+                    f"{where}.{key}: {value!r} is not available for this checkpoint "
+                    f"(the file allows {allowed})"
+                )
+            out[key] = value
+        elif key in sp.options and canonical(value) != canonical(sp.options[key]):
+            raise CheckpointError(
+                f"{where}.{key}: the sweep says {value!r}, the checkpoint says {sp.options[key]!r}"
+            )
+        else:
+            out[key] = value
+    return out
+
+
+def _options_obj(method: str, options: dict, where: str):
+    from bench import registry
+    from bench.config import build
+
+    cls = registry.METHODS[method].Options
+    return build(cls, options, where=where)
+
+
+def build_model(
+    method: str, options: dict, backbone: dict, vocab_size: int, seq_len: int
+) -> tuple[Any, torch.nn.Module]:
+    """Our method and backbone for these facts (weights as initialised)."""
+    from bench import registry
+
+    cls = registry.METHODS[method]
+    opts = _options_obj(method, options, f"{method}.options")
+    m = cls(opts, vocab_size, seq_len)
+    return m, m.build_backbone(BackboneConfig(**backbone))
+
+
+def _load_into(op: Opened, options: dict, seq_len: int) -> tuple[Any, torch.nn.Module]:
+    sp, ref = op.spec, op.ref
+    method, backbone = build_model(sp.method, options, sp.backbone, sp.vocab_size, seq_len)
+    state = our_state(ref, sp.vocab_size)
+    ours = backbone.state_dict()
+    missing = sorted(set(ours) - set(state))
+    unexpected = sorted(set(state) - set(ours))
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{ref.path}: does not fit our {sp.method} backbone"
+            + (f"; missing {missing[:3]}" if missing else "")
+            + (f"; unexpected {unexpected[:3]}" if unexpected else "")
+        )
+    for k, v in state.items():
+        if tuple(v.shape) != tuple(ours[k].shape):
+            raise CheckpointError(
+                f"{ref.path}: {k}: shape {tuple(v.shape)} in the file, {tuple(ours[k].shape)} here"
+            )
+    backbone.load_state_dict(state, strict=True)
+    if getattr(method, "adaptive", None) is not None and ref.adaptive:
+        method.adaptive.set_extra_state(adaptive_state(ref))  # "as trained": the fitted schedule
+    return method, backbone
+
+
+def _provenance(op: Opened, options: dict) -> dict:
+    s = op.source
+    return {
+        "source": s.name,
+        "sha256": s.sha256,
+        "repo": s.repo,
+        "filename": s.filename or Path(s.name).name,
+        "revision": s.revision,
+        "global_step": op.ref.global_step,
+        "family": op.ref.family,
+        "written_by": op.ref.repo,
+        "ema": op.ref.has_ema,
+        "options": options,
+    }
+
+
+def _check_family(op: Opened, method: str | None, where: str) -> None:
+    if method is not None and method != op.spec.method:
+        raise CheckpointError(
+            f"{where}.method: the sweep says {method!r}, {op.source.name} is a {op.spec.method} "
+            f"checkpoint ({op.ref.family})"
+        )
+
+
+def load(
+    src: str,
+    *,
+    family: str | None = None,
+    options: dict | None = None,
+    seq_len: int | None = None,
+    device: str | torch.device = "cpu",
+) -> Loaded:
+    """Load ``src``: a reference-format file (local or ``hf://``) or a model folder written by
+    :func:`convert`. ``options``: choices among those the file allows (e.g. S-FLM
+    ``adaptive=True`` for the fitted schedule) and free options (sampling-only ones)."""
+    p = Path(src)
+    if not src.startswith("hf://") and p.is_dir():
+        return _load_folder(p, device)
+    op = open_source(src, family=family)
+    for w in op.ref.warnings:
+        print(f"warning: {w}", flush=True)
+    opts = resolve_options(op.spec, options)
+    method, backbone = _load_into(op, opts, seq_len or op.spec.seq_len or 1024)
+    backbone.to(device).eval()
+    method.to(device)
+    return Loaded(method, backbone, op.ref.family, _provenance(op, opts))
+
+
+def _load_folder(folder: Path, device) -> Loaded:
+    from bench.train import load_weights
+
+    meta_path = folder / MODEL_JSON
+    if not meta_path.is_file():
+        raise CheckpointError(f"{folder}: not a model folder (no {MODEL_JSON})")
+    meta = json.loads(meta_path.read_text())
+    method, backbone = build_model(
+        meta["method"], meta["options"], meta["backbone"], meta["vocab_size"],
+        meta.get("seq_len") or 1024,
+    )  # fmt: skip
+    load_weights(method, backbone, folder / "weights.pt")
+    backbone.to(device).eval()
+    method.to(device)
+    return Loaded(method, backbone, meta["family"], meta.get("source", {}))
+
+
+def write_model(op: Opened, options: dict, out_dir: Path, *, seq_len: int | None = None) -> dict:
+    """Write ``weights.pt`` (our format: EMA backbone, method state, steps, provenance) and
+    ``model.json`` into ``out_dir`` (atomically each). Returns the model.json content."""
+    from bench import atomic
+    from bench.train import atomic_torch_save
+
+    sp = op.spec
+    method, backbone = _load_into(op, options, seq_len or sp.seq_len or 1024)
+    prov = _provenance(op, options)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "backbone": backbone.state_dict(),
+        "method_state": method.state_dict(),
+        "steps": op.ref.global_step or 0,
+        "extra": {"imported": prov},
+    }
+    atomic_torch_save(payload, out_dir / "weights.pt")
+    meta = {
+        "format": MODEL_FORMAT,
+        "method": sp.method,
+        "family": sp.family,
+        "options": canonical(dataclasses.asdict(method.opts)),
+        "backbone": sp.backbone,
+        "vocab_size": sp.vocab_size,
+        "seq_len": seq_len or sp.seq_len,
+        "parameters": sum(p.numel() for p in backbone.parameters()),
+        "source": prov,
+        "choices": sp.choices,
+        "notes": sp.notes,
+        "converted": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    atomic.write_text(out_dir / MODEL_JSON, json.dumps(meta, indent=2, sort_keys=True))
+    return meta
+
+
+def convert(
+    src: str, out_dir: str | Path, *, family: str | None = None, options: dict | None = None
+) -> dict:
+    """Convert ``src`` into the model folder ``out_dir`` (see :func:`write_model`)."""
+    op = open_source(src, family=family)
+    opts = resolve_options(op.spec, options)
+    return write_model(op, opts, Path(out_dir))
+
+
+def parse_option(text: str) -> tuple[str, Any]:
+    """``key=value`` with a YAML value (``adaptive=true``, ``attn_softcap=50``)."""
+    import yaml
+
+    if "=" not in text:
+        raise ConfigError(f"--option: expected key=value, got {text!r}")
+    key, value = text.split("=", 1)
+    return key.strip(), yaml.safe_load(value)

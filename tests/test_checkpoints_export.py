@@ -1,0 +1,82 @@
+"""export -> convert gives back the same model: identical weights, method state and options."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from bench.checkpoints import MODEL_JSON, build_model, convert, load
+from bench.checkpoints.export import export
+from bench.config import canonical
+
+TINY = {"size": "cpu-mini", "n_blocks": 2, "d_model": 32, "n_heads": 2, "cond_dim": 16,
+        "dropout": 0.0}  # fmt: skip
+V, L = 13, 16
+
+CASES = {
+    "ar": ("ar", {}),
+    "mdlm": ("mdlm", {}),
+    "duo": ("duo", {}),
+    "candi": ("candi", {}),
+    "flm": ("flm", {"output_cap": 30.0, "attn_softcap": 50.0}),
+    "sflm-dit": ("sflm", {"alpha_max": 0.3}),
+    "sflm-sarch": ("sflm", {"backbone": "sarch", "alpha_max": 0.3}),
+    "sflm-adaptive": ("sflm", {"alpha_max": 0.3, "adaptive": True, "adaptive_warmup": 0,
+                               "adaptive_refit_every": 2, "adaptive_n_grid": 50}),
+}  # fmt: skip
+
+
+def _model_folder(tmp_path, method, options, seed=0):
+    """A model folder (weights.pt + model.json) holding a randomly initialised model."""
+    torch.manual_seed(seed)
+    m, bb = build_model(method, options, TINY, V, L)
+    with torch.no_grad():
+        for p in bb.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    if getattr(m, "adaptive", None) is not None:  # a fitted schedule travels too
+        t = torch.rand(64)
+        for step in range(4):
+            m.adaptive.record(t, (1 - t) * 3 + 0.1 * torch.rand(64), step)
+        assert m.adaptive.fitted
+    folder = tmp_path / "model"
+    folder.mkdir()
+    torch.save({"backbone": bb.state_dict(), "method_state": m.state_dict(), "steps": 123,
+                "extra": {}}, folder / "weights.pt")  # fmt: skip
+    meta = {"method": method, "options": canonical(dataclasses.asdict(m.opts)), "backbone": TINY,
+            "vocab_size": V, "seq_len": L, "family": method}  # fmt: skip
+    (folder / MODEL_JSON).write_text(json.dumps(meta))
+    return folder, m, bb
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_export_then_convert_gives_back_the_model(tmp_path, case):
+    method, options = CASES[case]
+    folder, m, bb = _model_folder(tmp_path, method, options)
+    ckpt = export(folder, tmp_path / "ref.ckpt")
+    raw = torch.load(ckpt, weights_only=False)
+    assert all(k.startswith(("backbone.", "noise.", "cont_", "disc_")) for k in raw["state_dict"])
+    assert len(raw["ema"]["shadow_params"]) == len(
+        [k for k in raw["state_dict"] if k.startswith("backbone.") and "inv_freq" not in k]
+    )
+    meta = convert(str(ckpt), tmp_path / "back")
+    assert meta["options"] == canonical(dataclasses.asdict(m.opts))
+    assert meta["source"]["global_step"] == 123
+    back = load(str(tmp_path / "back"))
+    a, b = bb.state_dict(), back.backbone.state_dict()
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    if getattr(m, "adaptive", None) is not None:
+        sa, sb = m.adaptive.get_extra_state(), back.method.adaptive.get_extra_state()
+        assert torch.equal(sa["alpha_vals"], sb["alpha_vals"])
+        assert sa["refit_count"] == sb["refit_count"] > 0
+
+
+def test_export_of_a_folder_without_weights_is_one_line(tmp_path):
+    from bench.checkpoints import CheckpointError
+
+    with pytest.raises(CheckpointError, match="no weights.pt"):
+        export(tmp_path, tmp_path / "x.ckpt")
