@@ -44,7 +44,7 @@ def _task(tc: TrainCell):
 
 
 def _method_backbone(tc: TrainCell, task):
-    method = registry.make_method(tc.method, tc.options, task)
+    method = registry.make_method(tc.method, tc.options, task, getattr(tc, "vocab_size", None))
     backbone = method.build_backbone(tc.backbone_config())
     return method, backbone
 
@@ -63,7 +63,18 @@ def _base_row(tc: TrainCell) -> dict:
         "seed": tc.train["seed"],
         "config_hash": tc.id,
         "train_cell": tc.id,
+        **_checkpoint_column(tc),
     }
+
+
+def _checkpoint_column(tc: TrainCell) -> dict:
+    """``checkpoint``: where an imported model came from (absent for a trained one, so stores
+    without imports read as before)."""
+    src = getattr(tc, "source", None)
+    if not src:
+        return {}
+    sha = src.get("sha256") or "unknown"
+    return {"checkpoint": f"{src['checkpoint']}@{sha[:12]}"}
 
 
 def train_rows(tc: TrainCell, res, n_params: int, *, task) -> list[dict]:
@@ -220,6 +231,8 @@ def _train(tc: TrainCell, threads: int, progress: bool) -> str:
     tc.run_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(dataclasses.asdict(tc), tc.run_dir / "cell.json")
     task = _task(tc)
+    if getattr(tc, "source", None):
+        return _import(tc, task, store, rebuild)
     torch.manual_seed(
         int(tc.train["seed"])
     )  # the initial weights are a function of the cell, not of the process
@@ -242,6 +255,45 @@ def _train(tc: TrainCell, threads: int, progress: bool) -> str:
     if res.is_global_zero and not rebuild:  # DDP: every rank trains, rank 0 records
         store.write_cell(tc.id, train_rows(tc, res, n_params, task=task))
     return str(res.weights)
+
+
+def _import(tc: TrainCell, task, store: Store, rebuild: bool) -> str:
+    """An import cell's "training": convert its checkpoint into the run folder (``weights.pt`` +
+    ``model.json``, as :func:`bench.checkpoints.convert` writes them) and record its train rows.
+    The file must be the one planned (same sha256) and still give the planned options."""
+    from bench.checkpoints import CheckpointError, open_source, resolve_options, write_model
+
+    src = tc.source
+    t0 = time.perf_counter()
+    op = open_source(src["checkpoint"], family=src.get("forced"))
+    if src.get("sha256") and op.source.sha256 != src["sha256"]:
+        raise CheckpointError(
+            f"{src['checkpoint']}: sha256 {op.source.sha256[:12]} is not the planned "
+            f"{src['sha256'][:12]} (the file changed since the sweep was planned; re-run it)"
+        )
+    if op.spec.method != tc.method:
+        raise CheckpointError(
+            f"{src['checkpoint']}: a {op.spec.method} checkpoint, not {tc.method}"
+        )
+    opts = resolve_options(op.spec, tc.options, where=f"{tc.label()} options")
+    for w in op.ref.warnings:
+        print(f"warning: {w}", file=sys.stderr, flush=True)
+    meta = write_model(op, opts, tc.run_dir, seq_len=task.seq_len)
+    if not rebuild:
+        base = {
+            **_base_row(tc),
+            **task_columns(task),
+            "kind": "train",
+            "train_steps": op.ref.global_step,
+            "subset": "+".join(tc.groups),
+            "wall_s": time.perf_counter() - t0,
+            "device": None,
+            "devices": None,
+        }
+        store.write_cell(
+            tc.id, [{**base, "metric": "n_params", "value": float(meta["parameters"]), "n": 1}]
+        )
+    return str(tc.weights)
 
 
 def run_samples(cells: list[SampleCell], threads: int = 0, progress: bool = True) -> int:
@@ -278,7 +330,9 @@ def cell_sampler(method, c: SampleCell, task, device, cache: dict):
     if key == config_hash(c.train.options):
         return method
     if key not in cache:
-        cache[key] = registry.make_method(c.train.method, c.options, task)
+        cache[key] = registry.make_method(
+            c.train.method, c.options, task, getattr(c.train, "vocab_size", None)
+        )
         cache[key].load_state_dict(method.state_dict())  # the trained model's state
         cache[key].to(device)
     return cache[key]

@@ -193,6 +193,16 @@ class MethodEntry:
     )
     decoding: list[str] | None = option(None, help="overrides sample.decoding for this method")
     train: dict[str, Any] = option(factory=dict, help="per-method train overrides (e.g. lr)")
+    checkpoint: str = option(
+        "",
+        help="import this checkpoint instead of training (a reference-format file or "
+        "hf://jdeschena/s-flm/<path>; bench.checkpoints): options and backbone come from the file",
+    )
+    family: str = option(
+        "",
+        help="with checkpoint: the reference family when the file's config cannot tell MDLM, Duo "
+        "and FLM apart ('' = from the file)",
+    )
 
 
 @dataclass

@@ -66,6 +66,16 @@ class TrainCell:
     variant: str
     options: dict
     groups: list[str]
+    #: an import cell (``checkpoint:`` in the method entry): ``checkpoint`` (the source as
+    #: written), ``sha256`` (None only when planned offline for a dry run), ``family``, ``forced``
+    #: (the entry's ``family``); None for a cell that trains
+    source: dict | None = None
+    #: the model's classes when they exceed the task's vocabulary (imported [PAD] class)
+    vocab_size: int | None = None
+
+    @property
+    def imported(self) -> bool:
+        return getattr(self, "source", None) is not None
 
     @property
     def run_dir(self) -> Path:
@@ -76,6 +86,8 @@ class TrainCell:
         return self.run_dir / "weights.pt"
 
     def label(self) -> str:
+        if self.imported:
+            return f"{self.method}/{self.variant} [import]"
         seed = f" seed {self.train['seed']}" if self.train.get("seed") else ""
         return f"{self.method}/{self.variant} [{'+'.join(self.groups)}]{seed}"
 
@@ -152,16 +164,18 @@ def _task(cfg: SweepConfig, source: str):
         raise ConfigError(f"{source}: {e}") from None
 
 
-def _method(entry: MethodEntry, task, where: str):
-    """(the method instance, its canonical options) for one ``methods[i]`` entry."""
+def _method(entry: MethodEntry, task, where: str, options: dict | None = None, vocab=None):
+    """(the method instance, its canonical options) for one ``methods[i]`` entry
+    (``options``: instead of the entry's, e.g. those of an imported checkpoint)."""
     if entry.method not in registry.METHODS:
         known = ", ".join(sorted(registry.METHODS))
         raise ConfigError(f"{where}.method: unknown method {entry.method!r} (known: {known})")
     cls = registry.METHODS[entry.method]
-    opts = build(cls.Options, entry.options, where=f"{where}.options")
+    opts = build(cls.Options, entry.options if options is None else options,
+                 where=f"{where}.options")  # fmt: skip
     try:
         # an instance knows its variant's decodings and NFE rules (e.g. CANDI pure Gaussian)
-        method = registry.make_method(entry.method, opts, task)
+        method = registry.make_method(entry.method, opts, task, vocab)
     except ConfigError as e:
         raise ConfigError(f"{where}: {e}") from None
     return method, canonical(opts)
@@ -190,6 +204,60 @@ def _split_sampling(method, opts: dict) -> tuple[dict, dict]:
     return model, sampling
 
 
+def _identity(method, opts: dict) -> dict:
+    """``opts`` without the options declared ``omit_default`` that sit at their default: options
+    added after cells were recorded leave those cells' ids unchanged."""
+    out = dict(opts)
+    for f in dataclasses.fields(type(method).Options):
+        if f.metadata.get("omit_default") and f.name in out:
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            if out[f.name] == canonical(default):
+                del out[f.name]
+    return out
+
+
+def _import_facts(entry: MethodEntry, task, where: str, offline_ok: bool):
+    """(the checkpoint's Spec, the options it gives this entry, the source dict, the model's
+    vocab_size override) for an entry with ``checkpoint:``."""
+    from bench.checkpoints import CheckpointError, plan_spec, resolve_options
+
+    forced = entry.family or None
+    try:
+        sp, source = plan_spec(entry.checkpoint, family=forced)
+        if sp.method != entry.method:
+            raise ConfigError(
+                f"{where}.method: the sweep says {entry.method!r}, {entry.checkpoint} is a "
+                f"{sp.method} checkpoint ({sp.family})"
+            )
+        opts = resolve_options(sp, entry.options, where=f"{where}.options")
+    except CheckpointError as e:
+        msg = str(e)
+        raise ConfigError(msg if msg.startswith(where) else f"{where}.checkpoint: {msg}") from None
+    if source.sha256 is None and not offline_ok:
+        raise ConfigError(
+            f"{where}.checkpoint: {entry.checkpoint}: not fetched and the hub is unreachable, so "
+            f"its sha256 (part of the cell id) is unknown; fetch it by hand with: "
+            f"{source.fetch_hint()} (--dry-run plans offline)"
+        )
+    if sp.vocab_size == task.vocab_size:
+        vocab = None
+    elif sp.vocab_size == task.vocab_size + 1 and sp.method in ("duo", "flm", "sflm"):
+        vocab = sp.vocab_size  # the reference's [PAD] is a class of this model
+    else:
+        raise ConfigError(
+            f"{where}.checkpoint: {entry.checkpoint} has |V| = {sp.vocab_size}, task "
+            f"{task.name} has {task.vocab_size}"
+        )
+    if sp.seq_len and task.seq_len > sp.seq_len:
+        raise ConfigError(
+            f"{where}.checkpoint: the task's sequences ({task.seq_len}) are longer than the "
+            f"model was trained on ({sp.seq_len})"
+        )
+    src = {"checkpoint": entry.checkpoint, "sha256": source.sha256, "family": sp.family,
+           "forced": forced}  # fmt: skip
+    return sp, opts, src, vocab
+
+
 def _decodings(method, entry: MethodEntry, sweep_decodings: list[str], where: str) -> list[str]:
     """The method's decodings for this entry, resolved by the method itself ('default' -> its
     default; S-FLM: any ``top<k>``). A name in the entry's own ``decoding`` list that the method
@@ -205,9 +273,11 @@ def _decodings(method, entry: MethodEntry, sweep_decodings: list[str], where: st
     return list(dict.fromkeys(resolved)) or [method.resolve_decoding("default")]
 
 
-def plan(cfg: SweepConfig, source: str = "sweep") -> Plan:
+def plan(cfg: SweepConfig, source: str = "sweep", *, offline_ok: bool = False) -> Plan:
     """Expand a sweep (``bench.config.load_sweep``) into cells; ``source`` names the file in
-    errors. Pure: touches no files, loads no data."""
+    errors. Loads no data and writes nothing; an entry with ``checkpoint:`` reads that file's
+    header (memory-mapped) or, for a released file not fetched yet, the catalogue and the hub's
+    metadata. ``offline_ok``: such a file may stay unidentified (no sha256: a dry run offline)."""
     out = Plan(cfg)
     task = _task(cfg, source)
     task_sem = {k: v for k, v in canonical(cfg.task).items() if k not in _NON_SEMANTIC_TASK}
@@ -218,15 +288,26 @@ def plan(cfg: SweepConfig, source: str = "sweep") -> Plan:
     owner: dict[str, int] = {}  # sample cell id -> the methods[] index that planned it
     for i, entry in enumerate(cfg.methods):
         where = f"{source}: methods[{i}]"
-        method, opts = _method(entry, task, where)
-        model_opts, sampling = _split_sampling(method, opts)
+        imported = vocab = None
+        if entry.checkpoint:
+            _sp, file_opts, imported, vocab = _import_facts(entry, task, where, offline_ok)
+            method, opts = _method(entry, task, where, file_opts, vocab)
+        else:
+            if entry.family:
+                raise ConfigError(f"{where}.family: only with checkpoint")
+            method, opts = _method(entry, task, where)
+        model_opts, sampling = _split_sampling(method, _identity(method, opts))
         # per-method train overrides use TrainConfig's own fields and rules
         train0 = build(
             TrainConfig, {**dataclasses.asdict(cfg.train), **entry.train}, where=f"{where}.train"
         )
         decodings = _decodings(method, entry, s.decoding, where)
         seeds = list(dict.fromkeys(cfg.seeds)) or [train0.seed]
-        for seed, groups in ((sd, g) for sd in seeds for g in groups_list):
+        if imported:  # one model, whatever the training seeds and subsets: it is not trained
+            seeds, groups_list_i = [train0.seed], [subsets]
+        else:
+            groups_list_i = groups_list
+        for seed, groups in ((sd, g) for sd in seeds for g in groups_list_i):
             train = dataclasses.replace(
                 train0, seed=seed
             )  # train.seed 0 and seeds [0] give the same cell
@@ -239,6 +320,16 @@ def plan(cfg: SweepConfig, source: str = "sweep") -> Plan:
                 "method": entry.method,
                 "options": model_opts,
             }
+            if imported:  # the file (by its sha256) and the options it is run with
+                ident = {
+                    "import": imported["sha256"] or imported["checkpoint"],
+                    "task": task_sem,
+                    "groups": groups,
+                    "backbone": _sp.backbone,
+                    "method": entry.method,
+                    "options": model_opts,
+                    "vocab_size": vocab,
+                }
             tid = config_hash(ident)
             tc = models.get(tid)
             if tc is None:  # the first entry with this model names its run folder
@@ -253,7 +344,11 @@ def plan(cfg: SweepConfig, source: str = "sweep") -> Plan:
                     _variant(entry),
                     model_opts,
                     groups,
+                    imported,
+                    vocab,
                 )
+                if imported:
+                    tc.backbone = dict(_sp.backbone)
                 out.train_cells.append(tc)
             for subset in groups:
                 for dec in decodings:

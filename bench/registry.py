@@ -46,11 +46,12 @@ def make_task(cfg):
     return TASKS[cfg.name](cfg)
 
 
-def make_method(name: str, options, task):
+def make_method(name: str, options, task, vocab_size: int | None = None):
     """Instantiate method ``name`` for ``task``'s vocabulary and length. ``options``: its
     ``Options`` object, or the canonical dict of one a planned cell carries (validated when the
-    sweep was planned, :mod:`bench.plan`; not validated again here)."""
+    sweep was planned, :mod:`bench.plan`; not validated again here). ``vocab_size``: the model's
+    classes when they exceed the task's (an imported checkpoint whose [PAD] is a class)."""
     cls = METHODS[name]
     if isinstance(options, dict):
         options = cls.Options(**options)
-    return cls(options, task.vocab_size, task.seq_len)
+    return cls(options, vocab_size or task.vocab_size, task.seq_len)

@@ -80,6 +80,8 @@ COLUMNS = [
     # train rows: where the run trained ("cuda:<GPU name>" / "cpu") and on how many processes
     "device",
     "devices",
+    # every row of an imported model: ``<source>@<sha256[:12]>`` of its checkpoint
+    "checkpoint",
 ]
 #: Columns added after the first stores were written: :meth:`Store.read` lists one only when a
 #: row has it, so an older store reads (and exports to results.csv) exactly as before.
@@ -99,6 +101,8 @@ COLUMNS = [
 #:   results folder; :mod:`bench.report.curves` draws it), empty when none was written; train rows.
 #: - ``device`` / ``devices``: where the run trained (``cuda:<GPU name>`` or ``cpu``) and its
 #:   process count (devices x nodes), for :mod:`bench.report.training_cost`; train rows.
+#: - ``checkpoint``: the file an imported model came from (``bench.checkpoints``: source name and
+#:   the first 12 hex digits of its sha256); empty for models trained here; every row.
 REPORT_COLUMNS = COLUMNS[COLUMNS.index("task_kind") :]
 
 

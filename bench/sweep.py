@@ -71,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
             cfg.executor.kind = args.executor
         if args.results_dir:
             cfg.results_dir = args.results_dir
-        p = plan(cfg, args.sweep)
+        # a dry run / status may plan a released checkpoint offline (catalogue, no sha256)
+        p = plan(cfg, args.sweep, offline_ok=args.dry_run or args.status)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -37,6 +37,7 @@ __all__ = [
     "convert",
     "load",
     "open_source",
+    "plan_spec",
     "resolve_options",
 ]
 
@@ -69,6 +70,28 @@ def open_source(src: str, *, family: str | None = None) -> Opened:
     source = resolve(src)
     ref = read_reference(source.path, family=family)
     return Opened(source, ref, reference_spec(ref))
+
+
+def plan_spec(src: str, *, family: str | None = None) -> tuple[Spec, Source]:
+    """What a sweep plans with: the file's own facts when it is here (a local file, or a hub file
+    in the Hugging Face cache; read memory-mapped, weights untouched); for a released file not
+    fetched yet, the catalogue's (:mod:`bench.checkpoints.catalogue`), with the sha256 from the
+    hub's metadata (None offline)."""
+    from bench.checkpoints import catalogue
+
+    source = resolve(src, fetch=False)
+    if source.path is None:
+        entry = catalogue.released(src)
+        if entry is None:
+            raise CheckpointError(
+                f"{src}: not in the Hugging Face cache and not one of the released files this "
+                f"version knows; fetch it first: {source.fetch_hint()}"
+            )
+        sp = entry[1]
+        if family is not None and family != sp.family:
+            raise CheckpointError(f"{src}: is a {sp.family} checkpoint, not {family} (forced)")
+        return dataclasses.replace(sp, options=dict(sp.options), choices=dict(sp.choices)), source
+    return reference_spec(read_reference(source.path, family=family)), source
 
 
 def resolve_options(sp: Spec, requested: dict | None, *, where: str = "options") -> dict:

@@ -64,7 +64,11 @@ def settings(ex: ExecutorConfig, env: dict | None = None) -> ExecutorConfig:
 
 
 def train_resources(ex: ExecutorConfig, tc) -> dict:
-    """One train cell's job: ``train.num_nodes`` nodes x ``train.devices`` tasks (DDP ranks)."""
+    """One train cell's job: ``train.num_nodes`` nodes x ``train.devices`` tasks (DDP ranks); an
+    import cell (a checkpoint converted, nothing trained) is one CPU task."""
+    if getattr(tc, "imported", False):
+        return {"nodes": 1, "tasks_per_node": 1, "gpus_per_node": 0,
+                "cpus_per_task": ex.cpus_per_task, "mem_gb": max(ex.mem_gb, 16)}  # fmt: skip
     devices, nodes = int(tc.train["devices"]), int(tc.train["num_nodes"])
     if ex.gpus_per_node and devices > ex.gpus_per_node:
         raise ConfigError(
