@@ -17,7 +17,8 @@ and its port in the S-FLM harness (FrankCCCCC/s-flm @ 18d586f) `algo.py::FLMBase
 - Network: the shared DiT fed z @ E (E = the DiT's ``embed.weight``; no softmax,
   `FLMEmbeddingLayer`) and the time input s itself (not -log alpha).
 - Options of the reference, off by default: output-logit soft-cap c tanh(logits / c)
-  (S-FLM ``algo.cap_value``, 30 in its "flm_caps" runs) and attention-logit soft-cap
+  (S-FLM ``algo.cap_value``, 30 in its "flm_caps" runs; ``cap_order`` says whether the sampling
+  temperature divides before the cap, as the reference, or after it) and attention-logit soft-cap
   (upstream FLM hard-codes 50 through flash-attn ``softcap``; S-FLM ``model.softcap``),
   implemented here by a manual attention path on the shared blocks (:class:`SoftcapBlock`).
 
@@ -56,6 +57,14 @@ class FLMOptions(Options):
     )
     attn_softcap: float = option(
         0.0, ge=0.0, help="attention-logit soft-cap (0 = off; upstream FLM uses 50)"
+    )
+    cap_order: str = option(
+        "cap_then_temperature",
+        choices=("cap_then_temperature", "temperature_then_cap"),
+        omit_default=True,
+        help="sampling with output_cap > 0 and T != 1: c tanh(l / c) / T (this harness's "
+        "original order) or c tanh((l / T) / c) (the reference: s-flm TrainerBase.forward "
+        "divides by T before FLMBase._process_model_output caps; the released 'flm_caps' file)",
     )
     lut_points: int = option(
         10_000, gt=1, help="gamma grid points of the alpha <-> gamma table (reference: 1e4)"
@@ -178,8 +187,26 @@ class FLM(Method):
         return build_dit(cfg, self.vocab_size, self.vocab_size, block_cls=block_cls)
 
     # -- network ------------------------------------------------------------------
-    def _logits(self, backbone, z: Tensor, s: Tensor, count: bool = False) -> Tensor:
-        """p_theta logits for state z (B, L, V) at FLM time s (B,): the DiT sees z @ E and s."""
+    def process_logits(self, raw: Tensor, temperature: float = 1.0) -> Tensor:
+        """The network's raw logits -> the logits p_theta uses at ``temperature``: the output
+        soft-cap c tanh(l / c) (``output_cap`` = c > 0) and the division by T, in the order
+        ``cap_order`` names. ``cap_then_temperature``: c tanh(l / c) / T;
+        ``temperature_then_cap``: c tanh((l / T) / c), as s-flm trainer_base.py
+        ``TrainerBase.forward`` (divides by T) then algo.py ``FLMBase._process_model_output``
+        (caps). The two agree at T = 1 or without a cap."""
+        c = self.opts.output_cap
+        if c > 0 and self.opts.cap_order == "temperature_then_cap":
+            if temperature != 1.0:
+                raw = raw / temperature
+            return c * torch.tanh(raw / c)
+        logits = c * torch.tanh(raw / c) if c > 0 else raw
+        return logits / temperature if temperature != 1.0 else logits
+
+    def _logits(
+        self, backbone, z: Tensor, s: Tensor, count: bool = False, temperature: float = 1.0
+    ) -> Tensor:
+        """p_theta logits for state z (B, L, V) at FLM time s (B,): the DiT sees z @ E and s;
+        output cap and temperature by :meth:`process_logits`."""
         emb = backbone.embed.weight
         with torch.autocast(device_type=z.device.type, enabled=False):
             h = z.to(torch.float32) @ emb.to(
@@ -188,8 +215,7 @@ class FLM(Method):
         h = h.to(emb.dtype)
         s = s.to(torch.float32)
         logits = (self.call(backbone, h, s) if count else backbone(h, s)).float()
-        c = self.opts.output_cap
-        return c * torch.tanh(logits / c) if c > 0 else logits
+        return self.process_logits(logits, temperature)
 
     # -- training -----------------------------------------------------------------
     def loss(self, backbone, batch: Batch, t: Tensor | None) -> LossOutput:
@@ -242,7 +268,7 @@ class FLM(Method):
         s = torch.linspace(0.0, 1.0, nfe + 1, device=dev, dtype=torch.float64)
         gamma = self.table.a2g(s)
         for k in range(nfe):
-            logits = self._logits(backbone, z, s[k].expand(n), count=True) / temperature
+            logits = self._logits(backbone, z, s[k].expand(n), count=True, temperature=temperature)
             if k == nfe - 1:  # the last call only decodes
                 x = logits.argmax(-1)
                 break

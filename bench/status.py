@@ -232,15 +232,19 @@ def dry_run(p: Plan) -> str:
                 if not trained
                 else "trained"
             )
+            verb = (
+                ("import" if getattr(tc, "imported", False) else "train") if not trained else "done"
+            )
             lines.append(
-                f"  {'train' if not trained else 'done ':5s} {tc.label():40s} {res}; "
+                f"  {verb:6s} {tc.label():40s} {res}; "
                 f"{len(todo)} sample cells in {len(chunks)} array task(s)"
             )
         else:
             n_train += 1
+            verb = "import" if getattr(tc, "imported", False) else "train"
             lines.append(
                 f"  job   {tc.label():40s} "
-                f"{'train + ' if not trained else ''}{len(todo)} sample cells"
+                f"{verb + ' + ' if not trained else ''}{len(todo)} sample cells"
             )
         n_cells += len(todo)
     if kind == "slurm":

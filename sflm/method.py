@@ -7,7 +7,10 @@ Training (paper sec. 3, Alg. Training; reference ``algo.py::SFM``):
   float64 (reference ``algo.slerp_precision=float64``); gradients reach E through the SLERP;
 - prompt / given positions (``clean_mask``) carry their clean embedding;
 - the denoiser sees (z_t, sigma = -log alpha_t) and is trained with plain cross-entropy
-  -log p_theta(x | z_t) (paper eq. ce-loss), token-mean over ``loss_mask``;
+  -log p_theta(x | z_t) (paper eq. ce-loss), token-mean over ``loss_mask``; with
+  ``time_convention="inverted"`` it sees sigma = -log(1 - alpha_t) instead (the reference's
+  ``invert_time_convention=true``, needed by the released TinyGSM "fixed" file; :meth:`SFLM.sigma`
+  is the one place the time input is computed, for training, validation and sampling);
 - optional re-projection of E onto the sphere after each optimiser step (``renorm``, off by
   default: the paper's table "Effect of embedding renormalization" finds it worse);
 - the S-arch's matrices are re-projected after every optimiser step (mandatory, as in the
@@ -123,6 +126,15 @@ class SFLMOptions(Options):
     time_conditioning: bool = option(
         True, help="feed sigma = -log alpha_t to the network (reference: true)"
     )
+    time_convention: str = option(
+        "clean",
+        choices=("clean", "inverted"),
+        omit_default=True,
+        help="network time input: 'clean' sigma = -log(alpha) (alpha = clean weight; reference "
+        "algo.invert_time_convention=false) or 'inverted' sigma = -log(1 - alpha) (reference "
+        "invert_time_convention=true: the released TinyGSM 'fixed' S-FLM file); the schedule, "
+        "SLERP and sampler steps are the same in both",
+    )
     top_k: int = option(
         10, gt=0, help="k of the 'topk' decoding (paper appendix sweeps k; k >= 10 ~ exact)"
     )
@@ -147,6 +159,12 @@ class SFLMOptions(Options):
         if self.alpha_trunc_inverted is not None and self.alpha_max != "star":
             raise ConfigError(
                 "alpha_trunc_inverted: set either alpha_max or alpha_trunc_inverted, not both"
+            )
+        if self.time_convention == "inverted" and self.adaptive:
+            # as the reference (s-flm algo.py::SFM._validate_configuration)
+            raise ConfigError(
+                "time_convention: 'inverted' cannot be combined with adaptive: true "
+                "(the reference requires invert_time_convention=false for the adaptive schedule)"
             )
 
     def clean_weight_cap(self, vocab_size: int, dim: int) -> float:
@@ -250,10 +268,21 @@ class SFLM(Method):
         return self.schedule.alpha(t)
 
     def sigma(self, alpha_t: Tensor) -> Tensor:
-        """Network time input -log(alpha_t) (reference ``_sigma_from_alphat``); 0 without time
-        conditioning."""
+        """The network's time input for clean weight ``alpha_t``: the one place it is computed
+        (training loss, validation, sampler). 0 without time conditioning.
+
+        - ``time_convention="clean"``: -log(alpha_t) (reference ``_sigma_from_alphat`` with
+          ``invert_time_convention=false``, where the schedule's alpha is the clean weight);
+        - ``"inverted"``: -log(1 - alpha_t). s-flm algo.py::SFM / trainer_base.py
+          ``_sigma_from_alphat`` with ``invert_time_convention=true``: the schedule's alpha_ref is
+          the noise weight (slerp parameter), alpha_ref = 1 - clean weight, and sigma =
+          -log(alpha_ref) (released-checkpoints note sec. 4 / 4.2: sigma in [0, 0.14] for a
+          0.131 cap). log1p keeps it exact for small alpha_t.
+        """
         if not self.opts.time_conditioning:
             return torch.zeros_like(alpha_t, dtype=torch.float32)
+        if self.opts.time_convention == "inverted":
+            return (-torch.log1p(-alpha_t)).float()
         return (-torch.log(alpha_t)).float()
 
     def net_input(self, z: Tensor, backbone) -> Tensor:

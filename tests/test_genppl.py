@@ -286,8 +286,9 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path, capsys, env, gpt2, ref_fo
         path = write_jsonl(inp, [good, {"tokens": [1, 2]}])
         expect = "in.jsonl:2"
     elif case == "outside":
-        path = write_jsonl(inp, [good, {"ids": [15496, 50257]}])
-        expect = "id 50257 outside the vocabulary"
+        # 50257 is the reference's added [PAD] (accepted); 50258 is outside
+        path = write_jsonl(inp, [good, {"ids": [15496, 50257, 50258]}])
+        expect = "id 50258 outside the vocabulary"
     else:
         path, ref = write_jsonl(inp, [good]), "no-such-org/no-such-model"
         expect = "no-such-org/no-such-model"

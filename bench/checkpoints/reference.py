@@ -492,7 +492,9 @@ def spec(ref: RefFile) -> Spec:
                 raise CheckpointError(f"{ref.path}: S-arch mlp_type {mlp!r} (supported: gelu)")
             if ref.cfg("model.normalize_input_embed"):
                 raise CheckpointError(f"{ref.path}: normalize_input_embed=True is not supported")
-        inverted = bool(_num(ref, "algo.invert_time_convention", False))
+        inverted = bool(
+            _num(ref, "algo.invert_time_convention", True)
+        )  # configs/algo/sfm.yaml default
         if inverted:
             # s-flm algo.SFM: the schedule's alpha is 1 - clean weight; alpha_min = 1 - cap
             amin = float(_num(ref, "noise.alpha_min", 0.0))

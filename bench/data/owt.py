@@ -37,6 +37,12 @@ prompt); ``evaluate`` scores samples with :mod:`bench.evaluate.genppl` (Gen. PPL
 reference LM ``ref_model``, per-sample mean and pooled, and unigram entropy, with bootstrap
 CIs); :meth:`OWTTask.data_reference` scores held-out validation blocks of the same length the
 same way (the "data" point of the frontier).
+
+Sample ids: the task's vocabulary is GPT-2's 50,257 ids, but samples may also hold id 50257, the
+``[PAD]`` token the reference harness adds to GPT-2 (s-flm ``dataloader.py::get_tokenizer``): the
+released OWT Duo / FLM / S-FLM models have 50,258 classes with it a real class, and MDLM's mask
+shares the id. The evaluator reads it as that special token (dropped in ``gen_ppl_mode: paper``,
+the text ``"[PAD]"`` in ``reference``; :mod:`bench.evaluate.genppl`); ids >= 50258 are an error.
 """
 
 from __future__ import annotations
@@ -564,12 +570,17 @@ class OWTTask(Task):
         return metric_values(ev.summarize(rows))
 
     def evaluate(self, samples: Tensor, data: TaskData, group: str) -> list[MetricValue]:
-        """Gen. PPL (per-sample mean, pooled) and unigram entropy of (N, L) generated ids."""
+        """Gen. PPL (per-sample mean, pooled) and unigram entropy of (N, L) generated ids (ids
+        < 50258: GPT-2's and the reference's added ``[PAD]``)."""
+        from bench.evaluate.genppl import check_sample_ids
+
         self._check_group(group)
         if samples.ndim != 2 or samples.shape[1] != self.seq_len:
             raise ValueError(
                 f"owt: samples must be (N, {self.seq_len}), got {tuple(samples.shape)}"
             )
+        # GPT-2 ids + the reference's added [PAD] = 50257 (module docstring), before the LM loads
+        check_sample_ids(samples, self.tokenizer, where="owt")
         return self._metrics(samples, group)
 
     def data_reference(self, n: int) -> list[MetricValue]:

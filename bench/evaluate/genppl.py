@@ -27,6 +27,18 @@ Which tokens are scored (``mode``):
   text and re-encoded; targets 1..n-1 are scored when they are not end-of-text, plus the first
   end-of-text (so text after the first end-of-text IS scored, despite the comments there).
 
+The added ``[PAD]`` id: the reference harness gives every tokenizer without a pad token a
+``[PAD]`` special token at the next id (s-flm ``dataloader.py::get_tokenizer``; GPT-2: id 50257,
+``len`` 50258), and its OWT Duo / FLM / S-FLM models have 50,258 classes with that id a real
+class (MDLM / AR use the same id as their mask). So a sample may hold id ``len(tokenizer)``
+(:func:`reference_pad_id`) when the sample tokenizer has no pad token; it is read as that
+``[PAD]`` token, as the reference's decode does: ``"paper"`` mode decodes without special tokens,
+so it is dropped (not scored; counted in ``dropped_ids``); ``"reference"`` mode keeps special
+tokens as text (``batch_decode`` default), so it becomes the literal text ``"[PAD]"`` and the
+reference LM scores its re-encoding (GPT-2: ``[``, ``P``, ``AD``, ``]``); such a sample is always
+decoded and re-encoded, even when the two tokenizers are the same (the reference re-encodes
+every sample). A larger id (GPT-2: >= 50258) is an error (:func:`check_sample_ids`).
+
 Retokenisation: when the reference tokenizer differs from the samples' (a probe-text
 fingerprint), ids are decoded to text (``clean_up_tokenization_spaces=False``; transformers 4.x
 cleaned spaces before punctuation by default, 5.x does not) and re-encoded by the reference
@@ -69,6 +81,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bench.data.tokenizers import PAD_TOKEN
 from bench.evaluate.cli import PROG as EVALUATE_PROG
 from bench.evaluate.cli import UsageError, check_out_dir, usage_exit
 
@@ -83,6 +96,8 @@ SMOLLM2_LABEL = "smollm2-135m-instruct-q4_1"
 SMOLLM2_VERSION = 1  # bump when the saved folder's recipe changes
 PROBE = "Hello world, 1234!\n\n  The quick brown fox. naïve café <|endoftext|> x  5"
 PAPER_RESAMPLES = 1000
+#: the pad token the reference harness adds (s-flm dataloader.py::get_tokenizer)
+PAD_TEXT = PAD_TOKEN
 
 
 class ReferenceModelError(RuntimeError):
@@ -286,7 +301,44 @@ class Prepared:
     ids: list[int]
     scored: list[bool]
     retokenized: bool
-    dropped_ids: int = 0  # generator ids outside the sample vocabulary (e.g. a leftover mask)
+    dropped_ids: int = 0  # "paper" mode: [PAD] ids (reference_pad_id) left out of the scored text
+
+
+def reference_pad_id(tok) -> int | None:
+    """The id of the ``[PAD]`` special token the reference harness adds to a tokenizer that has
+    no pad token: ``len(tok)`` (GPT-2: 50257; s-flm dataloader.py::get_tokenizer,
+    ``add_special_tokens({'pad_token': '[PAD]'})``; released-checkpoints note sec. 5). None when
+    the tokenizer has its own pad token (its id is then below ``len(tok)``)."""
+    if tok is None or getattr(tok, "pad_token_id", None) is not None:
+        return None
+    return len(tok)
+
+
+def sample_id_limit(tok) -> int:
+    """Sample ids must lie in ``[0, limit)``: the tokenizer's ids plus the reference's added
+    ``[PAD]`` (:func:`reference_pad_id`) where it has none (GPT-2: 50258)."""
+    return len(tok) + (1 if reference_pad_id(tok) is not None else 0)
+
+
+def check_sample_ids(samples, tok, where: str = "genppl") -> None:
+    """Raise ValueError (one line) for the first id outside ``[0, sample_id_limit(tok))``."""
+    limit = sample_id_limit(tok)
+    if isinstance(samples, torch.Tensor):
+        bad_mask = (samples < 0) | (samples >= limit)
+        bad = int(samples[bad_mask][0]) if bool(bad_mask.any()) else None
+    else:
+        bad = next((int(t) for s in samples for t in s if not 0 <= int(t) < limit), None)
+    if bad is not None:
+        raise ValueError(
+            f"{where}: sample id {bad} outside the samples' vocabulary {_ids_note(tok)}"
+        )
+
+
+def _ids_note(tok) -> str:
+    """``(50257 ids + the reference's added [PAD] = 50257)``: the accepted ids, for errors."""
+    pad = reference_pad_id(tok)
+    extra = f" + the reference's added {PAD_TEXT} = {pad}" if pad is not None else ""
+    return f"({len(tok)} ids{extra})"
 
 
 def _strip_and_cut(ids: list[int], eot: int) -> list[int]:
@@ -311,8 +363,32 @@ def _reference_mask(ids: list[int], eot: int) -> list[bool]:
     return [False] + [t != eot or j == first for j, t in enumerate(ids) if j > 0]
 
 
-def _decode(tok, ids: list[int], keep_special: bool) -> str:
-    return tok.decode(ids, skip_special_tokens=not keep_special, clean_up_tokenization_spaces=False)
+def _decode(tok, ids: list[int], keep_special: bool, pad_id: int | None = None) -> str:
+    """Sample ids -> text with the samples' tokenizer. ``pad_id``: the reference's added
+    ``[PAD]`` id (:func:`reference_pad_id`), which ``tok`` itself does not know: dropped like
+    every special token without ``keep_special``, else written as the text ``"[PAD]"`` between
+    the decoded runs around it. That is what the reference tokenizer (``tok`` with ``[PAD]``
+    added) decodes to, except where a multi-byte character's bytes straddle a ``[PAD]`` id
+    (both give replacement characters there)."""
+
+    def dec(part: list[int]) -> str:
+        return tok.decode(
+            part, skip_special_tokens=not keep_special, clean_up_tokenization_spaces=False
+        )
+
+    if pad_id is None or pad_id not in ids:
+        return dec(ids)
+    if not keep_special:
+        return dec([t for t in ids if t != pad_id])
+    runs, cur = [], []
+    for t in ids:
+        if t == pad_id:
+            runs.append(cur)
+            cur = []
+        else:
+            cur.append(t)
+    runs.append(cur)
+    return PAD_TEXT.join(dec(r) if r else "" for r in runs)
 
 
 def _encode(tok, text: str) -> list[int]:
@@ -334,6 +410,7 @@ class Preparer:
             ref.tokenizer, "eos_token", None
         )
         self.vocab = len(sample_tokenizer) if sample_tokenizer is not None else 0
+        self.pad_id = reference_pad_id(sample_tokenizer)
 
     def __call__(self, sample) -> Prepared:
         ref = self.ref
@@ -350,19 +427,27 @@ class Preparer:
             return Prepared(ids, _reference_mask(ids, ref.eot_id), True)
         if self.sample_tok is None:
             raise ValueError("token-id samples need the samples' tokenizer")
-        raw = [int(t) for t in sample]
-        ids = [t for t in raw if 0 <= t < self.vocab]
-        dropped = len(raw) - len(ids)
+        ids = [int(t) for t in sample]
+        check_sample_ids([ids], self.sample_tok)
+        pad = self.pad_id
         if self.mode == "paper":
             body = _strip_and_cut(ids, self.sample_eot)
-            if not self.same:
-                body = _encode(ref.tokenizer, _decode(self.sample_tok, body, keep_special=False))
+            dropped = body.count(pad) if pad is not None else 0
+            if self.same:  # decoding without special tokens drops the added [PAD]
+                body = [t for t in body if t != pad] if dropped else body
+            else:
+                text = _decode(self.sample_tok, body, keep_special=False, pad_id=pad)
+                body = _encode(ref.tokenizer, text)
             return Prepared(
                 [ref.context_id, *body], [False] + [True] * len(body), not self.same, dropped
             )
-        if not self.same:
-            ids = _encode(ref.tokenizer, _decode(self.sample_tok, ids, keep_special=True))
-        return Prepared(ids, _reference_mask(ids, ref.eot_id), not self.same, dropped)
+        # the reference decodes with special tokens kept: an added [PAD] becomes its text, which
+        # the reference LM's tokenizer re-encodes (so that sample is re-encoded even if same)
+        retok = not self.same or (pad is not None and pad in ids)
+        if retok:
+            text = _decode(self.sample_tok, ids, keep_special=True, pad_id=pad)
+            ids = _encode(ref.tokenizer, text)
+        return Prepared(ids, _reference_mask(ids, ref.eot_id), retok)
 
 
 # --------------------------------------------------------------------------- scoring
@@ -774,15 +859,15 @@ def run(args: argparse.Namespace) -> int:
                 f"--tokenizer {args.tokenizer}: cannot load ({type(e).__name__}: "
                 f"{str(e).splitlines()[0][:160] if str(e) else ''})"
             ) from None
-        vocab = len(sample_tok)
+        limit = sample_id_limit(sample_tok)
         for it in items:
             s = it["sample"]
             if not isinstance(s, str):
-                bad = next((t for t in s if not 0 <= t < vocab), None)
+                bad = next((t for t in s if not 0 <= t < limit), None)
                 if bad is not None:
                     raise UsageError(
                         f"{args.samples}:{it['line']}: id {bad} outside the vocabulary "
-                        f"of {args.tokenizer} ({vocab} ids)"
+                        f"of {args.tokenizer} {_ids_note(sample_tok)}"
                     )
         _done_rows(args.out, None, args.mode)  # a foreign / corrupt OUT fails before loading
         ev = GenPPL(
