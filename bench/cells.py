@@ -18,6 +18,7 @@ import dataclasses
 import os
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -265,6 +266,8 @@ def _import(tc: TrainCell, task, store: Store, rebuild: bool) -> str:
 
     src = tc.source
     t0 = time.perf_counter()
+    if Path(src["checkpoint"]).is_dir():  # a model folder written by bench.checkpoints convert
+        return _import_folder(tc, task, store, rebuild, t0)
     op = open_source(src["checkpoint"], family=src.get("forced"))
     if src.get("sha256") and op.source.sha256 != src["sha256"]:
         raise CheckpointError(
@@ -280,19 +283,44 @@ def _import(tc: TrainCell, task, store: Store, rebuild: bool) -> str:
         print(f"warning: {w}", file=sys.stderr, flush=True)
     meta = write_model(op, opts, tc.run_dir, seq_len=task.seq_len)
     if not rebuild:
-        base = {
-            **_base_row(tc),
-            **task_columns(task),
-            "kind": "train",
-            "train_steps": op.ref.global_step,
-            "subset": "+".join(tc.groups),
-            "wall_s": time.perf_counter() - t0,
-            "device": None,
-            "devices": None,
-        }
-        store.write_cell(
-            tc.id, [{**base, "metric": "n_params", "value": float(meta["parameters"]), "n": 1}]
-        )
+        _import_rows(tc, task, store, meta, t0)
+    return str(tc.weights)
+
+
+def _import_rows(tc: TrainCell, task, store: Store, meta: dict, t0: float) -> None:
+    """An imported model's train rows: its parameter count and the step it was trained to."""
+    base = {
+        **_base_row(tc),
+        **task_columns(task),
+        "kind": "train",
+        "train_steps": meta["source"].get("global_step"),
+        "subset": "+".join(tc.groups),
+        "wall_s": time.perf_counter() - t0,
+        "device": None,
+        "devices": None,
+    }
+    store.write_cell(
+        tc.id, [{**base, "metric": "n_params", "value": float(meta["parameters"]), "n": 1}]
+    )
+
+
+def _import_folder(tc: TrainCell, task, store: Store, rebuild: bool, t0: float) -> str:
+    """Copy a converted model folder into the run folder (the weights must be the planned ones)."""
+    import shutil
+
+    from bench import atomic
+    from bench.checkpoints import MODEL_JSON, CheckpointError, read_model_json
+    from bench.checkpoints.source import file_sha256
+
+    folder = Path(tc.source["checkpoint"])
+    meta = read_model_json(folder)
+    sha = file_sha256(folder / "weights.pt")
+    if tc.source.get("sha256") and sha != tc.source["sha256"]:
+        raise CheckpointError(f"{folder}: weights.pt changed since the sweep was planned")
+    atomic.write_with(tc.weights, lambda tmp: shutil.copyfile(folder / "weights.pt", tmp))
+    atomic.write_text(tc.run_dir / MODEL_JSON, (folder / MODEL_JSON).read_text())
+    if not rebuild:
+        _import_rows(tc, task, store, meta, t0)
     return str(tc.weights)
 
 

@@ -56,8 +56,8 @@ def reference_file(tmp_path, name, method, options, vocab=10, seed=0):
     return path
 
 
-def _write(tmp_path, methods):
-    path = tmp_path / "s.yaml"
+def _write(tmp_path, methods, name="s.yaml"):
+    path = tmp_path / name
     path.write_text(SWEEP.format(rd=tmp_path / "results", methods=methods))
     return path
 
@@ -130,3 +130,19 @@ def test_contradicting_entries_are_one_line_exit_2(tmp_path, capsys, entry, mess
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err, err
     assert not (tmp_path / "results").exists()  # nothing written
+
+
+def test_a_converted_model_folder_is_a_checkpoint_too(tmp_path):
+    from bench.checkpoints import convert
+
+    ck = reference_file(tmp_path, "m", "mdlm", {})
+    convert(str(ck), tmp_path / "folder")
+    path = _write(tmp_path, f"  - {{method: mdlm, checkpoint: {tmp_path / 'folder'}}}\n")
+    p = plan(load_sweep(path), str(path))
+    direct = _write(tmp_path, f"  - {{method: mdlm, checkpoint: {ck}}}\n", "direct.yaml")
+    assert p.train_cells[0].options == plan(load_sweep(direct), str(direct)).train_cells[0].options
+    assert sweep.main([str(path), "--no-progress"]) == 0
+    df = Store(tmp_path / "results").read()
+    assert len(df[df.kind == "sample"]) > 0 and (df[df.kind == "train"].train_steps == 77).all()
+    tc = p.train_cells[0]
+    assert tc.weights.read_bytes() == (tmp_path / "folder" / "weights.pt").read_bytes()

@@ -79,6 +79,11 @@ def plan_spec(src: str, *, family: str | None = None) -> tuple[Spec, Source]:
     hub's metadata (None offline)."""
     from bench.checkpoints import catalogue
 
+    if not src.startswith("hf://") and Path(src).is_dir():  # a folder convert wrote
+        meta = read_model_json(Path(src))
+        sp = Spec(meta["family"], meta["method"], dict(meta["options"]), {},
+                  dict(meta["backbone"]), int(meta["vocab_size"]), meta.get("seq_len"))  # fmt: skip
+        return sp, Source(src, Path(src), resolve(str(Path(src) / "weights.pt")).sha256)
     source = resolve(src, fetch=False)
     if source.path is None:
         entry = catalogue.released(src)
@@ -209,13 +214,28 @@ def load(
     return Loaded(method, backbone, op.ref.family, _provenance(op, opts))
 
 
+def read_model_json(folder: Path) -> dict:
+    """The description of a model folder written by :func:`convert`."""
+    path = folder / MODEL_JSON
+    try:
+        meta = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"{folder}: not a model folder (no {MODEL_JSON})") from None
+    except ValueError as e:
+        raise CheckpointError(f"{path}: unreadable ({e})") from None
+    missing = [
+        k for k in ("method", "family", "options", "backbone", "vocab_size") if k not in meta
+    ]
+    if missing or not (folder / "weights.pt").is_file():
+        what = f"no {missing[0]!r} key" if missing else "no weights.pt beside it"
+        raise CheckpointError(f"{path}: not a model folder ({what})")
+    return meta
+
+
 def _load_folder(folder: Path, device) -> Loaded:
     from bench.train import load_weights
 
-    meta_path = folder / MODEL_JSON
-    if not meta_path.is_file():
-        raise CheckpointError(f"{folder}: not a model folder (no {MODEL_JSON})")
-    meta = json.loads(meta_path.read_text())
+    meta = read_model_json(folder)
     method, backbone = build_model(
         meta["method"], meta["options"], meta["backbone"], meta["vocab_size"],
         meta.get("seq_len") or 1024,

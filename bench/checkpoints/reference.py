@@ -456,6 +456,9 @@ def spec(ref: RefFile) -> Spec:
     elif fam == "duo":
         opts = {"time_conditioning": bool(_num(ref, "algo.time_conditioning", True)), "eps": eps}
     elif fam == "candi":
+        temp = float(_num(ref, "algo.temp", 1.0))
+        if temp != 1.0:  # reference CANDI divides its log-probs by algo.temp; ours has no such knob
+            raise CheckpointError(f"{ref.path}: CANDI algo.temp={temp} (supported: 1.0)")
         opts = {
             "pure_gaussian": bool(_num(ref, "algo.pure_continuous", False)),
             "mixed_coeff": float(_num(ref, "algo.mixed_coeff", 0.5)),
