@@ -152,3 +152,33 @@ def test_hub_source_offline_names_the_fetch_command(tmp_path, capsys, monkeypatc
 def test_unknown_family_name(tmp_path, capsys, good):
     rc, err = _cli(capsys, "inspect", str(good), "--family", "nope")
     assert rc == 2 and "unknown family 'nope'" in err
+
+
+def test_hub_source_found_in_the_cache_offline(tmp_path, capsys, monkeypatch, good):
+    """A hub file fetched earlier (or by hand with ``hf download``) is read from the Hugging Face
+    cache with the hub off, and plans with its sha256."""
+    import shutil
+
+    from bench.checkpoints import plan_spec
+    from bench.checkpoints.source import file_sha256
+
+    cache = tmp_path / "hub"
+    repo = cache / "models--jdeschena--s-flm"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    snap = repo / "snapshots" / commit / "tinygsm"
+    snap.mkdir(parents=True)
+    shutil.copyfile(good, snap / "mdlm.ckpt")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(cache))
+    src = "hf://jdeschena/s-flm/tinygsm/mdlm.ckpt"
+    rc, err = _cli(capsys, "inspect", src)
+    assert rc == 0, err
+    sp, source = plan_spec(src)
+    assert sp.family == "mdlm" and source.sha256 == file_sha256(good)
+    # a released file that is not cached plans from the catalogue, without a sha256
+    sp2, source2 = plan_spec(
+        "hf://jdeschena/s-flm/tinygsm/sfm/sphere_dit_truncated_fixed_no_renorm.ckpt"
+    )
+    assert source2.sha256 is None and sp2.options["time_convention"] == "inverted"
