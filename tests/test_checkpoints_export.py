@@ -80,3 +80,29 @@ def test_export_of_a_folder_without_weights_is_one_line(tmp_path):
 
     with pytest.raises(CheckpointError, match="no weights.pt"):
         export(tmp_path, tmp_path / "x.ckpt")
+
+
+#: our method case -> the fixture kind whose key order is the reference module's
+_KIND = {"ar": "ar", "mdlm": "mdlm", "duo": "duo", "candi": "candi", "flm": "flm_caps",
+         "sflm-dit": "sfm_dit_adaptive", "sflm-sarch": "sfm_arch_adaptive"}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(_KIND))
+def test_export_follows_the_reference_parameter_order(tmp_path, case):
+    """The reference copies the EMA list into its parameters by position, so the file must list
+    them in the reference module's order (tests/checkpoints_ref.backbone_keys, checked against
+    the reference classes), and carry the loop counters its on_load_checkpoint reads."""
+    from tests.checkpoints_ref import backbone_keys
+
+    method, options = CASES[case]
+    folder, m, _ = _model_folder(tmp_path, method, options)
+    ck = torch.load(export(folder, tmp_path / "ref.ckpt"), weights_only=False)
+    ours = [k[len("backbone.") :] for k in ck["state_dict"] if k.startswith("backbone.")]
+    rows = {"rows_in": 0, "rows_out": 0}
+    want = [k for k, _, _ in backbone_keys(_KIND[case], 32, 2, 16, 2, rows)]
+    assert ours == want
+    loops = ck["loops"]["fit_loop"]
+    assert loops["epoch_loop.batch_progress"]["current"]["completed"] == 123
+    if case == "candi":  # the error-rate table r(sigma) of this vocabulary, increasing
+        disc = ck["state_dict"]["disc_noise_table"]
+        assert torch.all(disc[1:] >= disc[:-1]) and 0 < disc[0] < disc[-1] < (V - 1) / V

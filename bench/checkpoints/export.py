@@ -17,12 +17,16 @@ from pathlib import Path
 
 import torch
 
-from bench.checkpoints.reference import unrename
+from bench.checkpoints.reference import reference_order, unrename
 from bench.checkpoints.source import CheckpointError
 
 #: reference ``algo.name`` per family (s-flm configs/algo)
 _ALGO = {"ar": "ar", "mdlm": "mdlm", "duo": "duo_base", "candi": "candi", "flm": "flm",
          "sfm_dit": "sfm", "sfm_arch": "sfm"}  # fmt: skip
+
+
+def _progress(n: int) -> dict:
+    return {"ready": n, "started": n, "processed": n, "completed": n}
 
 
 def _family(method: str, options: dict) -> str:
@@ -97,8 +101,9 @@ def _config(family: str, method, facts: dict, size) -> dict:
             noise["alpha_min"] = 1.0 - cap
         else:
             noise["alpha_max"] = cap
-        if o.get("adaptive"):
-            noise["type"] = "log-linear-adaptive"
+        noise["adaptive"] = bool(o.get("adaptive"))
+        if o.get("schedule") == "cos2":
+            noise["type"] = "cosine-squared"
     return {"model": model, "algo": algo, "noise": noise, "training": {"ema": 0.9999}}
 
 
@@ -133,14 +138,13 @@ def export(run_dir: str | Path, out: str | Path) -> Path:
         if family == "ar" and k == "embed.weight":
             t = torch.cat([t, torch.zeros(1, t.shape[1])])  # mask input row (never fed)
         sd[unrename(k, family, embed_name)] = t
-    # reference module order: the S-arch's own parameters precede its submodules
-    if family == "sfm_arch":
-        sd = {"sz": sd.pop("sz"), **sd}
-    ordered = {f"backbone.{k}": v for k, v in sd.items()}
     head_dim = size.d_model // size.n_heads
-    inv_freq = 1.0 / (10_000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
-    state_dict = dict(ordered)
-    state_dict["backbone.rotary_emb.inv_freq"] = inv_freq
+    sd["rotary_emb.inv_freq"] = 1.0 / (10_000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
+    # the reference module's order: its EMA list is matched to its parameters by position
+    state_dict = {
+        f"backbone.{k}": sd[k] for k in sorted(sd, key=lambda k: reference_order(k, family))
+    }
+    ordered = {k: v for k, v in state_dict.items() if not k.endswith("rotary_emb.inv_freq")}
     if family == "sfm_dit" or family == "sfm_arch":
         ad = getattr(method, "adaptive", None)
         if ad is not None:
@@ -156,9 +160,9 @@ def export(run_dir: str | Path, out: str | Path) -> Path:
                 "noise.ema_alpha_vals": st["ema_vals"],
                 "noise.refit_count": torch.tensor(st["refit_count"]),
             })  # fmt: skip
-    if family == "candi":
-        state_dict["cont_noise_table"] = torch.linspace(0.2, 4.0, 1000)
-        state_dict["disc_noise_table"] = torch.zeros(1000)
+    if family == "candi":  # reference algo.CANDI: sigma grid and the error rate r(sigma) on it
+        state_dict["cont_noise_table"] = method.sigma_table.float().clone()
+        state_dict["disc_noise_table"] = method.rate_table.float().clone()
     shadow = [v.clone() for v in ordered.values()]
     steps = int(meta.get("steps", 0))
     ckpt = {
@@ -167,7 +171,16 @@ def export(run_dir: str | Path, out: str | Path) -> Path:
         "pytorch-lightning_version": "2.4.0",
         "state_dict": state_dict,
         "ema": {"decay": 0.9999, "num_updates": steps, "shadow_params": shadow},
-        "loops": {},
+        # reference TrainerBase.on_load_checkpoint reads these two progress counters
+        "loops": {
+            "fit_loop": {
+                "epoch_progress": {"total": _progress(0), "current": _progress(0)},
+                "epoch_loop.batch_progress": {
+                    "total": _progress(steps),
+                    "current": _progress(steps),
+                },
+            }
+        },  # fmt: skip
         "callbacks": {},
         "optimizer_states": [],
         "lr_schedulers": [],

@@ -142,6 +142,37 @@ def unrename(key: str, family: str, embed_name: str | None = None) -> str:
     return key  # pragma: no cover - the last pattern matches everything
 
 
+_DIT_BLOCK_ORDER = ["norm1.weight", "attn_qkv.weight", "attn_out.weight", "norm2.weight",
+                    "mlp.0.weight", "mlp.0.bias", "mlp.2.weight", "mlp.2.bias",
+                    "adaLN_modulation.weight", "adaLN_modulation.bias"]  # fmt: skip
+_SARCH_BLOCK_ORDER = ["s_fc", "attn_alpha", "mlp_alpha", "sqk", "query.weight", "key.weight",
+                      "value.weight", "att_out.weight", "c_fc.weight", "c_fc.bias",
+                      "mlp_out.weight", "mlp_out.bias", "alpha_modulation.weight",
+                      "alpha_modulation.bias"]  # fmt: skip
+_DIT_TOP_ORDER = ["vocab_embed.embedding", "sphere_embed.weight", "sigma_map.mlp.0.weight",
+                  "sigma_map.mlp.0.bias", "sigma_map.mlp.2.weight", "sigma_map.mlp.2.bias",
+                  "rotary_emb.inv_freq", "blocks", "output_layer.norm_final.weight",
+                  "output_layer.linear.weight", "output_layer.linear.bias",
+                  "output_layer.adaLN_modulation.weight",
+                  "output_layer.adaLN_modulation.bias"]  # fmt: skip
+_SARCH_TOP_ORDER = ["sz", "sphere_embed.weight", "sigma_map.mlp.0.weight", "sigma_map.mlp.0.bias",
+                    "sigma_map.mlp.2.weight", "sigma_map.mlp.2.bias", "rotary_emb.inv_freq",
+                    "blocks", "lm_head.weight"]  # fmt: skip
+
+
+def reference_order(key: str, family: str) -> tuple:
+    """Sort key: the position of reference backbone key ``key`` in the reference module's
+    ``state_dict`` / ``named_parameters`` (a module's own parameters, then its children in
+    registration order: s-flm ``models/dit.py::DIT``, ``sphere_arch.py::SphereArch``). The EMA
+    list is matched by this position, so an exported file must follow it."""
+    top, block = ((_SARCH_TOP_ORDER, _SARCH_BLOCK_ORDER) if family == "sfm_arch"
+                  else (_DIT_TOP_ORDER, _DIT_BLOCK_ORDER))  # fmt: skip
+    m = re.match(r"blocks\.(\d+)\.(.*)$", key)
+    if m:
+        return (top.index("blocks"), int(m.group(1)), block.index(m.group(2)))
+    return (top.index(key), 0, 0)
+
+
 # --------------------------------------------------------------------------- the file
 
 
@@ -485,8 +516,14 @@ def spec(ref: RefFile) -> Spec:
         else:
             opts["attn_softcap"] = float(_num(ref, "model.softcap", 0.0) or 0.0)
     elif fam in ("sfm_dit", "sfm_arch"):
+        kind = ref.cfg("noise.type", "log-linear")  # s-flm configs/noise/*.yaml
+        schedule = {"log-linear": "linear", "cosine-squared": "cos2"}.get(kind)
+        if schedule is None:
+            raise CheckpointError(
+                f"{ref.path}: noise.type {kind!r} (supported: log-linear, cosine-squared)"
+            )
         opts = {"backbone": "sarch" if fam == "sfm_arch" else "dit", "eps": eps,
-                "schedule": "linear", "input_scale": "unit", "renorm": False}  # fmt: skip
+                "schedule": schedule, "input_scale": "unit", "renorm": False}  # fmt: skip
         if fam == "sfm_arch":
             if not ref.cfg("model.use_time_alpha", True):
                 raise CheckpointError(f"{ref.path}: S-arch without use_time_alpha is not supported")
