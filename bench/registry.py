@@ -1,4 +1,5 @@
-"""Name -> implementation. Adding a method, task or evaluator is a new module plus one line here.
+"""Name -> implementation: the built-in methods and tasks (one line each), plus those installed
+packages add through entry points (:mod:`bench.plugins`; docs/adding-a-method.md).
 
 Nothing else in the tree dispatches on a method name.
 """
@@ -15,30 +16,40 @@ from bench.data.gsm8k import GSM8KTask
 from bench.data.owt import OWTTask
 from bench.data.sudoku import SudokuTask
 from bench.data.toy import SortTask
+from bench.plugins import Plugin, PluginError, Registry
 from sflm.method import SFLM
 
-METHODS = {
-    cls.name: cls
-    for cls in (
-        AR,
-        MDLM,
-        CANDI,
-        Duo,
-        FLM,
-        SFLM,
-    )
-}
 
-TASKS = {
-    cls.name: cls
-    for cls in (
-        SudokuTask,
-        SortTask,
-        ArithTask,
-        GSM8KTask,
-        OWTTask,
-    )
-}
+def _is_subclass(base_path: str):
+    def check(p: Plugin) -> None:
+        mod, _, attr = base_path.rpartition(".")
+        import importlib
+
+        base = getattr(importlib.import_module(mod), attr)
+        if not (isinstance(p.obj, type) and issubclass(p.obj, base)):
+            raise PluginError(
+                f"plug-in {p.name!r} of package {p.package}: {p.value} is not a {attr} subclass"
+            )
+
+    return check
+
+
+#: method name -> class: the six built-ins, then those of installed packages (entry-point group
+#: ``sflm_bench.methods``; bench.plugins)
+METHODS = Registry(
+    "methods",
+    {cls.name: cls for cls in (AR, MDLM, CANDI, Duo, FLM, SFLM)},
+    name_of=lambda cls: getattr(cls, "name", None),
+    check=_is_subclass("bench.method.Method"),
+)
+
+#: task name -> class (group ``sflm_bench.tasks``)
+TASKS = Registry(
+    "tasks",
+    {cls.name: cls for cls in (SudokuTask, SortTask, ArithTask, GSM8KTask, OWTTask)},
+    name_of=lambda cls: getattr(cls, "name", None),
+    check=_is_subclass("bench.data.base.Task"),
+)
 
 
 def make_task(cfg):

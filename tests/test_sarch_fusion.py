@@ -75,6 +75,8 @@ def test_folded_logit_scale_matches_the_logit_side_scale():
         if name == "embed.weight":  # latents in, the table is not used
             assert a is None and b is None
             continue
-        assert torch.allclose(a, b, rtol=1e-4, atol=1e-6), name
+        # float rounding relative to the gradient's scale (measured <= 6e-7: elementwise
+        # tolerances fail on some CPUs where tiny entries of a large tensor differ by 1e-6)
+        assert (a - b).abs().max() <= 1e-5 * b.abs().max(), name
     # the scale matters: a wrong fold (e.g. on the columns) would fail the check above
     assert float(net.s_z.grad.abs().max()) > 0
