@@ -66,3 +66,25 @@ def make_method(name: str, options, task, vocab_size: int | None = None):
     if isinstance(options, dict):
         options = cls.Options(**options)
     return cls(options, vocab_size or task.vocab_size, task.seq_len)
+
+
+def listing() -> str:
+    """What ``python -m bench.sweep --list`` prints: every method and task with the package that
+    provides it, and the report plug-ins of installed packages."""
+    from bench.plugins import discover
+
+    lines = ["methods:"]
+    for name in sorted(METHODS):
+        cls = METHODS[name]
+        decs = ", ".join(cls.decodings)
+        lines.append(f"  {name:<10} {METHODS.package(name):<22} decodings: {decs}")
+    lines.append("tasks:")
+    for name in sorted(TASKS):
+        cls = TASKS[name]
+        lines.append(f"  {name:<14} {TASKS.package(name):<18} headline: {cls.headline_metric}")
+    items = discover("report")
+    lines.append("report plug-ins:" + ("" if items else " none"))
+    for p in items:
+        n = len(p.obj) if isinstance(p.obj, list | tuple) else 1
+        lines.append(f"  {p.name:<14} {p.package:<18} {n} item(s) ({p.value})")
+    return "\n".join(lines)

@@ -43,7 +43,12 @@ from bench.plan import plan
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.sweep", description=__doc__.split("\n")[0])
-    ap.add_argument("sweep", help="sweep YAML file")
+    ap.add_argument("sweep", nargs="?", help="sweep YAML file")
+    ap.add_argument(
+        "--list",
+        action="store_true",
+        help="list the registered methods, tasks and report plug-ins (with packages) and exit",
+    )
     ap.add_argument(
         "--executor", choices=("local", "slurm", "debug"), help="override executor.kind"
     )
@@ -65,6 +70,17 @@ def main(argv: list[str] | None = None) -> int:
         help="on Ctrl-C / SIGTERM stop the jobs this driver started (default: they keep running)",
     )
     args = ap.parse_args(argv)
+    if args.list:
+        from bench import registry
+
+        try:
+            print(registry.listing())
+        except ConfigError as e:  # a plug-in that fails to import, a name clash
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        return 0
+    if not args.sweep:
+        ap.error("the sweep file is required (or --list)")
     try:
         cfg = load_sweep(args.sweep)
         if args.executor:
