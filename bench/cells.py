@@ -23,28 +23,24 @@ from pathlib import Path
 import torch
 
 from bench import locks, registry
+from bench.atomic import atomic_torch_save, write_json_atomic
 from bench.config import config_hash
 from bench.plan import SampleCell, TrainCell
 from bench.results import Store, sample_columns, task_columns
-from bench.train import (
-    atomic_torch_save,
-    fit,
-    heldout_for,
-    load_weights,
-    log_path,
-    write_json_atomic,
-)
+from bench.train import fit, heldout_for, load_weights, log_path
 
 
 def _device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def _task(tc: TrainCell):
+def cell_task(tc: TrainCell):
+    """The task of a train cell, built from its recorded config."""
     return registry.make_task(tc.task_config())
 
 
-def _method_backbone(tc: TrainCell, task):
+def method_backbone(tc: TrainCell, task):
+    """The method and the (untrained) backbone of a train cell, for ``task``."""
     method = registry.make_method(tc.method, tc.options, task, getattr(tc, "vocab_size", None))
     backbone = method.build_backbone(tc.backbone_config())
     return method, backbone
@@ -231,13 +227,13 @@ def _train(tc: TrainCell, threads: int, progress: bool) -> str:
         rebuild = True
     tc.run_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(dataclasses.asdict(tc), tc.run_dir / "cell.json")
-    task = _task(tc)
+    task = cell_task(tc)
     if getattr(tc, "source", None):
         return _import(tc, task, store, rebuild)
     torch.manual_seed(
         int(tc.train["seed"])
     )  # the initial weights are a function of the cell, not of the process
-    method, backbone = _method_backbone(tc, task)
+    method, backbone = method_backbone(tc, task)
     train_cfg = tc.train_config()
     if threads:
         train_cfg.threads = threads
@@ -393,8 +389,8 @@ def _sample(tc: TrainCell, todo: list[SampleCell], store: Store, progress: bool)
             f"{tc.weights}: train cell {tc.label()} has no weights (did training fail?)"
         )
     dev = _device()
-    task = _task(tc)
-    method, backbone = _method_backbone(tc, task)
+    task = cell_task(tc)
+    method, backbone = method_backbone(tc, task)
     meta = load_weights(method, backbone, tc.weights)
     backbone.to(dev).eval()
     method.to(dev)

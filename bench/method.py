@@ -114,6 +114,13 @@ class Method(nn.Module):
     #: they stay out of the train cell's identity, so variants differing only in them share
     #: one trained model (bench.plan)
     sampling_options: ClassVar[tuple[str, ...]] = ()
+    #: True when each sampling step computes an exact velocity over the whole vocabulary outside
+    #: the backbone (softmax, expectation, exp map; float64 unless ``sample(float64=False)``): the
+    #: step ``python -m bench.perf velocity`` times and ``agreement`` checks in float32 (S-FLM)
+    exact_velocity: ClassVar[bool] = False
+    #: None: the sampler keeps no KV cache; True / False: it has one, used when True (an instance
+    #: may switch it off; ``python -m bench.perf arcache`` times both on the same weights)
+    kv_cache: bool | None = None
 
     def __init__(self, options: Options | None, vocab_size: int, seq_len: int):
         super().__init__()

@@ -9,6 +9,9 @@ A package declares them in its ``pyproject.toml``::
     [project.entry-points."sflm_bench.tasks"]
     mytask = "mypkg.task:MyTask"              # a bench.data.base.Task subclass
 
+    [project.entry-points."sflm_bench.evaluators"]
+    mymetric = "mypkg.score"                  # a module: CLI_HELP, add_arguments(p), run(args)
+
     [project.entry-points."sflm_bench.report"]
     mypkg = "mypkg.report:ITEMS"              # a list of report items (bench.report.items)
 
@@ -31,6 +34,7 @@ from bench.config import ConfigError
 GROUPS = {
     "methods": "sflm_bench.methods",
     "tasks": "sflm_bench.tasks",
+    "evaluators": "sflm_bench.evaluators",
     "report": "sflm_bench.report",
 }
 #: the distribution name the built-in entries are reported under

@@ -1,168 +1,21 @@
-"""Where a planned sweep stands: one status per cell, the ``--status`` table, the ``--dry-run``
-plan.
+"""What ``python -m bench.sweep`` prints about a planned sweep: the ``--status`` table (one line
+per cell, with the log and last error line of a failure) and the ``--dry-run`` plan (the jobs,
+their resources and, on SLURM, an upper bound of the cost).
 
-The results store says what is done; the sweep's state file (:mod:`bench.executors.state`)
-and SLURM (:mod:`bench.executors.slurm_cluster`) say what runs, waits or failed, with the
-log and the last error line of a failed job. For cells without a SLURM job, the cell locks
-(:mod:`bench.locks`) say what runs now (a local job, another driver's, a debug run), and a
-dead local job (``state["local"]``: its ``result.json`` and log) or a run folder's
-``failed.json`` (:func:`bench.train.write_failure`: diverged training) say what failed.
+The statuses themselves are the model of :mod:`bench.executors.status` (store, locks, local and
+SLURM jobs, failures), which the SLURM executor shares; its public names are re-exported here for
+the CLI.
 """
 
 from __future__ import annotations
 
-import json
-import shutil
-from dataclasses import dataclass
-from pathlib import Path
-
-from bench import locks
-from bench.executors.slurm_cluster import (
-    JobState,
-    chunk_cells,
-    last_error_line,
-    log_paths,
-    query,
-    sample_resources,
-    settings,
-    train_resources,
-)
-from bench.executors.state import load_state, state_dir
+from bench.executors.slurm_cluster import chunk_cells, sample_resources, settings, train_resources
+from bench.executors.state import state_dir
+from bench.executors.status import STATES, CellStatus, count_done, statuses
 from bench.plan import Plan
 from bench.results import Store
-from bench.train import FAILED_FILE
 
-STATES = ("done", "running", "pending", "failed")
-
-
-@dataclass
-class CellStatus:
-    kind: str  # train | sample
-    cell_id: str
-    label: str
-    state: str  # done | running | pending | failed
-    job: str | None = None
-    detail: str = ""  # SLURM state / reason / "not submitted"
-    log: str | None = None
-    error: str | None = None
-
-
-def statuses(
-    p: Plan, state: dict | None = None, jobs: dict[str, JobState] | None = None
-) -> list[CellStatus]:
-    """One status per cell, in plan order (a train cell, then its sample cells). ``state``: the
-    sweep state file (default: read it); ``jobs``: SLURM's answer for its jobs (default: ask
-    squeue / sacct when they exist; ``{}``: do not ask)."""
-    cfg = p.cfg
-    state = load_state(cfg) if state is None else state
-    store = Store(cfg.results_dir)
-    cells = []
-    for tc in p.train_cells:
-        cells.append(("train", tc, store.has(tc.id) and tc.weights.is_file()))
-        cells += [("sample", s, store.has(s.id)) for s in p.samples_of(tc)]
-    if jobs is None:
-        wanted = [
-            state["cells"][c.id] for _, c, done in cells if not done and c.id in state["cells"]
-        ]
-        jobs = query(wanted) if wanted and shutil.which("squeue") else {}
-    out = []
-    owners: dict[str, dict | None] = {}  # train cell id -> holder of its lock
-    for kind, c, done in cells:
-        st = CellStatus(
-            kind,
-            c.id,
-            c.label(),
-            "done" if done else "pending",
-            state["cells"].get(c.id),
-            "" if done else "not submitted",
-        )
-        if not done and not st.job:
-            _local_status(st, kind, c, state, owners)
-        if not done and st.job:
-            base = st.job.split("_")[0]
-            js = jobs.get(st.job)
-            recorded = state["jobs"].get(base, {}).get("name")
-            if (
-                js is not None
-                and js.state != "VANISHED"
-                and recorded
-                and js.name
-                and js.name != recorded
-            ):
-                js = JobState("VANISHED", False)  # the id now belongs to someone else's job
-            if js is None:
-                st.detail = "unknown (SLURM not queried)"
-            elif js.live:
-                st.state = (
-                    "running" if js.state in ("RUNNING", "COMPLETING", "CONFIGURING") else "pending"
-                )
-                st.detail = js.state + (
-                    f" ({js.reason})" if js.reason and js.reason != "None" else ""
-                )
-            else:
-                st.state = "failed"
-                st.detail = {
-                    "VANISHED": "job vanished from SLURM",
-                    "COMPLETED": "job completed without a result",
-                }.get(js.state, js.state)
-                paths = log_paths(state, st.job)
-                st.log = str(paths[0]) if paths else None
-                st.error = last_error_line(paths)
-        out.append(st)
-    return out
-
-
-def _local_status(st: CellStatus, kind: str, c, state: dict, owners: dict) -> None:
-    """Fill in ``st`` (a cell without a SLURM job, not done) from the cell locks, the local
-    job recorded for its model, and the model's ``failed.json``."""
-    tc = c if kind == "train" else c.train
-    if tc.id not in owners:
-        owners[tc.id] = locks.holder(locks.train_lock_path(tc.run_dir))
-    owner = owners[tc.id]
-    rec = state.get("local", {}).get(tc.id)
-    if kind == "sample":
-        own = locks.holder(locks.sample_lock_path(tc.run_dir, c.id))
-        if own is not None:
-            st.state, st.detail = "running", locks.describe(own)
-            return
-        if owner is not None and not (rec and owner.get("pid") == rec.get("pid")):
-            st.detail = f"model busy: {locks.describe(owner)}"  # someone else's job holds the model
-            return
-    if owner is not None:
-        st.state, st.detail = "running", locks.describe(owner)
-        return
-    failed = tc.run_dir / FAILED_FILE
-    if failed.is_file():
-        try:
-            info = json.loads(failed.read_text())
-        except (OSError, json.JSONDecodeError):
-            info = {}
-        st.state, st.detail = "failed", f"training {info.get('kind', 'failed')}"
-        st.error, st.log = info.get("reason") or "see the run folder", str(failed)
-        return
-    if rec:
-        folder = Path(rec.get("folder", ""))
-        try:
-            result = json.loads((folder / "result.json").read_text())
-        except (OSError, json.JSONDecodeError):
-            result = {}
-        st.state = "failed"
-        st.detail = f"local job pid {rec.get('pid')} " + (
-            "stopped" if result.get("stopped") else "ended"
-        )
-        st.log = str(folder / "log.err")
-        st.error = (
-            result.get("error") or last_error_line([folder / "log.err"]) or "no result (killed?)"
-        )
-
-
-def count_done(p: Plan) -> int:
-    """Cells done; when squeue / sacct are unreachable, what the store says."""
-    try:
-        rows = statuses(p)
-    except RuntimeError:
-        rows = statuses(p, jobs={})
-    return sum(s.state == "done" for s in rows)
+__all__ = ["STATES", "CellStatus", "count_done", "dry_run", "status_table", "statuses"]
 
 
 def status_table(p: Plan) -> str:
@@ -206,7 +59,7 @@ def dry_run(p: Plan) -> str:
             f"gpus/node {ex.gpus_per_node}; cpus/task {ex.cpus_per_task}; mem {ex.mem_gb} GB/task; "
             f"array parallelism {ex.array_parallelism}"
         )
-    n_train = n_arrays = n_tasks = n_cells = 0
+    n_train = n_import = n_arrays = n_tasks = n_cells = 0
     gpu_h = cpu_h = 0.0
     hours = ex.time_min / 60
     for tc in p.train_cells:
@@ -216,7 +69,10 @@ def dry_run(p: Plan) -> str:
             continue
         if kind == "slurm":
             r = train_resources(ex, tc)
-            if not trained:
+            if not trained and getattr(tc, "imported", False):
+                n_import += 1  # a CPU job converting a checkpoint (train_resources)
+                cpu_h += hours * r["cpus_per_task"]
+            elif not trained:
                 n_train += 1
                 gpu_h += hours * r["gpus_per_node"] * r["nodes"]
                 cpu_h += hours * r["cpus_per_task"] * r["tasks_per_node"] * r["nodes"]
@@ -249,7 +105,9 @@ def dry_run(p: Plan) -> str:
         n_cells += len(todo)
     if kind == "slurm":
         lines.append(
-            f"jobs: {n_train} train job(s), {n_arrays} sampling array(s) with {n_tasks} task(s) "
+            f"jobs: {n_train} train job(s), "
+            + (f"{n_import} import job(s), " if n_import else "")
+            + f"{n_arrays} sampling array(s) with {n_tasks} task(s) "
             f"for {n_cells} sample cell(s)"
         )
         lines.append(

@@ -22,32 +22,34 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from bench import atomic, perf
+from bench import atomic
+from bench.perf import common, models
+from bench.perf import train as train_bench
 
 
 def _entry(label: str, scale: dict, device: torch.device):
     if label == "bare":
-        bare = perf._Bare(scale["vocab"], scale["size"], device)
+        bare = train_bench.Bare(scale["vocab"], scale["size"], device)
         return bare, bare.backbone
-    known = {m[0]: m for m in perf.MODELS + perf.VARIANTS}
+    known = {m[0]: m for m in models.MODELS + models.VARIANTS}
     _, name, opts = known[label]
-    method, backbone = perf._make(
+    method, backbone = common.make_model(
         name, opts, scale["vocab"], scale["seq_len"], scale["size"], device
     )
-    perf._fast_path(label, method, backbone)
+    models.fast_path(label, method, backbone)
     return method, backbone
 
 
 def profile_model(label: str, scale: dict, steps: int, top: int) -> str:
     device = torch.device("cpu")
     method, backbone = _entry(label, scale, device)
-    batch = perf._sudoku_batch(
+    batch = common.sudoku_batch(
         scale["batch"], scale["vocab"], scale["seq_len"], device, prompt_frac=scale["prompt_frac"]
     )
     args = types.SimpleNamespace(batch=scale["batch"], precision="32")
     backbone.train()
-    opt = perf._optimizer(backbone, device)
-    step = functools.partial(perf._train_step, method, backbone, opt, batch, args, device)
+    opt = train_bench.optimizer(backbone, device)
+    step = functools.partial(train_bench.train_step, method, backbone, opt, batch, args, device)
     step()  # warm-up (allocator, lazy initialisation)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         t0 = time.perf_counter()
@@ -73,14 +75,14 @@ def profile_model(label: str, scale: dict, steps: int, top: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="scripts/perf_profile.py", description=__doc__.split("\n")[0])
-    ap.add_argument("--scale", default="tinygsm-cpu", choices=tuple(perf.SCALES))
+    ap.add_argument("--scale", default="tinygsm-cpu", choices=tuple(models.SCALES))
     ap.add_argument("--models", default="bare,mdlm,duo,sflm,sflm/sarch")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--top", type=int, default=10)
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
     ap.add_argument("--out", help="write the tables here as Markdown (atomically)")
     args = ap.parse_args(argv)
-    known = {"bare", *(m[0] for m in perf.MODELS + perf.VARIANTS)}
+    known = {"bare", *(m[0] for m in models.MODELS + models.VARIANTS)}
     labels = [s for s in args.models.split(",") if s]
     bad = [s for s in labels if s not in known]
     if bad or args.steps < 1:
@@ -89,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.threads:
         torch.set_num_threads(args.threads)
-    scale = perf.SCALES[args.scale]
+    scale = models.SCALES[args.scale]
     cmd = "python scripts/perf_profile.py " + " ".join(sys.argv[1:] if argv is None else argv)
     parts = [f"`{cmd}` ({torch.get_num_threads()} threads, torch {torch.__version__})"]
     for label in labels:

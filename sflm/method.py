@@ -183,6 +183,8 @@ class SFLM(Method):
     temperature_free = ("top1",)
     #: options of the sampler only: a new k or final decode reuses the trained model
     sampling_options = ("top_k", "final_decode")
+    #: the sampler's exact velocity (sflm.sampler) runs between backbone calls (bench.perf)
+    exact_velocity = True
     #: extra option sets the shared conformance suite runs (tests/test_conformance.py)
     conformance_variants = [
         {},

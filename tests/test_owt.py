@@ -5,18 +5,21 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from genppl_tiny import tiny_gpt2
+from helpers import owt_cache_copy, owt_corpus, owt_task
 
 from bench.config import ConfigError, TaskConfig
-from bench.data import gpt2 as gpt2_mod
 from bench.data import owt
-from bench.data.gpt2 import load_gpt2_tokenizer
+from bench.text import gpt2 as gpt2_mod
+from bench.text.gpt2 import load_gpt2_tokenizer
 
 EOT = 50256
+FIXTURES = Path(__file__).parent / "fixtures"
 MIXED = [
     "Hello world",
     "I can't  believe it's 2024!\n\n  naïve café 🤖 日本語",
@@ -26,8 +29,10 @@ MIXED = [
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("owt-data"))
+def data_dir(owt_standin):
+    """The session's shared stand-in cache (tests/conftest.py): its blocks and the offline
+    GPT-2 tokenizer folder are built once; tests here only read it."""
+    return owt_standin[1]
 
 
 @pytest.fixture(scope="module")
@@ -81,15 +86,15 @@ def test_offline_tokenizer_equals_rank_bpe_on_the_official_ranks(offline_tok):
         assert offline_tok.encode(s) == _rank_bpe(ranks, s), s
 
 
-def test_offline_tokenizer_equals_hub_tokenizer(offline_tok):
-    from transformers import AutoTokenizer
-
-    try:
-        hub = AutoTokenizer.from_pretrained("gpt2", local_files_only=True)
-    except Exception:
-        pytest.skip("the hub gpt2 tokenizer is not in the local Hugging Face cache")
-    for s in [*MIXED, "Hello<|endoftext|>world"]:
-        assert offline_tok.encode(s) == hub.encode(s)
+def test_offline_tokenizer_gives_the_committed_reference_ids(offline_tok):
+    """The ids of the hub's gpt2 tokenizer for MIXED and a special token inside text, committed
+    in tests/fixtures/gpt2_reference_ids.json (worked out offline from the official ranks; the
+    file says how): runs everywhere, CI included, where the hub tokenizer cannot load."""
+    rows = json.loads((FIXTURES / "gpt2_reference_ids.json").read_text())["gpt2"]
+    assert {t for t, _ in rows} >= {*MIXED, "Hello<|endoftext|>world"}
+    for s, ids in rows:
+        assert offline_tok.encode(s) == ids, s
+        assert offline_tok.decode(ids) == s
 
 
 # --------------------------------------------------------------------------- layout
@@ -104,29 +109,11 @@ def test_wrap_blocks_is_mdlm_group_texts():
     assert owt.wrap_blocks([[1, 2]], L=6, eot=E).shape == (0, 6)
 
 
-def _corpus(path, n_docs=240):
-    rng = np.random.default_rng(0)
-    words = "the a river city walked quickly under bright old music paper seven green".split()
-    lines = [
-        json.dumps({"text": " ".join(rng.choice(words, rng.integers(5, 40))) + "."})
-        for _ in range(n_docs)
-    ]
-    path.write_text("\n".join(lines) + "\n")
-    return str(path)
+_corpus, _task = owt_corpus, owt_task  # 240 short documents; L = 32, 40 held out
 
 
-def _task(corpus, data_dir, **opts):
-    cfg = TaskConfig(
-        name="owt",
-        data_dir=data_dir,
-        seed=3,
-        options={"corpus": corpus, "valid_docs": 40, "seq_len": 32, "num_proc": 1, **opts},
-    )
-    return owt.OWTTask(cfg)
-
-
-def test_standin_task_blocks_cache_and_labels(tmp_path, data_dir, offline_tok):
-    corpus = _corpus(tmp_path / "my corpus.jsonl")
+def test_standin_task_blocks_cache_and_labels(tmp_path, owt_standin, offline_tok):
+    corpus, data_dir = owt_standin  # its blocks were built once for the session
     task = _task(corpus, data_dir)
     assert task.groups() == ["standin-my_corpus"] and task.stand_in_for == "OpenWebText"
     d = task.train_data(task.groups())
@@ -152,8 +139,8 @@ def test_standin_task_blocks_cache_and_labels(tmp_path, data_dir, offline_tok):
         assert np.array_equal(again.valid_blocks(), v)
     finally:
         owt._worker_blocks = orig
-    # another key (valid_docs) is another cache entry
-    other = _task(corpus, data_dir, valid_docs=60)
+    # another key (valid_docs) is another cache entry (written to a copy of the shared cache)
+    other = _task(corpus, owt_cache_copy(owt_standin, tmp_path / "cache"), valid_docs=60)
     assert other.split("valid").path != task.split("valid").path
 
 
@@ -183,18 +170,18 @@ def test_concurrent_jobs_prepare_the_cache_once(tmp_path, offline_tok):
     assert len(list((tmp_path / "cache" / "owt").glob("*.u16"))) == 1
 
 
-def test_eval_canvas_is_all_masked(tmp_path, data_dir):
-    task = _task(_corpus(tmp_path / "c.jsonl"), data_dir)
+def test_eval_canvas_is_all_masked(owt_standin):
+    task = _task(*owt_standin)
     d = task.eval_data(task.groups()[0], 5)
     assert d.x.shape == (5, 32) and not d.clean_mask.any() and d.loss_mask.all()
     with pytest.raises(ValueError, match="unknown group"):
         task.eval_data("openwebtext", 5)
 
 
-def test_evaluate_and_data_reference(tmp_path, data_dir, offline_tok):
+def test_evaluate_and_data_reference(owt_standin, offline_tok):
     from bench.evaluate.genppl import GenPPL, wrap_model
 
-    task = _task(_corpus(tmp_path / "c.jsonl"), data_dir, bootstrap=50)
+    task = _task(*owt_standin, bootstrap=50)  # bootstrap is not in the cache key: reads it
     ref = wrap_model(tiny_gpt2(50257, n_positions=64, eos=EOT), offline_tok, "tiny", device="cpu")
     task._genppl = GenPPL(
         ref=ref, ref_model="tiny", sample_tokenizer=offline_tok, progress=False, n_resamples=50
@@ -208,7 +195,7 @@ def test_evaluate_and_data_reference(tmp_path, data_dir, offline_tok):
         -(1 / 32 * np.log(1 / 32) + 31 / 32 * np.log(31 / 32))
     )
     assert m["gen_ppl"].n == 4 and task.last_rows[0]["ref_model"] == "tiny"
-    assert task.protocol() == "corpus=standin-c; L=32; ref=tiny; eot=paper"  # every row says it
+    assert task.protocol() == "corpus=standin-my_corpus; L=32; ref=tiny; eot=paper"  # every row
     data = {v.metric: v for v in task.data_reference(3)}
     assert data["entropy"].n == 3 and data["entropy"].value > 2.0
     with pytest.raises(ValueError, match=r"\(N, 32\)"):

@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 import torch
 
-from bench.report import artifacts, main
+from bench.report import artifacts, main, renderers
+from bench.report.paper_curves import CurveFigure
 from bench.results import Store, sample_columns
 
 NFES = (8, 32)
@@ -181,22 +182,24 @@ def test_every_label_is_written_with_its_series(tmp_path, fake_token_lengths):
     _store(tmp_path)
     _fake_run(tmp_path)
     out = tmp_path / "rep"
-    labels = [x for x in artifacts.registry() if x != "fig-S-FLM-fig1"]  # a diagram, not data
+    labels = [
+        x for x in renderers.paper_artifacts() if x != "fig-S-FLM-fig1"
+    ]  # a diagram, not data
     argv = ["--results-dir", str(tmp_path), "--out", str(out), "--mc-trials", "200"]
     for x in labels:
         argv += ["--figure", x]
     assert main(argv) == 0
     paper = out / "paper"
     for x in labels:
-        a = artifacts.registry()[x]
+        a = renderers.paper_artifacts()[x]
         assert (paper / f"{x}.csv").is_file(), x
         if a.kind == "figure":
             assert (paper / f"{x}.pdf").stat().st_size > 0, x
         else:
             assert (paper / f"{x}.md").is_file(), x
     # curve figures: every series of every panel drawn from the store, the marks beside them
-    for a in artifacts.registry().values():
-        if a.render is not artifacts.render_curves:
+    for a in renderers.paper_artifacts().values():
+        if not isinstance(a, CurveFigure):
             continue
         d = pd.read_csv(paper / f"{a.label}.csv")
         ours = d[d["kind"] == "ours"]

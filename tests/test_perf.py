@@ -120,12 +120,15 @@ def test_fast_path_variants_are_opt_in_rows(tmp_path, monkeypatch):
     """``duo+fused`` / ``sflm/sarch+fold`` are rows only when named, and their row runs the fast
     path (the attribute set on that model's method / backbone, not on the class)."""
     from baselines.duo import Duo
+    from bench.perf import models as perf_models
     from sflm.sarch import SArch
 
     seen = []
-    real = perf._fast_path
+    real = perf_models.fast_path
     monkeypatch.setattr(
-        perf, "_fast_path", lambda label, m, bb: (real(label, m, bb), seen.append((label, m, bb)))
+        perf_models,
+        "fast_path",
+        lambda label, m, bb: (real(label, m, bb), seen.append((label, m, bb))),
     )
     out = tmp_path / "perf.json"
     models = "duo,duo+fused,sflm/sarch+fold"
@@ -155,3 +158,34 @@ def test_profile_script_writes_top_ops_tables(tmp_path):
     assert text.count("| op | self CPU ms/step |") == 2 and "`aten::" in text
     bad = subprocess.run([*cmd, "--models", "nope"], capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown model 'nope'" in bad.stderr
+
+
+def test_one_module_per_benchmark_and_no_method_named_outside_the_catalogue():
+    """Every module of bench/perf but the shared ones is a benchmark of the table (HELP, its own
+    flags, run), and no benchmark names a method: the methods' classes say which sampler has an
+    exact velocity or a KV cache (bench.method.Method), and the model labels are catalogue data
+    (bench/perf/models.py)."""
+    import ast
+    from pathlib import Path
+
+    from bench import registry
+    from bench.perf import arcache, velocity
+
+    folder = Path(perf.__file__).parent
+    shared = {"__init__", "__main__", "cli", "common", "models"}
+    modules = {p.stem for p in folder.glob("*.py")} - shared
+    assert modules == set(perf.BENCHMARKS)
+    for name, mod in perf.BENCHMARKS.items():
+        assert mod.__name__ == f"bench.perf.{name}" and mod.HELP
+        assert callable(mod.add_arguments) and callable(mod.run)
+    names = set(registry.METHODS)
+    for path in folder.glob("*.py"):
+        if path.stem == "models":
+            continue
+        tree = ast.parse(path.read_text())
+        literals = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)}
+        assert not literals & names, (path.name, sorted(literals & names))
+    exact = [n for n, cls in registry.METHODS.items() if cls.exact_velocity]
+    cached = [n for n, cls in registry.METHODS.items() if cls.kv_cache is not None]
+    assert velocity.velocity_methods() == exact and "sflm" in exact
+    assert arcache.cached_methods() == cached and "ar" in cached

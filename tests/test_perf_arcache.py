@@ -6,7 +6,7 @@ import json
 import pytest
 from genppl_tiny import byte_tokenizer, tiny_gpt2
 
-from bench import perf
+from bench import perf, registry
 from bench.evaluate import genppl as G
 
 ARCACHE = ["arcache", "--size", "cpu-mini", "--vocab", "12", "--ar-len", "16", "--device", "cpu"]
@@ -38,7 +38,7 @@ def test_arcache_prefix_and_mismatch_detected(tmp_path, monkeypatch):
     (r,) = _rows(out)
     assert r["timed_positions"] == r["nfe_cache"] == r["nfe_recompute"] == 3
     # a cached path that decodes differently must be reported as such
-    real = perf.registry.METHODS["ar"].sample
+    real = registry.METHODS["ar"].sample
 
     def skewed(self, backbone, prompt, prompt_mask, **kw):
         x = real(self, backbone, prompt, prompt_mask, **kw)
@@ -46,7 +46,7 @@ def test_arcache_prefix_and_mismatch_detected(tmp_path, monkeypatch):
             x[:, -1] = (x[:, -1] + 1) % 12
         return x
 
-    monkeypatch.setattr(perf.registry.METHODS["ar"], "sample", skewed)
+    monkeypatch.setattr(registry.METHODS["ar"], "sample", skewed)
     assert perf.main([*ARCACHE, "--ar-new", "3", "--out", str(out)]) == 0
     assert _rows(out)[0]["identical_tokens"] is False
 

@@ -146,3 +146,34 @@ def test_bad_plugins_are_one_line_naming_the_package(tmp_path, entry, module, me
         err = r.stderr.strip()
         assert r.returncode == 2 and len(err.splitlines()) == 1, err
         assert "sflm-clash-plugin" in err and message in err, err
+
+
+EVALUATOR = """
+CLI_HELP = "count the lines of a file"
+
+
+def add_arguments(p):
+    p.add_argument("--file", required=True)
+
+
+def run(args):
+    with open(args.file) as f:
+        print(f"lines: {sum(1 for _ in f)}")
+    return 0
+"""
+
+
+def test_an_outside_package_adds_an_evaluator(tmp_path):
+    site = tmp_path / "site"
+    pkg = _package(
+        tmp_path,
+        "sflm-eval-plugin",
+        '\n[project.entry-points."sflm_bench.evaluators"]\nlines = "sflm_eval_plugin.score"\n',
+        {"score": EVALUATOR},
+    )
+    _install(pkg, site)
+    (tmp_path / "x.txt").write_text("a\nb\nc\n")
+    r = _run(site, "-m", "bench.evaluate", "lines", "--file", "x.txt", cwd=tmp_path, timeout=120)
+    assert r.returncode == 0 and "lines: 3" in r.stdout, r.stderr
+    r = _run(site, "-m", "bench.evaluate", "--help", cwd=tmp_path, timeout=120)
+    assert "lines" in r.stdout and "gsm8k" in r.stdout

@@ -424,3 +424,89 @@ def test_cells_write_the_report_columns_of_their_task_and_method_instances(tmp_p
     assert all(r["metric_rank"] is None for r in train if "metric_rank" in r)
     Store(tmp_path).write_cell("c", [em, vg, other])  # the store accepts them as written
     assert Store(tmp_path).read()["nfe_is_length"].tolist() == [True, True, True]
+
+
+_PLUGIN = '''
+"""Report items of a package that is not ours: a section with its own flag, a paper label."""
+from bench import atomic
+from bench.report.items import Artifact, Section, cli_flag
+
+
+def _hello(sec, df, out, args):
+    return [atomic.write_text(out / "hello.md", f"# hello {args.hello_name}: {len(df)} rows\\n")]
+
+
+def _figure(a, df, out, args):
+    return [atomic.write_text(out / f"{a.label}.md", f"# {a.title}\\n")]
+
+
+ITEMS = [
+    Section(name="hello", render=_hello, flags=(cli_flag("--hello-name", default="world"),)),
+    Artifact(name=LABEL, kind="table", title="A demo table", sweep="none", render=_figure),
+]
+'''
+
+
+def _outside_package(site, entry: str, label: str) -> None:
+    """An installed distribution ``demo-report`` (its dist-info written by hand: what pip leaves)
+    whose entry point of group sflm_bench.report is ``entry``."""
+    import textwrap
+
+    (site / "demo_report").mkdir(parents=True)
+    (site / "demo_report" / "__init__.py").write_text(f"LABEL = {label!r}\n" + _PLUGIN)
+    info = site / "demo_report-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: demo-report\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        textwrap.dedent(f"""
+        [sflm_bench.report]
+        {entry}
+        """)
+    )
+
+
+def _report(site, *args):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(root)])}
+    cmd = [sys.executable, "-m", "bench.report", *args]
+    return subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_an_outside_package_adds_report_items(tmp_path):
+    """A section with its own flag and a paper label, from an installed package's entry point:
+    written by the report, listed by --list, rendered by --figure."""
+    site = tmp_path / "site"
+    _outside_package(site, "demo = demo_report:ITEMS", "tab-demo")
+    _write(Store(tmp_path), "a", _sample_rows("ar", "base", "greedy", (0.5, 0.5, 0.5)))
+    out = tmp_path / "rep"
+    r = _report(site, "--results-dir", str(tmp_path), "--out", str(out), "--hello-name", "you")
+    assert r.returncode == 0, r.stderr
+    assert (out / "hello.md").read_text() == "# hello you: 3 rows\n"
+    assert (out / "sudoku.md").is_file() and (out / "training.md").is_file()
+    r = _report(site, "--results-dir", str(tmp_path), "--list")
+    assert r.returncode == 0, r.stderr
+    labels = [ln.split()[0] for ln in r.stdout.splitlines() if not ln.startswith(" ")]
+    assert labels[-1] == "tab-demo" and "tab-sudoku" in labels  # after the paper's labels
+    r = _report(site, "--results-dir", str(tmp_path), "--out", str(out), "--figure", "tab-demo")
+    assert r.returncode == 0, r.stderr
+    assert (out / "paper" / "tab-demo.md").read_text() == "# A demo table\n"
+
+
+def test_a_clashing_or_broken_report_plugin_is_one_line_naming_the_package(tmp_path):
+    cases = [
+        ("demo = demo_report:ITEMS", "tab-sudoku", "'tab-sudoku' is already taken by sflm-bench"),
+        ("demo = demo_report:LABEL", "tab-x", "is not a list of report items"),
+        ("demo = demo_report.missing:ITEMS", "tab-x", "failed to import"),
+    ]
+    for i, (entry, label, message) in enumerate(cases):
+        site = tmp_path / f"site{i}"
+        _outside_package(site, entry, label)
+        r = _report(site, "--results-dir", str(tmp_path), "--list")
+        assert r.returncode == 2, (entry, r.stdout)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0] and "demo-report" in lines[0], r.stderr

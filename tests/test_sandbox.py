@@ -19,7 +19,7 @@ from types import SimpleNamespace
 
 import pytest
 
-import bench.evaluate.sandbox as sandbox_mod
+from bench.evaluate import sandbox_levels
 from bench.evaluate.gsm8k import grade
 from bench.evaluate.sandbox import (
     STATUSES,
@@ -27,8 +27,8 @@ from bench.evaluate.sandbox import (
     Sandbox,
     SandboxConfig,
     SandboxError,
-    _interpret,
 )
+from bench.evaluate.sandbox_result import interpret
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gsm8k_hostile"
 GOLD = 42
@@ -242,7 +242,7 @@ def test_files_outside_the_run_dir_are_invisible(tmp_path, outside_file, monkeyp
             pytest.fail(f"SFLM_REQUIRE_BWRAP=1 but {msg}")
         pytest.skip(msg)
 
-    if sandbox_mod._find_bwrap() is None:
+    if sandbox_levels.find_bwrap() is None:
         unavailable("bubblewrap (bwrap) not installed: apt-get install bubblewrap (setup.sh)")
     with Sandbox(SandboxConfig(timeout_s=5, workers=1, base_dir=str(tmp_path))) as sb:
         if not sb.level.fsview:
@@ -253,7 +253,7 @@ def test_files_outside_the_run_dir_are_invisible(tmp_path, outside_file, monkeyp
         assert sb.run(_CAT_TMP).value == 0  # the private /tmp holds only the program itself
     # the same program without the view reads at least the test's file and /etc/passwd (the
     # README too where the checkout is readable by the programs' uid)
-    monkeypatch.setattr(sandbox_mod, "_find_bwrap", lambda: None)
+    monkeypatch.setattr(sandbox_levels, "find_bwrap", lambda: None)
     with Sandbox(SandboxConfig(timeout_s=5, workers=1, base_dir=str(tmp_path))) as sb:
         assert not sb.level.fsview
         res = sb.run(program)
@@ -263,7 +263,7 @@ def test_files_outside_the_run_dir_are_invisible(tmp_path, outside_file, monkeyp
 def test_best_level_without_the_view_leaves_nothing(tmp_path, monkeypatch):
     """Where bwrap is missing, the next level still ends everything (a program that left the
     group with setsid is killed by uid: util-linux's --kill-child does not survive setpriv)."""
-    monkeypatch.setattr(sandbox_mod, "_find_bwrap", lambda: None)
+    monkeypatch.setattr(sandbox_levels, "find_bwrap", lambda: None)
     names = ["benign_math", "setsid_sleep", "orphan_keeps_pipe", "segfault"]
     with Sandbox(
         SandboxConfig(timeout_s=1.0, workers=2, memory_mb=MEMORY_MB, base_dir=str(tmp_path))
@@ -343,15 +343,15 @@ def test_broken_interpreter_is_a_sandbox_error_not_wrong_answers(tmp_path):
 
 
 def test_interpret_result_channel():
-    assert _interpret(b"", 0, 1, False).status == "harness_error"  # never started
-    assert _interpret(b"", 0, None, True).status == "harness_error"
-    assert _interpret(b"S\n", 2, -9, True).status == "timeout"
-    assert _interpret(b"S\n", 2, -24, False).status == "timeout"  # SIGXCPU
-    assert _interpret(b"S\n", 2, -11, False).detail == "SIGSEGV"
-    assert _interpret(b"S\n", 2, 0, False).status == "no_answer"
-    ok = _interpret(b"S\nR\tdone\tint\t-17\t\n", 20, 0, False)
+    assert interpret(b"", 0, 1, False).status == "harness_error"  # never started
+    assert interpret(b"", 0, None, True).status == "harness_error"
+    assert interpret(b"S\n", 2, -9, True).status == "timeout"
+    assert interpret(b"S\n", 2, -24, False).status == "timeout"  # SIGXCPU
+    assert interpret(b"S\n", 2, -11, False).detail == "SIGSEGV"
+    assert interpret(b"S\n", 2, 0, False).status == "no_answer"
+    ok = interpret(b"S\nR\tdone\tint\t-17\t\n", 20, 0, False)
     assert (ok.status, ok.kind, ok.value) == ("done", "int", -17)
-    assert _interpret(b"S\nR\tdone\tfloat\t1.5\t\n", 20, 0, False).value == 1.5
+    assert interpret(b"S\nR\tdone\tfloat\t1.5\t\n", 20, 0, False).value == 1.5
     # forged / doubled / malformed lines are not answers
     for bad in (
         b"S\nR\tdone\tint\t1\t\nR\tdone\tint\t2\t\n",
@@ -360,8 +360,8 @@ def test_interpret_result_channel():
         b"S\nR\tbogus\t\t\t\n",
         b"S\nhello\n",
     ):
-        assert _interpret(bad, len(bad), 0, False).status == "no_answer", bad
-    assert _interpret(b"S\nR\truntime_error\t\t\tKeyError\n", 30, 0, False).detail == "KeyError"
+        assert interpret(bad, len(bad), 0, False).status == "no_answer", bad
+    assert interpret(b"S\nR\truntime_error\t\t\tKeyError\n", 30, 0, False).detail == "KeyError"
 
 
 def test_config_validation():

@@ -25,7 +25,8 @@ import unicodedata
 
 import pytest
 
-from bench.data import tokenizers as T
+from bench.text import bpe, fingerprint
+from bench.text import smollm as T
 
 # (text, ids) with add_special_tokens=False: digits, whitespace runs (before digits too), code
 # indentation, special tokens inside text, the reference's two-character separator, non-ASCII.
@@ -236,7 +237,7 @@ def gguf_pair():
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(T, "_smollm_from_gguf", keep_a_copy)
         pinned = T.load_smollm_tokenizer(source="gguf")
-    return pinned, T._add_pad(built[0])
+    return pinned, bpe.add_pad(built[0])
 
 
 @pytest.fixture(scope="module")
@@ -271,10 +272,10 @@ def test_without_the_pin_the_gguf_tokenizer_loses_the_digit_split(gguf_pair):
     pinned, raw = gguf_pair
     assert not hasattr(raw, "sflm_pre_tokenizer")
     assert raw("x  5", add_special_tokens=False)["input_ids"] == [104, 216, 216, 37]
-    fp_pinned = T.tokenizer_fingerprint(pinned)
-    assert T.tokenizer_fingerprint(raw) != fp_pinned  # a cache built without it is not reused
-    again = T.pin_pre_tokenizer(copy.deepcopy(raw), "smollm")
-    assert T.tokenizer_fingerprint(again) == fp_pinned
+    fp_pinned = fingerprint.cache_fingerprint(pinned)
+    assert fingerprint.cache_fingerprint(raw) != fp_pinned  # a cache built without it is not reused
+    again = bpe.pin_pre_tokenizer(copy.deepcopy(raw), "smollm")
+    assert fingerprint.cache_fingerprint(again) == fp_pinned
 
 
 def test_gsm8k_questions_that_the_digit_split_changes(gguf_pair):
@@ -361,15 +362,15 @@ def test_every_loading_path_gets_the_smollm_pre_tokenizer(monkeypatch):
 def test_pin_and_fingerprint_see_the_digit_split():
     tok = _plain_byte_level_tokenizer()
     plain = tok("x  5", add_special_tokens=False)["input_ids"]
-    fp_plain = T.tokenizer_fingerprint(tok)
-    T.pin_pre_tokenizer(tok, "smollm")
+    fp_plain = fingerprint.cache_fingerprint(tok)
+    bpe.pin_pre_tokenizer(tok, "smollm")
     assert tok("x  5", add_special_tokens=False)["input_ids"] != plain
-    assert T.tokenizer_fingerprint(tok) != fp_plain
-    T.pin_pre_tokenizer(tok, "gpt2")  # the GPT-2 rule is plain ByteLevel
-    assert tok.sflm_pre_tokenizer == "gpt2" and T.tokenizer_fingerprint(tok) == fp_plain
+    assert fingerprint.cache_fingerprint(tok) != fp_plain
+    bpe.pin_pre_tokenizer(tok, "gpt2")  # the GPT-2 rule is plain ByteLevel
+    assert tok.sflm_pre_tokenizer == "gpt2" and fingerprint.cache_fingerprint(tok) == fp_plain
     with pytest.raises(ValueError, match="pre-tokenizer family"):
-        T.pin_pre_tokenizer(tok, "llama3")
-    assert "x  5" in T.FINGERPRINT_PROBE and "12345" in T.FINGERPRINT_PROBE
+        bpe.pin_pre_tokenizer(tok, "llama3")
+    assert "x  5" in fingerprint.CACHE_PROBE and "12345" in fingerprint.CACHE_PROBE
 
 
 # ------------------------------------------------- TinyGSM rows, as the reference builds them

@@ -12,7 +12,7 @@ import torch
 from bench.config import ConfigError, TaskConfig
 from bench.data import sudoku as S
 from bench.data import sudoku_splits
-from bench.evaluate.sudoku import evaluate_sudoku, valid_grids
+from bench.data.sudoku_metrics import evaluate_sudoku, valid_grids
 
 # --------------------------------------------------------------------------- independent solvers
 

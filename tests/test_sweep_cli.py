@@ -132,3 +132,22 @@ def test_seeds_replicate_models_and_the_report_averages_them(tmp_path):
     )
     mean, sd = 100 * em["value"].mean(), 100 * em["value"].std(ddof=1)
     assert f"{mean:.1f} +- {sd:.1f} (2 seeds)" in line
+
+
+def test_status_model_stands_apart_from_its_views_and_the_trainer():
+    """The cell-status model (bench.executors.status) loads neither the trainer nor Lightning,
+    and the SLURM executor loads the model, not the CLI's views (bench.status)."""
+    code = (
+        "import sys\n"
+        "import bench.executors.status\n"
+        "heavy = ('lightning', 'bench.train', 'bench.status')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+        "import bench.executors.slurm\n"
+        "print('bench.status' in sys.modules)\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[:2] == ["[]", "False"]

@@ -80,7 +80,7 @@ def test_options_reach_the_task():
 def test_gsm8k_plans_without_its_tokenizer(monkeypatch):
     """SmolLM's size is declared, so building the task (the planner does) loads nothing; another
     tokenizer is loaded to be counted."""
-    from bench.data import tokenizers
+    from bench.text import smollm as tokenizers
 
     def _no_load(*a, **k):
         raise AssertionError("the tokenizer was loaded")
@@ -93,7 +93,7 @@ def test_gsm8k_plans_without_its_tokenizer(monkeypatch):
 
 
 def test_declared_smollm_size_is_the_tokenizers():
-    from bench.data import tokenizers
+    from bench.text import smollm as tokenizers
 
     try:
         tok = tokenizers.load_smollm_tokenizer(source="gguf")

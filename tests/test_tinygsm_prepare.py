@@ -17,7 +17,7 @@ from helpers import tinygsm_bpe, tinygsm_options, tinygsm_rows
 
 from bench.config import TaskConfig
 from bench.data import stats, tinygsm
-from bench.data.tokenizers import CharTokenizer
+from bench.text.char import CharTokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = tinygsm_rows()

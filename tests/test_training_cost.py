@@ -5,7 +5,7 @@ section ``training_cost`` and the paper artifact ``tab-training-cost``."""
 import pandas as pd
 import pytest
 
-from bench.report import artifacts, main
+from bench.report import main, renderers
 from bench.report import training_cost as tc
 from bench.results import Store, read, task_columns
 
@@ -114,7 +114,7 @@ def test_report_section_and_paper_label(store, capsys):
     line = next(x for x in listing.splitlines() if x.startswith(tc.LABEL))
     assert "partial" in line and "gsm8k_smoke" in line
     assert "need: OWT: AR" in listing
-    assert tc.LABEL in artifacts.registry()
+    assert tc.LABEL in renderers.paper_artifacts()
     assert main(["--results-dir", str(store), "--out", str(out), "--figure", tc.LABEL]) == 0
     assert (out / "paper" / f"{tc.LABEL}.md").read_text().count("| S-FLM") == 3
 

@@ -250,7 +250,7 @@ def write_model(op: Opened, options: dict, out_dir: Path, *, seq_len: int | None
     """Write ``weights.pt`` (our format: EMA backbone, method state, steps, provenance) and
     ``model.json`` into ``out_dir`` (atomically each). Returns the model.json content."""
     from bench import atomic
-    from bench.train import atomic_torch_save
+    from bench.atomic import atomic_torch_save
 
     sp = op.spec
     method, backbone = _load_into(op, options, seq_len or sp.seq_len or 1024)

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench import atomic
 from bench.config import ConfigError
+from bench.text.locate import hub_offline
 
 HF_PREFIX = "hf://"
 #: the S-FLM paper's released checkpoints (Hugging Face)
@@ -60,14 +60,10 @@ def parse_hub(src: str) -> tuple[str, str, str | None]:
     return "/".join(parts[:2]), "/".join(parts[2:]), rev or None
 
 
-def _hub_offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
-
-
 def _sha_cache() -> Path:
-    from bench.data.gpt2 import cache_root
+    from bench.text.locate import data_cache_root
 
-    return cache_root() / "checkpoints" / "sha256.json"
+    return data_cache_root() / "checkpoints" / "sha256.json"
 
 
 def file_sha256(path: Path) -> str:
@@ -127,7 +123,7 @@ def _hub_reachable(timeout: float = 5.0) -> bool:
 
 def _hub_sha256(repo: str, filename: str, revision: str | None) -> str | None:
     """The LFS sha256 of a hub file from its metadata (no download); None offline."""
-    if _hub_offline() or not _hub_reachable():
+    if hub_offline() or not _hub_reachable():
         return None
     try:
         from huggingface_hub import get_hf_file_metadata, hf_hub_url
@@ -154,7 +150,7 @@ def resolve(src: str, *, fetch: bool = True, hash_file: bool = True) -> Source:
     if cached is None and fetch:
         why = (
             "HF_HUB_OFFLINE is set"
-            if _hub_offline()
+            if hub_offline()
             else (None if _hub_reachable() else "the hub is unreachable")
         )
         if why:

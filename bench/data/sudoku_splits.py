@@ -36,6 +36,7 @@ from tqdm import tqdm
 
 from bench.atomic import write_with
 from bench.data.sudoku_solver import DIFFICULTIES, all_grids, check_grid, givens_for, make_puzzle
+from bench.text.locate import data_cache_root
 
 log = logging.getLogger(__name__)
 
@@ -157,11 +158,8 @@ def _select(n, difficulty, split, seed, need, exclude, workers, progress, dedup)
 
 
 def data_root(cfg_dir: str = "") -> Path:
-    """Cache folder: ``cfg_dir``, else $SFLM_BENCH_DATA, else ~/.cache/sflm-bench."""
-    root = (
-        cfg_dir or os.environ.get("SFLM_BENCH_DATA") or str(Path.home() / ".cache" / "sflm-bench")
-    )
-    return Path(root).expanduser() / "sudoku"
+    """The Sudoku cache folder: ``sudoku`` under :func:`bench.text.locate.data_cache_root`."""
+    return data_cache_root(cfg_dir) / "sudoku"
 
 
 def _cache_path(root: Path, key: dict) -> Path:

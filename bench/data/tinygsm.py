@@ -49,7 +49,8 @@ import numpy as np
 import torch
 
 from bench.data.base import TaskData
-from bench.data.tokenizers import tokenizer_fingerprint
+from bench.text.fingerprint import cache_fingerprint
+from bench.text.locate import data_cache_root
 
 TINYGSM_HF = "TinyGSM/TinyGSM"
 FORMAT_VERSION = 1
@@ -83,13 +84,6 @@ class TinyGSMOptions:
             raise ValueError(f"tinygsm: valid_frac must be in (0, 1), got {self.valid_frac}")
         if isinstance(self.data_files, str):
             self.data_files = [self.data_files]
-
-
-def default_data_dir(data_dir: str = "") -> Path:
-    """``data_dir``, else ``$SFLM_BENCH_DATA``, else ``~/.cache/sflm-bench``."""
-    return Path(
-        data_dir or os.environ.get("SFLM_BENCH_DATA", "") or Path.home() / ".cache" / "sflm-bench"
-    )
 
 
 def encode_pair(
@@ -177,7 +171,7 @@ def cache_key(opts: TinyGSMOptions, tok) -> str:
             **src,
             "data_files": None,
             "num_proc": None,
-            "tok": tokenizer_fingerprint(tok),
+            "tok": cache_fingerprint(tok),
             "v": FORMAT_VERSION,
         },
         sort_keys=True,
@@ -219,7 +213,7 @@ def prepare(opts: TinyGSMOptions, tok, data_dir: str = "") -> Path:
     for f in opts.data_files or ():
         if not Path(f).is_file():
             raise FileNotFoundError(f"tinygsm: data file not found: {f}")
-    root = default_data_dir(data_dir) / "tinygsm"
+    root = data_cache_root(data_dir) / "tinygsm"
     out = root / cache_key(opts, tok)
     if (out / "meta.json").exists():
         return out

@@ -1,22 +1,24 @@
 """``python -m bench.evaluate <evaluator> ...``: one subcommand per evaluator.
 
-Adding an evaluator is one line in :data:`EVALUATORS`: a module that defines ``CLI_HELP``,
-``add_arguments(parser)`` and ``run(args) -> int`` (its exit status). Usage errors exit 2 with
-a single line on stderr (:mod:`bench.evaluate.cli`: raise its ``UsageError``, return
+An evaluator is an object (usually a module) with ``CLI_HELP``, ``add_arguments(parser)`` and
+``run(args) -> int`` (its exit status): the built-in ones are in :data:`EVALUATORS`, other
+packages add theirs as entry points of the group ``sflm_bench.evaluators`` (:mod:`bench.plugins`;
+a clash or a failed import is one line naming the package, exit 2). Usage errors exit 2 with a
+single line on stderr (:mod:`bench.evaluate.cli`: raise its ``UsageError``, return
 ``usage_exit(prog, error)``).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 
+from bench.evaluate import genppl_cli, gsm8k
 from bench.evaluate.cli import PROG, usage_exit
 
 EVALUATORS = {
-    "gsm8k": "bench.evaluate.gsm8k",
-    "genppl": "bench.evaluate.genppl",
+    "gsm8k": gsm8k,
+    "genppl": genppl_cli,
 }
 
 
@@ -25,18 +27,36 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(usage_exit(self.prog, message))
 
 
+def evaluators():
+    """Built-in evaluators, then those of installed packages (entry points)."""
+    from bench.plugins import PluginError, Registry
+
+    def check(p):
+        missing = [a for a in ("CLI_HELP", "add_arguments", "run") if not hasattr(p.obj, a)]
+        if missing:
+            raise PluginError(
+                f"plug-in {p.name!r} of package {p.package}: {p.value} has no {missing[0]}"
+            )
+
+    return Registry("evaluators", EVALUATORS, check=check)
+
+
 def main(argv: list[str] | None = None) -> int:
+    from bench.config import ConfigError
+
+    try:
+        found = dict(evaluators())
+    except ConfigError as e:  # a plug-in that fails to import, a name clash
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     parser = _Parser(prog=PROG, description="Score generated samples.")
     sub = parser.add_subparsers(dest="evaluator", metavar="EVALUATOR", parser_class=_Parser)
-    modules = {}
-    for name, modname in EVALUATORS.items():
-        mod = importlib.import_module(modname)
-        modules[name] = mod
+    for name, mod in found.items():
         mod.add_arguments(sub.add_parser(name, help=mod.CLI_HELP, description=mod.CLI_HELP))
     args = parser.parse_args(argv)
     if args.evaluator is None:
-        parser.error(f"choose an evaluator: {', '.join(EVALUATORS)}")
-    return modules[args.evaluator].run(args)
+        parser.error(f"choose an evaluator: {', '.join(found)}")
+    return found[args.evaluator].run(args)
 
 
 if __name__ == "__main__":

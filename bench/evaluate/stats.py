@@ -1,4 +1,5 @@
-"""Percentile-bootstrap confidence intervals for accuracies over problems.
+"""Percentile-bootstrap confidence intervals: accuracies over problems, and any statistic of
+per-sample values (:func:`bootstrap_statistic`, e.g. the Gen. PPL scorer's means).
 
 The paper (appendix "Bootstrap Confidence Intervals on TinyGSM"): resample the N per-problem
 outcomes with replacement B = 1,000 times, recompute the accuracy on each resample; the point
@@ -98,6 +99,25 @@ def _mean(a, axis=-1):
 
 def _diff(a, b, axis=-1):
     return np.mean(a, axis=axis) - np.mean(b, axis=axis)
+
+
+def bootstrap_statistic(
+    data: tuple,
+    statistic,
+    *,
+    paired: bool = False,
+    n_resamples: int = PAPER_RESAMPLES,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> BootstrapCI:
+    """Percentile bootstrap of ``statistic(*arrays, axis)`` (vectorized) over the samples of the
+    equally long 1-D arrays ``data``; ``paired`` resamples them jointly. Same resampling as
+    :func:`bootstrap_accuracy`."""
+    _check(n_resamples, confidence)
+    arrays = tuple(np.asarray(a, dtype=float).reshape(-1) for a in data)
+    return _result(
+        arrays, statistic, paired=paired, n_resamples=n_resamples, confidence=confidence, seed=seed
+    )
 
 
 def bootstrap_accuracy(

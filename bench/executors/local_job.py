@@ -20,9 +20,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+    from bench.atomic import write_json_atomic
     from bench.cells import run_train_then_samples
     from bench.locks import CellBusy
-    from bench.train import write_json_atomic
 
     try:
         result = {"ok": True, "samples": run_train_then_samples(tc, cells, threads, progress=False)}

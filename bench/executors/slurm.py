@@ -13,10 +13,10 @@
   that ``squeue`` still shows (SLURM treats a dependency on a job it has forgotten as met);
 - what was submitted (cell id -> job id) is kept in ``<results>/sweeps/<name>/state.json``
   (:mod:`bench.executors.state`: atomic writes; one driver at a time per sweep, by ``flock``).
-  A re-run asks ``squeue`` / ``sacct`` about the recorded jobs (:mod:`bench.status`), leaves
-  running, pending and done cells alone and resubmits what failed or vanished. The store holds
-  one file per cell, so it ends with one row per (cell, metric) however often the driver is
-  killed and re-run;
+  A re-run asks ``squeue`` / ``sacct`` about the recorded jobs (:mod:`bench.executors.status`),
+  leaves running, pending and done cells alone and resubmits what failed or vanished. The store
+  holds one file per cell, so it ends with one row per (cell, metric) however often the driver
+  is killed and re-run;
 - preemption and time limits: jobs are submitit ``Checkpointable``. On SLURM's pre-timeout /
   preemption signal (USR2) a train job asks :func:`bench.train.request_stop`, the trainer saves
   ``ckpt/last.ckpt`` at the next step boundary (all DDP ranks together), and the job requeues
@@ -52,9 +52,9 @@ from bench.executors.slurm_cluster import (
     train_resources,
 )
 from bench.executors.state import DriverLock, load_state, save_state, state_dir
+from bench.executors.status import STATES, CellStatus, statuses
 from bench.plan import Plan, SampleCell, TrainCell
 from bench.results import Store, provenance_sha
-from bench.status import STATES, CellStatus, statuses
 from bench.train import TrainingInterrupted, request_stop
 
 _ROOT = Path(__file__).resolve().parents[2]  # the repository: jobs import bench from here

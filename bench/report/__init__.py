@@ -24,15 +24,24 @@ Writes to ``<results>/report`` (or ``--out``):
 - tasks of kind ``program`` (GSM8K, its stand-in): a section of ``<task>.md`` with accuracy and its
   95 % bootstrap CI per model at every NFE and temperature, and ``<task>_accuracy_ci_vs_nfe.png`` /
   ``.pdf``: accuracy vs NFE with CI error bars, one panel per temperature (the paper's figures);
-- sections of method packages (``bench.report.renderers.PROVIDERS``): ``alpha_star.md`` (when the
-  store has S-FLM rows, ``sflm/report.py``): alpha*(delta) on the paper's grid beside the
-  Monte-Carlo probability that the target is the nearest neighbour there.
+- sections of method packages (entry-point group ``sflm_bench.report``): ``alpha_star.md`` (when
+  the store has S-FLM rows, ``sflm/report.py``): alpha*(delta) on the paper's grid beside the
+  Monte-Carlo probability that the target is the nearest neighbour there;
+- ``--paper`` / ``--figure LABEL`` / ``--list``: the paper's tables and figures by label under
+  ``<out>/paper`` (:mod:`~bench.report.paper_cli`, catalogue :mod:`~bench.report.artifacts`).
 
-Modules: :mod:`~bench.report.cli` (the command), :mod:`~bench.report.renderers` (what is rendered:
-task kinds and store-wide sections, in one place), :mod:`~bench.report.tables` (generic per-task
+Everything above is a report item (:mod:`~bench.report.items`: ``Section``, ``TaskSection``,
+``Artifact``, each with its own flags), collected by :mod:`~bench.report.renderers` from the
+modules that define them and from installed packages.
+
+Modules: :mod:`~bench.report.cli` (the command), :mod:`~bench.report.items` (the protocol),
+:mod:`~bench.report.renderers` (the registry), :mod:`~bench.report.tables` (generic per-task
 Markdown, training table), :mod:`~bench.report.figures` (generic figures, ``save_figure``),
-:mod:`~bench.report.program` (the ``program`` kind), :mod:`~bench.report.paper` (the paper's
-numbers), :mod:`~bench.report.common` (formatting and row selection).
+:mod:`~bench.report.program` (the ``program`` kind), :mod:`~bench.report.frontier` (the
+``frontier`` kind), :mod:`~bench.report.training_cost`, :mod:`~bench.report.curves` (store-wide
+sections), :mod:`~bench.report.paper` (the paper's numbers), :mod:`~bench.report.paper_curves`,
+:mod:`~bench.report.paper_tables`, :mod:`~bench.report.frontier_paper` (paper figures and tables
+by label), :mod:`~bench.report.common` (formatting and row selection).
 """
 
 from bench.report.cli import main

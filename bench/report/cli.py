@@ -10,10 +10,11 @@ import sys
 from pathlib import Path
 
 from bench import atomic
+from bench.plugins import PluginError
+from bench.report import renderers
 from bench.report.common import rows
 from bench.report.figures import figures
 from bench.report.paper_cli import paper_arguments, paper_main
-from bench.report.renderers import NOT_GENERIC, sections, task_renderers
 from bench.report.tables import task_markdown
 from bench.results import read
 
@@ -24,21 +25,21 @@ def main(argv: list[str] | None = None) -> int:
         "--results-dir", default="results", help="results folder holding store/ (default: results)"
     )
     ap.add_argument("--out", help="output folder (default: <results-dir>/report)")
-    extra = sections()
-    for sec in extra:
-        if sec.add_arguments is not None:
-            sec.add_arguments(ap)
-    paper_arguments(ap)
+    try:  # every item's flags; a plug-in that fails to import or clashes: one line, exit 2
+        renderers.add_arguments(ap, paper_arguments(ap))
+    except PluginError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     args = ap.parse_args(argv)
     try:
-        return _report(args, extra)
+        return _report(args)
     except OSError as e:  # a full disk or a read-only folder: earlier files stay as they were
         where = f"{e.filename}: " if e.filename else ""
         print(f"error: {where}{e.strerror or e}", file=sys.stderr)
         return 1
 
 
-def _report(args, extra) -> int:
+def _report(args) -> int:
     if args.paper or args.figure or args.list:
         return paper_main(args)
     store = Path(args.results_dir) / "store"
@@ -52,26 +53,25 @@ def _report(args, extra) -> int:
     df = read(args.results_dir)
     atomic.write_with(out / "results.csv", lambda t: df.to_csv(t, index=False))
     written = [out / "results.csv"]
-    for sec in extra:
-        written += sec.render(df, out, args)
+    for sec in renderers.sections():
+        written += sec.render(sec, df, out, args)
     filled = rows(df, kind=None)  # every row with its report columns, once
     for task in sorted(df["task"].dropna().unique()):
         kinds = filled.loc[filled["task"] == task, "task_kind"].dropna()
         kind = str(kinds.iloc[0]) if len(kinds) else "generic"
-        renderers = task_renderers(kind)
-        if kind in NOT_GENERIC:  # not a fraction: the kind's own section renders it
-            target = NOT_GENERIC[kind].format(task=task)
-            text, headline = f"# {task}\n\nSee [{target}]({target}).\n", None
-        else:
+        extra = renderers.task_sections(kind)
+        if all(r.fraction for r in extra):
             text, headline = task_markdown(task, filled)
-        for r in renderers:
-            text += r.markdown(task, filled)
+        else:  # not a fraction (OWT's Gen. PPL): the kind writes the page and its files
+            text, headline = f"# {task}\n", None
+        for r in extra:
+            text += r.markdown(task, filled, args)
         atomic.write_text(out / f"{task}.md", text)
         written.append(out / f"{task}.md")
         if headline:
             written += figures(task, filled, headline, out)
-        for r in renderers:
-            written += r.figures(task, filled, out)
+        for r in extra:
+            written += r.figures(task, filled, out, args)
     print(f"{len(df)} rows -> {out}")
     for p in written:
         print(f"  {p}")

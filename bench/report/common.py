@@ -17,6 +17,26 @@ def rows(df: pd.DataFrame, task: str | None = None, kind: str | None = "sample")
     return with_report_columns(df)
 
 
+def task_rows(df: pd.DataFrame, task: str) -> tuple[pd.DataFrame, str]:
+    """The sample rows of ``task``, else of its CPU stand-in (rows whose ``stand_in_for`` names
+    it), and the name to print ("arith_standin (CPU stand-in, not GSM8K)")."""
+    s = rows(df, task=None)
+    own = s[s["task"] == task]
+    if len(own):
+        return own, task
+    st = s[s["stand_in_for"].astype(str).str.lower() == task.lower()]
+    if len(st):
+        name = str(st["task"].iloc[0])
+        return st[st["task"] == name], f"{name} (CPU stand-in, not {task.upper()})"
+    return own, task
+
+
+def headline_rows(s: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the task's headline metric (``metric_rank`` 0)."""
+    r = pd.to_numeric(s["metric_rank"], errors="coerce")
+    return s[r == 0]
+
+
 def flag(col: pd.Series) -> pd.Series:
     """A boolean report column (True / False / empty) as a bool mask; empty is False."""
     return col.map(lambda v: v is True or (not isinstance(v, str) and v == 1)).astype(bool)

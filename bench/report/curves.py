@@ -23,7 +23,7 @@ import pandas as pd
 
 from bench.report.common import rows, subsets
 from bench.report.figures import save_figure
-from bench.report.renderers import Section
+from bench.report.items import Section
 
 #: the columns of a training log the figure draws (bench.train: Lightning's CSV logger)
 LOSS, VAL_LOSS, STEP = "loss", "val_loss", "step"
@@ -82,6 +82,13 @@ def figure(task: str, c: pd.DataFrame, out: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    # matplotlib's default style, whatever a figure drawn before in this process set (a seaborn
+    # theme): the curves look the same whichever tasks the store holds
+    with plt.style.context("default"):
+        return _figure(task, c, out, plt)
+
+
+def _figure(task: str, c: pd.DataFrame, out: Path, plt) -> list[Path]:
     subs = subsets(c)
     metrics = [m for m in (LOSS, VAL_LOSS) if (c["metric"] == m).any()]
     models = sorted(c["model"].unique())
@@ -129,7 +136,7 @@ def figure(task: str, c: pd.DataFrame, out: Path) -> list[Path]:
     return save_figure(fig, out / f"{task}_training_curves")
 
 
-def _render(df: pd.DataFrame, out: Path, args) -> list[Path]:
+def _render(sec: Section, df: pd.DataFrame, out: Path, args) -> list[Path]:
     results_dir = Path(getattr(args, "results_dir", None) or "results")
     written: list[Path] = []
     for task, c in sorted(curves(df, results_dir).items()):
@@ -137,4 +144,4 @@ def _render(df: pd.DataFrame, out: Path, args) -> list[Path]:
     return written
 
 
-SECTIONS = [Section("training_curves", _render)]
+ITEMS = [Section(name="training_curves", render=_render)]

@@ -2,7 +2,9 @@
 decoding sweeping the temperature (paper figure "Gen. PPL / Entropy Frontier on OpenWebText"
 and appendix "Gen. PPL / Entropy Frontier Protocol").
 
-For every task whose rows have ``task_kind == "frontier"`` this section writes
+For every task whose rows have ``task_kind == "frontier"`` (OWT's ``report_kind``), this kind's
+:class:`~bench.report.items.TaskSection` (:data:`ITEMS`) writes the files below; its headline is no
+fraction, so ``<task>.md`` only points to ``<task>_frontier.md``:
 
 - ``<task>_gen_ppl_vs_entropy_nfe{N}.png/.pdf`` per NFE (the paper's file names for ``owt``):
   x = entropy (nats), y = Gen. PPL (log scale), one curve per (model, decoding) ordered by
@@ -19,12 +21,13 @@ For every task whose rows have ``task_kind == "frontier"`` this section writes
 Window (paper: 4.5 <= H <= 6.0 nats, PPL <= 500; ``--frontier-window HMIN HMAX PPLMAX``): cells
 outside it are listed but neither drawn nor used for Pareto points and the scalar. The headline
 is ``gen_ppl`` (per-sample mean, the paper's text); ``gen_ppl_pooled`` (the reference code's
-token-pooled value) is in the cell table.
+token-pooled value) is in the cell table. The paper's figures by label (``fig-owt-pareto-main``,
+``fig-appendix-owt-pareto-all``) are drawn by :mod:`bench.report.frontier_paper` from the same
+cells.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +38,7 @@ import pandas as pd
 from bench import atomic
 from bench.report.common import flag, md_table, rows
 from bench.report.figures import save_figure
-from bench.report.renderers import Section
+from bench.report.items import TaskSection, cli_flag
 
 KIND = "frontier"
 DATA_METHOD = "data"
@@ -139,7 +142,7 @@ def frontier_cells(task: str, df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def _panels(c: pd.DataFrame) -> list[int]:
+def nfe_panels(c: pd.DataFrame) -> list[int]:
     m = c[~c["is_data"] & ~c["length_bound"]]
     return sorted(int(v) for v in m["nfe"].dropna().unique())
 
@@ -158,7 +161,7 @@ def scalar_table(c: pd.DataFrame, window: Window) -> pd.DataFrame:
     """Per (curve, NFE): Gen. PPL interpolated at the data's entropy inside the window."""
     data = _data_point(c)
     out = []
-    for nfe in _panels(c):
+    for nfe in nfe_panels(c):
         at = _at_nfe(c, nfe)
         for curve, g in at[~at["is_data"]].groupby("curve", sort=True):
             inside = g[window.contains(g["H"], g["PPL"])]
@@ -242,7 +245,7 @@ def frontier_markdown(task: str, c: pd.DataFrame, window: Window) -> str:
 # --------------------------------------------------------------------------- figures
 
 
-def _draw(ax, c: pd.DataFrame, nfe: int, window: Window, colors: dict) -> None:
+def draw_panel(ax, c: pd.DataFrame, nfe: int, window: Window, colors: dict) -> None:
     at = _at_nfe(c, nfe)
     vis = at[window.contains(at["H"], at["PPL"])]
     for curve, g in vis[~vis["is_data"]].groupby("curve", sort=True):
@@ -285,7 +288,7 @@ def _draw(ax, c: pd.DataFrame, nfe: int, window: Window, colors: dict) -> None:
 
 
 def frontier_figures(task: str, c: pd.DataFrame, out: Path, window: Window) -> list[Path]:
-    nfes = _panels(c)
+    nfes = nfe_panels(c)
     if not nfes:
         return []
     import matplotlib
@@ -303,7 +306,7 @@ def frontier_figures(task: str, c: pd.DataFrame, out: Path, window: Window) -> l
     paths = []
     for nfe in nfes:
         fig, ax = plt.subplots(figsize=(5.2, 3.9))
-        _draw(ax, c, nfe, window, colors)
+        draw_panel(ax, c, nfe, window, colors)
         ax.set_ylabel("Gen. PPL (per-sample mean)")
         ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False, fontsize=8)
         fig.suptitle(name, y=1.0, fontsize=9)
@@ -312,7 +315,7 @@ def frontier_figures(task: str, c: pd.DataFrame, out: Path, window: Window) -> l
     nrows = math.ceil(len(nfes) / cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(5.0 * cols, 3.8 * nrows), squeeze=False)
     for ax, nfe in zip(axes.flat, nfes):
-        _draw(ax, c, nfe, window, colors)
+        draw_panel(ax, c, nfe, window, colors)
     for ax in list(axes.flat)[len(nfes) :]:
         ax.axis("off")
     for ax in axes[:, 0]:
@@ -334,18 +337,7 @@ def frontier_figures(task: str, c: pd.DataFrame, out: Path, window: Window) -> l
     return paths
 
 
-# --------------------------------------------------------------------------- section
-
-
-def _add_arguments(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument(
-        "--frontier-window",
-        nargs=3,
-        type=float,
-        metavar=("HMIN", "HMAX", "PPLMAX"),
-        default=None,
-        help="Gen. PPL / entropy window (default 4.5 6.0 500, the paper's)",
-    )
+# --------------------------------------------------------------------------- task section
 
 
 def effective_window(c: pd.DataFrame, window: Window) -> tuple[Window, str]:
@@ -363,22 +355,43 @@ def effective_window(c: pd.DataFrame, window: Window) -> tuple[Window, str]:
     )
 
 
-def _render(df: pd.DataFrame, out: Path, args) -> list[Path]:
+def _page(task: str, df: pd.DataFrame, args=None) -> str:
+    """``<task>.md`` of a frontier task: a pointer to ``<task>_frontier.md``."""
+    target = f"{task}_frontier.md"
+    return f"\nSee [{target}]({target}).\n"
+
+
+def _files(task: str, df: pd.DataFrame, out: Path, args=None) -> list[Path]:
+    """``<task>_frontier.md`` and the figures of one task (none when it has no frontier cell)."""
+    c = frontier_cells(task, df)
+    if not len(c):
+        return []
     w = getattr(args, "frontier_window", None)
-    asked = Window(*w) if w else Window()
-    filled = rows(df, kind=None)
-    paths = []
-    for task in sorted(filled.loc[filled["task_kind"] == KIND, "task"].dropna().unique()):
-        c = frontier_cells(task, df)
-        if not len(c):
-            continue
-        window, note = effective_window(c, asked)
-        text = frontier_markdown(task, c, window)
-        if note:
-            text = text.replace("\n\n", f"\n\n{note}\n\n", 1)
-        paths.append(atomic.write_text(out / f"{task}_frontier.md", text))
-        paths += frontier_figures(task, c, out, window)
-    return paths
+    window, note = effective_window(c, Window(*w) if w else Window())
+    text = frontier_markdown(task, c, window)
+    if note:
+        text = text.replace("\n\n", f"\n\n{note}\n\n", 1)
+    return [atomic.write_text(out / f"{task}_frontier.md", text)] + frontier_figures(
+        task, c, out, window
+    )
 
 
-SECTIONS = [Section("frontier", _render, _add_arguments)]
+ITEMS = [
+    TaskSection(
+        name="frontier",
+        task_kind=KIND,
+        markdown=_page,
+        figures=_files,
+        fraction=False,  # Gen. PPL: no generic tables in %
+        flags=(
+            cli_flag(
+                "--frontier-window",
+                nargs=3,
+                type=float,
+                metavar=("HMIN", "HMAX", "PPLMAX"),
+                default=None,
+                help="Gen. PPL / entropy window (default 4.5 6.0 500, the paper's)",
+            ),
+        ),
+    )
+]

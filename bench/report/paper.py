@@ -2,7 +2,8 @@
 
 Each CSV row: ``table`` (``main`` or an ablation table's name), ``task``, ``method``, ``variant``,
 ``decoding`` (empty: the method's default decoding), ``subset``, ``metric``, ``value``, ``label``.
-``results/paper/protocols.csv`` says, per task, the protocol behind those numbers.
+``results/paper/protocols.csv`` says, per task, the protocol behind those numbers;
+``results/paper/marks.csv`` holds the numbers the paper gives only in its text (per label).
 """
 
 from __future__ import annotations
@@ -22,6 +23,15 @@ def paper_numbers(task: str) -> pd.DataFrame | None:
     if not path.is_file():
         return None
     return pd.read_csv(path, keep_default_na=False)
+
+
+def marks(label: str) -> pd.DataFrame:
+    """The paper's text-only numbers for ``label`` (``results/paper/marks.csv``)."""
+    p = PAPER_DIR / "marks.csv"
+    if not p.is_file():
+        return pd.DataFrame(columns=["label", "panel", "series", "value", "source"])
+    m = pd.read_csv(p, keep_default_na=False)
+    return m[m["label"] == label]
 
 
 def protocol(task: str) -> str:

@@ -5,7 +5,8 @@ These tasks score executed programs: the headline ``accuracy`` is the paper's bo
 estimate with its 95 % percentile CI (bench/evaluate/stats.py). The generic report shows one NFE
 and T per model; the paper's GSM8K figures plot accuracy vs NFE with CI error bars at T = 1 and
 T = 0.1. This kind adds that table (a section of ``<task>.md``) and figure
-(``<task>_accuracy_ci_vs_nfe``).
+(``<task>_accuracy_ci_vs_nfe``): the kind's :class:`~bench.report.items.TaskSection`
+(:data:`ITEMS`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ import pandas as pd
 
 from bench.report.common import flag, md_table, metric_with_rank, model_label, pct, rows
 from bench.report.figures import log2_nfe_axis, save_figure
+from bench.report.items import TaskSection
+
+KIND = "program"
 
 
 def _program_rows(task: str, df: pd.DataFrame) -> pd.DataFrame:
@@ -47,7 +51,7 @@ def _stand_in(s: pd.DataFrame) -> str:
     return str(v.iloc[0]) if len(v) else ""
 
 
-def program_task_markdown(task: str, df: pd.DataFrame) -> str:
+def program_task_markdown(task: str, df: pd.DataFrame, args=None) -> str:
     """Accuracy [95 % CI] (%) per model at every NFE, one table per temperature."""
     s = _program_rows(task, df)
     if not len(s) or s["ci_low"].isna().all():
@@ -86,7 +90,7 @@ def program_task_markdown(task: str, df: pd.DataFrame) -> str:
     return "\n".join(out) + "\n"
 
 
-def program_task_figure(task: str, df: pd.DataFrame, out: Path) -> list[Path]:
+def program_task_figure(task: str, df: pd.DataFrame, out: Path, args=None) -> list[Path]:
     """Accuracy vs NFE with 95 % CI error bars, one panel per temperature (paper figures
     "Accuracy on GSM8K" at T = 1 and T = 0.1); AR as a horizontal line with its CI band."""
     s = _program_rows(task, df)
@@ -160,3 +164,10 @@ def program_task_figure(task: str, df: pd.DataFrame, out: Path) -> list[Path]:
     fig.suptitle(f"{name}: accuracy vs NFE", y=1.02)
     fig.tight_layout()
     return save_figure(fig, out / f"{task}_accuracy_ci_vs_nfe")
+
+
+ITEMS = [
+    TaskSection(
+        name=KIND, task_kind=KIND, markdown=program_task_markdown, figures=program_task_figure
+    )
+]

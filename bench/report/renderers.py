@@ -1,89 +1,139 @@
-"""What the report renders, in one place: per task kind, and store-wide sections by label.
+"""What the report renders, in one place: every report item (:mod:`bench.report.items`).
 
-- Every task gets the generic ``<task>.md`` (:mod:`bench.report.tables`) and figures
-  (:mod:`bench.report.figures`); :data:`TASK_RENDERERS` adds, per ``task_kind`` of its rows (a
-  task class's ``report_kind``), sections of ``<task>.md`` and figures. A new kind of task is a
-  module with its two functions plus one entry here.
-- :class:`Section`: a store-wide artifact (``training.md``; a paper figure or table by its label)
-  that writes its own files. Built-in ones are in :data:`SECTIONS`; a method package contributes
-  its own through a module listed in :data:`PROVIDERS` that defines ``SECTIONS`` (a list of
-  :class:`Section`; S-FLM's alpha* table lives in ``sflm/report.py``). Sections run in order:
-  built-in, then providers'.
+The built-in items are imported plainly from the modules that define them (:data:`BUILTIN`);
+those of installed packages come through the entry-point group ``sflm_bench.report``
+(:func:`bench.plugins.discover`), each entry point a list of items. S-FLM's items (``sflm``:
+its ``alpha_star.md`` section and paper tables) take that route too, declared in this project's
+``pyproject.toml``, so the framework names no method package. A package adds a report item
+with::
+
+    [project.entry-points."sflm_bench.report"]
+    mypkg = "mypkg.report:ITEMS"    # a list of Section / TaskSection / Artifact
+
+Names (a section's, a task section's, a paper label) are unique across all packages; a clash,
+an entry point that is not a list of items, or a flag two items declare differently is a
+:class:`~bench.plugins.PluginError` naming the package (exit 2). Order: sections and task
+sections run built-in first, then the packages' (by package and entry-point name); paper labels
+follow the catalogue's :data:`bench.report.artifacts.LABELS`, other labels after them.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 
-import pandas as pd
+from bench.plugins import BUILTIN as BUILTIN_PACKAGE
+from bench.plugins import PluginError, discover
+from bench.report import artifacts, curves, frontier, program, tables, training_cost
+from bench.report.items import Artifact, ReportItem, Section, TaskSection
 
-from bench import atomic
-from bench.report.program import program_task_figure, program_task_markdown
-from bench.report.tables import training_markdown
-
-
-@dataclass(frozen=True)
-class TaskRenderer:
-    """One task kind's additions: Markdown appended to ``<task>.md``, and figures."""
-
-    markdown: Callable[[str, pd.DataFrame], str]  # (task, store) -> text ("" for none)
-    figures: Callable[[str, pd.DataFrame, Path], list[Path]]  # (task, store, out) -> files
-
-
-#: task kinds whose headline is not a fraction (OWT's Gen. PPL): the generic tables (in %) and
-#: figures are left out and ``<task>.md`` points to what their section writes
-NOT_GENERIC: dict[str, str] = {"frontier": "{task}_frontier.md"}
-
-#: task kind (the rows' ``task_kind``) -> what it adds to the generic tables and figures
-TASK_RENDERERS: dict[str, list[TaskRenderer]] = {
-    "generic": [],
-    "program": [TaskRenderer(program_task_markdown, program_task_figure)],
-    "frontier": [],  # OWT: its figures and tables are the bench.report.frontier section
-}
-
-
-@dataclass(frozen=True)
-class Section:
-    """A store-wide artifact: ``render(store, out, args)`` writes its files under ``out``
-    (atomically) and returns their paths (none when the store has nothing for it);
-    ``add_arguments`` adds its ``python -m bench.report`` flags."""
-
-    label: str
-    render: Callable[[pd.DataFrame, Path, argparse.Namespace], list[Path]]
-    add_arguments: Callable[[argparse.ArgumentParser], None] | None = None
-
-
-def _training(df: pd.DataFrame, out: Path, args) -> list[Path]:
-    return [atomic.write_text(out / "training.md", training_markdown(df))]
-
-
-#: built-in store-wide sections
-SECTIONS: list[Section] = [Section("training", _training)]
-#: modules (method packages' report hooks) whose ``SECTIONS`` the report adds after the built-in
-PROVIDERS: tuple[str, ...] = (
-    "sflm.report",
-    "bench.report.frontier",
-    "bench.report.training_cost",
-    "bench.report.curves",
+#: the built-in items, in the order they run
+BUILTIN: tuple[ReportItem, ...] = (
+    *tables.ITEMS,  # training.md
+    *training_cost.ITEMS,  # training_cost.md, tab-training-cost
+    *curves.ITEMS,  # <task>_training_curves
+    *program.ITEMS,  # the program kind (GSM8K, its stand-in)
+    *frontier.ITEMS,  # the frontier kind (OWT)
+    *artifacts.ITEMS,  # the paper's labels
 )
+
+_loaded: dict[str, tuple[ReportItem, str]] | None = None  # name -> (item, package)
+
+
+def _add(found: dict, item: ReportItem, package: str, entry: str) -> None:
+    if item.name in found:
+        if found[item.name][0] is item:  # the same item declared twice (e.g. built-in and entry)
+            return
+        raise PluginError(
+            f"{entry}of package {package}: the report item name {item.name!r} is already taken "
+            f"by {found[item.name][1]}"
+        )
+    found[item.name] = (item, package)
+
+
+def _load() -> dict[str, tuple[ReportItem, str]]:
+    global _loaded
+    if _loaded is None:
+        found: dict[str, tuple[ReportItem, str]] = {}
+        for item in BUILTIN:
+            _add(found, item, BUILTIN_PACKAGE, "built-in report item ")
+        for p in discover("report"):
+            objs = p.obj
+            if not isinstance(objs, list | tuple) or not all(
+                isinstance(x, ReportItem) for x in objs
+            ):
+                raise PluginError(
+                    f"plug-in {p.name!r} of package {p.package}: {p.value} is not a list of "
+                    "report items (bench.report.items: Section, TaskSection, Artifact)"
+                )
+            for item in objs:
+                _add(found, item, p.package, f"plug-in {p.name!r} ")
+        _flags(found)
+        _loaded = found
+    return _loaded
+
+
+def _flags(found: dict) -> None:
+    """Every option string is declared once, or identically by several items."""
+    seen: dict[str, tuple] = {}
+    for item, package in found.values():
+        for f in item.flags:
+            for opt in f.names:
+                if opt in seen and seen[opt][0] != f:
+                    raise PluginError(
+                        f"report item {item.name!r} of package {package}: flag {opt} is already "
+                        f"declared differently by {seen[opt][1]}"
+                    )
+                seen.setdefault(opt, (f, package))
+
+
+def reload() -> None:
+    """Forget the loaded items (tests that install a plug-in in-process)."""
+    global _loaded
+    _loaded = None
+
+
+def items() -> list[ReportItem]:
+    """Every item: the built-in ones, then the packages'."""
+    return [item for item, _ in _load().values()]
+
+
+def package(name: str) -> str:
+    """The distribution that provides item ``name`` (``sflm-bench`` for the built-ins)."""
+    return _load()[name][1]
 
 
 def sections() -> list[Section]:
-    """Every section, built-in first; labels are unique."""
-    out = list(SECTIONS)
-    for name in PROVIDERS:
-        out += list(importlib.import_module(name).SECTIONS)
-    labels = [s.label for s in out]
-    dup = sorted({x for x in labels if labels.count(x) > 1})
-    if dup:
-        raise ValueError(f"report sections: duplicate labels {dup}")
-    return out
+    """The store-wide sections, in the order they run."""
+    return [x for x in items() if isinstance(x, Section)]
 
 
-def task_renderers(kind: str) -> list[TaskRenderer]:
+def task_sections(kind: str) -> list[TaskSection]:
     """What a task of ``kind`` adds; an unknown kind adds nothing (a store from newer code)."""
-    return TASK_RENDERERS.get(kind, [])
+    return [x for x in items() if isinstance(x, TaskSection) and x.task_kind == kind]
+
+
+def paper_artifacts() -> dict[str, Artifact]:
+    """label -> artifact, in the catalogue's order (:data:`bench.report.artifacts.LABELS`), the
+    labels it does not list after them in the order they register."""
+    found = [x for x in items() if isinstance(x, Artifact)]
+    rank = {label: i for i, label in enumerate(artifacts.LABELS)}
+    found.sort(key=lambda a: rank.get(a.label, len(rank)))  # stable: the rest keep their order
+    return {a.label: a for a in found}
+
+
+def add_arguments(ap: argparse.ArgumentParser, paper: argparse._ArgumentGroup) -> None:
+    """Every item's flags: sections' and task sections' on ``ap``, paper labels' in ``paper``
+    (a flag several items declare identically is added once)."""
+    added: set[str] = set()
+    for item in items():
+        target = paper if isinstance(item, Artifact) else ap
+        for f in item.flags:
+            if set(f.names) & added:
+                continue
+            try:
+                f.add(target)
+            except argparse.ArgumentError as e:
+                raise PluginError(
+                    f"report item {item.name!r} of package {package(item.name)}: {e}"
+                ) from None
+            added |= set(f.names)

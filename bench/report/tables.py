@@ -3,13 +3,17 @@
 ``<task>.md``: the headline metric (the rows' ``metric_rank`` 0) as model x subset at the largest
 NFE and the temperature closest to 1, beside the paper's numbers; the paper's ablation tables;
 one table per secondary metric; every cell of the grid. Per-kind sections are appended by
-:mod:`bench.report.renderers`.
+the task kind's :class:`~bench.report.items.TaskSection`. ``training.md`` is the section
+``training`` (:data:`ITEMS`).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
+from bench import atomic
 from bench.report.common import (
     cell_text,
     headline_cells,
@@ -21,6 +25,7 @@ from bench.report.common import (
     secondary_metrics,
     subsets,
 )
+from bench.report.items import Section
 from bench.report.paper import ablation_markdown, lookup, paper_numbers, protocol
 
 
@@ -99,3 +104,10 @@ def training_markdown(df: pd.DataFrame) -> str:
     if "n_params" in piv:
         piv["n_params"] = piv["n_params"].map(lambda v: f"{int(v):,}")
     return "# Training\n\n" + md_table(piv) + "\n"
+
+
+def _training(sec: Section, df: pd.DataFrame, out: Path, args) -> list[Path]:
+    return [atomic.write_text(out / "training.md", training_markdown(df))]
+
+
+ITEMS = [Section(name="training", render=_training)]

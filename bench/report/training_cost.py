@@ -28,14 +28,17 @@ from pathlib import Path
 import pandas as pd
 
 from bench import atomic
-from bench.report.artifacts import Artifact
 from bench.report.common import md_table, model_label, rows
+from bench.report.items import Artifact, Section
 from bench.report.paper import PAPER_DIR
-from bench.report.renderers import Section
 
 LABEL = "tab-training-cost"
-#: the paper's task columns: store task (or the task its CPU stand-in replaces) -> header
+#: catalogue data: the paper's task columns: store task (or the task its CPU stand-in replaces)
+#: -> header
 PAPER_TASKS = {"gsm8k": "TinyGSM", "owt": "OWT"}
+#: catalogue data: a store task of this kind fills the paper column of this task (any frontier
+#: task, whatever its name, is the paper's OWT column)
+PAPER_TASK_OF_KIND = {"frontier": "owt"}
 QUANTITIES = (  # (column group, our field, the paper's metric)
     ("steps/s", "steps_per_s", "steps_per_s"),
     ("duration (h)", "duration_h", "duration_h"),
@@ -56,12 +59,12 @@ def paper_cost() -> pd.DataFrame:
 
 
 def _paper_task(task: str, stand_in_for, task_kind) -> str | None:
-    """The paper column a store task fills: itself, the benchmark it stands in for, or OWT for
-    the frontier kind; None for a task the paper has no cost for."""
+    """The paper column a store task fills: itself, the benchmark it stands in for, or the one
+    of its kind (:data:`PAPER_TASK_OF_KIND`); None for a task the paper has no cost for."""
     for t in (task, str(stand_in_for or "").lower()):
         if t in PAPER_TASKS:
             return t
-    return "owt" if task_kind == "frontier" else None
+    return PAPER_TASK_OF_KIND.get(task_kind)
 
 
 def _is_gpu(device) -> bool:
@@ -249,7 +252,7 @@ def markdown(df: pd.DataFrame, title: str) -> tuple[str, pd.DataFrame]:
     return "\n".join(text) + "\n", tidy
 
 
-def _section(df: pd.DataFrame, out: Path, args) -> list[Path]:
+def _section(sec: Section, df: pd.DataFrame, out: Path, args) -> list[Path]:
     if not len(runs(df)):
         return []
     text, tidy = markdown(df, "Training cost (paper table tab:training-cost)")
@@ -269,7 +272,14 @@ def _needs(a: Artifact, df: pd.DataFrame) -> tuple[list[str], list[str]]:
     return have, miss
 
 
-SECTIONS = [Section("training_cost", _section)]
-ARTIFACTS = [
-    Artifact(LABEL, "table", "Training cost (steps/s, duration, GPU-hours)", SWEEP, _render, _needs)
+ITEMS = [
+    Section(name="training_cost", render=_section),
+    Artifact(
+        name=LABEL,
+        kind="table",
+        title="Training cost (steps/s, duration, GPU-hours)",
+        sweep=SWEEP,
+        render=_render,
+        needs=_needs,
+    ),
 ]

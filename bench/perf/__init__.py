@@ -1,0 +1,41 @@
+"""Speed and memory benchmarks: ``python -m bench.perf [train|sample|velocity ...]``.
+
+Targets and timings live here, not in tests. Each benchmark is one module, found by name in the
+table :data:`bench.perf.cli.BENCHMARKS` (a new benchmark is a new module plus one line there);
+each runs on CPU or GPU (``--device``; bf16 autocast on CUDA unless ``--precision 32``):
+
+- ``train`` (:mod:`bench.perf.train`): optimizer steps/s of every paper model relative to the
+  bare backbone, AR and MDLM;
+- ``sample`` (:mod:`bench.perf.sample`): sequences/s of each model's default sampler at a fixed
+  NFE;
+- ``velocity`` (:mod:`bench.perf.velocity`): the S-FLM exact-velocity sampling step at a
+  GPT-2-sized vocabulary vs one denoiser forward, time and peak extra memory;
+- ``agreement`` (:mod:`bench.perf.agreement`): float32 vs float64 S-FLM sampling on trained
+  runs (``--runs``), token by token;
+- ``arcache`` (opt-in, :mod:`bench.perf.arcache`): AR generation with the KV cache vs
+  re-reading the prefix, same weights and prompts;
+- ``genppl`` (opt-in, :mod:`bench.perf.genppl`): tokens/s of the Gen. PPL scorer.
+
+The models (labels, opt-in fast paths) and ``--scale`` presets are :mod:`bench.perf.models`';
+timing, memory and batch helpers :mod:`bench.perf.common`'s; the flags and the output
+:mod:`bench.perf.cli`'s. Results print as a table and are written atomically to ``--out``
+(JSON) when given.
+"""
+
+from __future__ import annotations
+
+from bench.perf.agreement import agreement_cells, token_agreement
+from bench.perf.cli import BENCHES, BENCHMARKS, main
+from bench.perf.models import FAST_PATHS, MODELS, SCALES, VARIANTS
+
+__all__ = [
+    "BENCHES",
+    "BENCHMARKS",
+    "FAST_PATHS",
+    "MODELS",
+    "SCALES",
+    "VARIANTS",
+    "agreement_cells",
+    "main",
+    "token_agreement",
+]

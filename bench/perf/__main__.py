@@ -1,0 +1,7 @@
+"""``python -m bench.perf``: :func:`bench.perf.cli.main`."""
+
+import sys
+
+from bench.perf.cli import main
+
+sys.exit(main())

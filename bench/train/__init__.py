@@ -1,0 +1,94 @@
+"""One trainer for every method, on Lightning.
+
+What it does for every method alike (the recipe of the reference harness, FrankCCCCC/s-flm @
+18d586f: `configs/config.yaml`, `configs/lr_scheduler/constant_warmup.yaml`, `models/ema.py`):
+AdamW (weight decay 0, betas 0.9/0.999), linear warm-up then constant LR, gradient clip
+1.0, EMA of the backbone with warm-up decay min(ema, (1 + n) / (10 + n)) (reference
+`models/ema.py`; the EMA weights are what sampling and evaluation use), bf16 mixed precision
+on GPU and fp32 on CPU, antithetic time draws for diffusion methods, token-mean loss
+(inside each method via :func:`bench.method.token_mean`).
+
+Its parts, by job:
+
+- :mod:`bench.train.loop`: the Lightning module, the data stream, the optimiser and EMA, the
+  divergence check, stop on request, and :func:`fit`;
+- :mod:`bench.train.logs`: training curves (the loggers, ``<run_dir>/logs/metrics.csv``, the
+  validation loss);
+- :mod:`bench.train.checkpoints`: resumable checkpoints and ``weights.pt``
+  (:func:`load_weights`).
+
+Atomic writes are :mod:`bench.atomic`'s; the failure record ``failed.json`` is
+:mod:`bench.failures`'s.
+
+Resumable exactly: checkpoints carry the step, optimiser, EMA, the method's own state
+(adaptive schedule) and the torch / numpy / python RNG states, and the batch sequence is a
+pure function of (seed, step), so a run stopped at step k and resumed reaches the same
+weights as an uninterrupted run.
+
+Divergence: a non-finite loss stops the run with :class:`TrainingDiverged` (one line naming the
+run folder and step) and ``<run_dir>/failed.json`` (:func:`write_failure`). The check costs no
+host sync per step: each step folds ``isfinite(loss)`` into a flag on the device, which is read
+every :data:`NONFINITE_CHECK_EVERY` steps and before every checkpoint save (which also checks
+that the trained and EMA weights are finite). A save that finds a non-finite state is refused,
+so ``ckpt/last.ckpt`` stays the last good checkpoint (from a step at or before the bad one);
+the run may compute up to NONFINITE_CHECK_EVERY - 1 steps past the bad one before it stops.
+"""
+
+from __future__ import annotations
+
+from bench.atomic import atomic_torch_save, write_json_atomic
+from bench.failures import FAILED_FILE, write_failure
+from bench.train.checkpoints import load_weights, resume_from
+from bench.train.logs import (
+    LOG_DIR,
+    LOG_FILE,
+    ContinuingCSVLogger,
+    heldout_for,
+    log_interval,
+    log_path,
+    make_loggers,
+    trim_log,
+    val_interval,
+)
+from bench.train.loop import (
+    NONFINITE_CHECK_EVERY,
+    StepBatches,
+    TrainingDiverged,
+    TrainingInterrupted,
+    TrainModule,
+    TrainResult,
+    ema_avg_fn,
+    fit,
+    make_adamw,
+    precision_for,
+    request_stop,
+)
+
+__all__ = [
+    "FAILED_FILE",
+    "LOG_DIR",
+    "LOG_FILE",
+    "NONFINITE_CHECK_EVERY",
+    "ContinuingCSVLogger",
+    "StepBatches",
+    "TrainModule",
+    "TrainResult",
+    "TrainingDiverged",
+    "TrainingInterrupted",
+    "atomic_torch_save",
+    "ema_avg_fn",
+    "fit",
+    "heldout_for",
+    "load_weights",
+    "log_interval",
+    "log_path",
+    "make_adamw",
+    "make_loggers",
+    "precision_for",
+    "request_stop",
+    "resume_from",
+    "trim_log",
+    "val_interval",
+    "write_failure",
+    "write_json_atomic",
+]
