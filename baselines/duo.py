@@ -343,7 +343,7 @@ class Duo(Method):
     name = "duo"
     #: train through the one-Function NELBO (fewer (B, L, V) buffers; gradients differ from the
     #: reference chain by float rounding, <= 2e-6 on a fixed batch); off by default so results stay
-    #: bit-identical to the reference-chain runs (docs/measurements/perf_cpu.md measures whether it pays)
+    #: bit-identical to the reference-chain runs (docs/measurements/perf_cpu.md measures the gain)
     fused_nelbo = False
     Options = DuoOptions
     decodings = ("ancestral", "greedy")

