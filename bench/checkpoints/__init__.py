@@ -23,9 +23,10 @@ from typing import Any
 
 import torch
 
-from bench.checkpoints.reference import FAMILIES, RefFile, Spec, adaptive_state, our_state
+from bench.checkpoints.mapping import Spec, adaptive_state, our_state
+from bench.checkpoints.mapping import spec as reference_spec
+from bench.checkpoints.reference import FAMILIES, RefFile
 from bench.checkpoints.reference import read as read_reference
-from bench.checkpoints.reference import spec as reference_spec
 from bench.checkpoints.source import CheckpointError, Source, resolve
 from bench.config import BackboneConfig, ConfigError, canonical
 

@@ -16,7 +16,7 @@ from bench.config import ConfigError
 
 def _inspect(args) -> int:
     from bench.checkpoints import open_source
-    from bench.checkpoints.reference import describe
+    from bench.checkpoints.mapping import describe
 
     op = open_source(args.src, family=args.family)
     info = describe(op.ref, op.spec)

@@ -9,7 +9,7 @@ error), so nothing here overrides what a file says. docs/checkpoints.md is the r
 
 from __future__ import annotations
 
-from bench.checkpoints.reference import Spec
+from bench.checkpoints.mapping import Spec
 from bench.checkpoints.source import RELEASE_REPO
 
 # the released "small" model: 12 blocks, width 768, 12 heads, conditioning 128, dropout 0.1

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from bench.checkpoints.reference import reference_order, unrename
+from bench.checkpoints.names import reference_order, unrename
 from bench.checkpoints.source import CheckpointError
 
 #: reference ``algo.name`` per family (s-flm configs/algo)
