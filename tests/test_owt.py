@@ -1,4 +1,5 @@
-"""The OWT task (bench/data/owt.py) and the offline GPT-2 tokenizer (bench/data/gpt2.py)."""
+"""The OWT task (bench/data/owt.py, its block cache bench/data/owt_blocks.py) and the offline
+GPT-2 tokenizer (bench/text/gpt2.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from genppl_tiny import tiny_gpt2
 from helpers import owt_cache_copy, owt_corpus, owt_task
 
 from bench.config import ConfigError, TaskConfig
-from bench.data import owt
+from bench.data import owt, owt_blocks
 from bench.text import gpt2 as gpt2_mod
 from bench.text.gpt2 import load_gpt2_tokenizer
 
@@ -133,12 +134,12 @@ def test_standin_task_blocks_cache_and_labels(tmp_path, owt_standin, offline_tok
     )
     # second instance: read from the cache, no tokenising
     again = _task(corpus, data_dir)
-    orig = owt._worker_blocks
-    owt._worker_blocks = None  # would fail if called
+    orig = owt_blocks._worker_blocks
+    owt_blocks._worker_blocks = None  # would fail if called
     try:
         assert np.array_equal(again.valid_blocks(), v)
     finally:
-        owt._worker_blocks = orig
+        owt_blocks._worker_blocks = orig
     # another key (valid_docs) is another cache entry (written to a copy of the shared cache)
     other = _task(corpus, owt_cache_copy(owt_standin, tmp_path / "cache"), valid_docs=60)
     assert other.split("valid").path != task.split("valid").path
@@ -150,8 +151,8 @@ def _prepare_in_child(corpus, data_dir, log):
             f.write(f"{os.getpid()}\n")
         return real(path, batches)
 
-    real = owt._write_blocks
-    owt._write_blocks = logged
+    real = owt_blocks._write_blocks
+    owt_blocks._write_blocks = logged
     _task(corpus, data_dir).split("train", progress=False)
 
 
