@@ -151,7 +151,7 @@ class CANDI(Method):
     name = "candi"
     Options = CANDIOptions
     decodings = ("cached", "nocache")
-    #: variants the shared conformance suite runs (tests/test_conformance.py)
+    #: variants the shared conformance suite runs (tests/bench/test_conformance.py)
     conformance_variants = [{}, {"pure_gaussian": True}]
 
     def __init__(self, options, vocab_size: int, seq_len: int):

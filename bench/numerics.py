@@ -1,4 +1,5 @@
-"""Numerical pieces that several methods share: one copy each, tested in tests/test_numerics.py.
+"""Numerical pieces that several methods share: one copy each (tests:
+tests/bench/test_numerics.py).
 
 - :func:`log_linear_alpha`, :func:`log_linear_dalpha`: the log-linear masking / uniform-state
   schedule alpha_t = 1 - (1 - eps) t of MDLM, Duo and CANDI (reference

@@ -185,7 +185,7 @@ class SFLM(Method):
     sampling_options = ("top_k", "final_decode")
     #: the sampler's exact velocity (sflm.sampler) runs between backbone calls (bench.perf)
     exact_velocity = True
-    #: extra option sets the shared conformance suite runs (tests/test_conformance.py)
+    #: extra option sets the shared conformance suite runs (tests/bench/test_conformance.py)
     conformance_variants = [
         {},
         {"backbone": "sarch"},

@@ -142,7 +142,7 @@ class SArch(nn.Module):
         ``embeddings=True`` also re-projects the input table
         (reference ``normalize_input_embed``). One in-place foreach division by the norms (no
         normalised copies); bitwise equal to ``w.copy_(justnorm(w))`` per matrix (same norms,
-        same division; tests/test_sflm_method.py)."""
+        same division; tests/sflm/test_sflm_method.py)."""
         rows, cols = self.sphere_matrices(embeddings)
         norms = [w.norm(dim=-1, keepdim=True).clamp_min_(NORM_EPS) for w in rows]
         norms += [w.norm(dim=0, keepdim=True).clamp_min_(NORM_EPS) for w in cols]

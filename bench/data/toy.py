@@ -3,8 +3,8 @@
 ``sort``: 8 random digits followed by the same digits sorted (16 tokens, vocabulary 10);
 the first 8 positions are the prompt (``task.options.n_digits`` changes the 8). A method that
 cannot reach >= 90 % exact match on this with a small CPU budget is broken
-(tests/test_conformance.py::test_learns_sort8 holds every registered method to it: at most 3000
-steps of a cpu-mini DiT).
+(tests/bench/test_conformance.py::test_learns_sort8 holds every registered method to it: at
+most 3000 steps of a cpu-mini DiT).
 """
 
 from __future__ import annotations

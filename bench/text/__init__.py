@@ -2,7 +2,7 @@
 and the reference language model.
 
 ``bench/data`` (tasks) and ``bench/evaluate`` (scorers) both build on this package; it imports
-neither of them (``tests/test_imports.py``).
+neither of them (``tests/bench/test_imports.py``).
 
 - :mod:`bench.text.locate`: the data cache root, an installed package's folder found without
   importing it, and whether the Hugging Face Hub may be asked.

@@ -11,8 +11,8 @@ Sources, in order for ``source="auto"``:
   From the ranks we rebuild the Hugging Face ``vocab.json`` / ``merges.txt`` (byte-to-unicode
   map of GPT-2's ``encoder.py``; each merge is found by replaying BPE on a token's bytes with the
   lower-ranked merges), save a ``GPT2TokenizerFast`` folder once under the data cache and load
-  it from there. ``tests/test_owt.py`` checks fixed ids (``"Hello world"`` -> [15496, 995]) and,
-  where the hub copy is cached, equality with it.
+  it from there. ``tests/bench/data/test_owt.py`` checks fixed ids (``"Hello world"`` ->
+  [15496, 995]) and the committed reference ids of ``tests/fixtures/gpt2_reference_ids.json``.
 
 The loaded tokenizer carries ``sflm_source`` (the source label) like
 :func:`bench.text.smollm.load_smollm_tokenizer`.

@@ -23,7 +23,7 @@ import torch
 import yaml
 from helpers import run, train_sort_mdlm, wait_until
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from bench.config import ConfigError, TaskConfig, load_sweep
 from bench.plan import plan
 from bench.results import Store
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 MINI = """
 name: gsm-mini

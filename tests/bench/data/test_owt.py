@@ -20,7 +20,7 @@ from bench.text import gpt2 as gpt2_mod
 from bench.text.gpt2 import load_gpt2_tokenizer
 
 EOT = 50256
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[2] / "fixtures"
 MIXED = [
     "Hello world",
     "I can't  believe it's 2024!\n\n  naïve café 🤖 日本語",

@@ -16,7 +16,7 @@ from bench import registry
 from bench.config import ConfigError, TaskConfig, build
 from bench.options import Options
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _task(name: str, **options):

@@ -14,7 +14,7 @@ from bench.data.toy import sort_data
 from bench.plan import plan
 from bench.train import log_path, make_loggers
 
-QUICKSTART = Path(__file__).resolve().parents[1] / "sweeps" / "quickstart.yaml"
+QUICKSTART = Path(__file__).resolve().parents[3] / "sweeps" / "quickstart.yaml"
 
 
 def _cfg(steps, **kw):

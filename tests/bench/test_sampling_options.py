@@ -13,7 +13,7 @@ from bench.config import ConfigError, build, canonical, config_hash, load_sweep
 from bench.evaluate.metrics import MetricValue
 from bench.plan import _NON_SEMANTIC_TASK, _NON_SEMANTIC_TRAIN, _decodings, plan
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 SWEEP = """
 name: t

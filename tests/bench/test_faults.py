@@ -31,7 +31,7 @@ from helpers import run, wait_until
 
 from bench import locks
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
 TIMING = {"train_steps_per_s"}  # metrics that measure time: never equal between runs
 

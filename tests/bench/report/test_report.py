@@ -208,7 +208,7 @@ def test_report_of_synthetic_store_imports_no_method_registry_or_torch(tmp_path)
         )
     s.write_cell("gar", _new_rows(GSM8KTask, AR, "greedy", "test", {"accuracy": 0.6}, nfe=311))
     out = tmp_path / "rep"
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[3]
     proc = subprocess.run(
         [sys.executable, "-c", _ISOLATED, str(tmp_path), str(out)],
         cwd=root,
@@ -471,7 +471,7 @@ def _report(site, *args):
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[3]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(root)])}
     cmd = [sys.executable, "-m", "bench.report", *args]
     return subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)

@@ -22,7 +22,7 @@ from helpers import wait_until
 
 from bench import locks
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
 
 HOLD = textwrap.dedent("""

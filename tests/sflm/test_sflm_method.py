@@ -295,7 +295,7 @@ def test_adaptive_schedule_through_the_trainer_checkpoint(tmp_path):
 @pytest.mark.learns_sort8("sflm", sm.SFLM.learnability_options)
 def test_learns_sort8_with_every_velocity_and_a_flipped_sampler_fails(learned_sort8, monkeypatch):
     """S-FLM (DiT, alpha_max 0.2) trained on sort-8 until the exact velocity reaches 90 % exact
-    match (the model of tests/test_conformance.py::test_learns_sort8[sflm], trained once per
+    match (the model of tests/bench/test_conformance.py::test_learns_sort8[sflm], trained once per
     session: EMA weights of its stopping evaluation); then every velocity must be close, and the
     same model sampled with the step sign flipped (walking the flow backwards) must fail the
     90 % bar."""

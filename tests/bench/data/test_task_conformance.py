@@ -1,5 +1,5 @@
 """Conformance suite over every registered task (``bench.registry.TASKS``): the twin of the
-methods' one (tests/test_conformance.py).
+methods' one (tests/bench/test_conformance.py).
 
 Each task is built at a CPU size, offline (:data:`CASES`; a task that another package registers
 declares its own as the class attribute ``conformance_config``: TaskConfig fields, and is scored
@@ -111,7 +111,7 @@ def _case(name: str) -> Case:
     cfg = getattr(cls, "conformance_config", None)
     assert registry.TASKS.package(name) != BUILTIN and cfg is not None, (
         f"task {name!r} ({registry.TASKS.package(name)}) has no conformance case: add one to "
-        "tests/test_task_conformance.py::CASES (built-in) or declare conformance_config "
+        "tests/bench/data/test_task_conformance.py::CASES (built-in) or declare conformance_config "
         "(TaskConfig fields at a CPU size) on the class"
     )
     return Case(lambda r: dict(cfg))

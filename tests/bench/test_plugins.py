@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 METHOD = '''
 """A masked-diffusion variant in an outside package: MDLM's process with its own option."""

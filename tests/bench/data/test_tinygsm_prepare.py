@@ -19,7 +19,7 @@ from bench.config import TaskConfig
 from bench.data import stats, tinygsm
 from bench.text.char import CharTokenizer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 ROWS = tinygsm_rows()
 _opts = tinygsm_options
 bpe = pytest.fixture(tinygsm_bpe, scope="module", name="bpe")

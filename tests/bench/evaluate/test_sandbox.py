@@ -30,13 +30,13 @@ from bench.evaluate.sandbox import (
 )
 from bench.evaluate.sandbox_result import interpret
 
-FIXTURES = Path(__file__).parent / "fixtures" / "gsm8k_hostile"
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "gsm8k_hostile"
 GOLD = 42
 TIMEOUT = 1.5
 MAX_OUT = 4096
 MEMORY_MB = 256  # small, so the memory bombs fail fast
 SECRET = "SFLM_HOSTILE_SECRET"
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[3] / "README.md"
 
 
 def _load() -> dict[str, tuple[str, set[str], list[str]]]:

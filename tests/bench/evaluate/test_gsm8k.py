@@ -24,7 +24,7 @@ from bench.evaluate.gsm8k import (
 from bench.evaluate.sandbox import ExecResult
 from bench.evaluate.stats import bootstrap_accuracy, paired_bootstrap_difference
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 HOSTILE = ROOT / "tests" / "fixtures" / "gsm8k_hostile"
 
 PROG = "def simple_math_problem():\n    a = 3\n    result = a * 4\n    return result\n"

@@ -148,7 +148,7 @@ def test_profile_script_writes_top_ops_tables(tmp_path):
     import sys
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[1] / "scripts" / "perf_profile.py"
+    script = Path(__file__).resolve().parents[3] / "scripts" / "perf_profile.py"
     out = tmp_path / "prof.md"
     cmd = [sys.executable, str(script), "--scale", "sudoku-cpu", "--steps", "1", "--top", "3"]
     r = subprocess.run([*cmd, "--models", "bare,duo+fused", "--out", str(out)], capture_output=True)

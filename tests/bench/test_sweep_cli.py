@@ -145,7 +145,7 @@ def test_status_model_stands_apart_from_its_views_and_the_trainer():
         "import bench.executors.slurm\n"
         "print('bench.status' in sys.modules)\n"
     )
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300
     )

@@ -10,7 +10,7 @@ import pytest
 
 from bench.results import COLUMNS, Store
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _rows(v):
