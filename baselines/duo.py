@@ -1,4 +1,5 @@
-"""Duo: uniform-state discrete diffusion as the S-FLM paper ran it ("duo_base").
+"""Duo: uniform-state discrete diffusion as the S-FLM paper ran it ("duo_base"). (One method,
+over 500 lines: its closed-form NELBO, the fused one and the Gaussian curriculum.)
 
 Sahoo et al. 2025, "The Diffusion Duality"; reference code s-sahoo/duo `algo.py::DUO_BASE`,
 `trainer_base.py::UniformState`, and the S-FLM harness (FrankCCCCC/s-flm @ 18d586f)

@@ -1,4 +1,6 @@
-"""The results store: one tidy row per (cell, metric), with provenance.
+"""The results store: one tidy row per (cell, metric), with provenance. (One job, over 500 lines:
+the row schema, writing, checksummed reading, quarantine of damaged files and the defaults of
+older stores belong together.)
 
 Layout: ``<results_dir>/store/<cell_id>.json`` holds every row of one cell. A cell's file is
 written once, atomically (temp file + ``os.replace``), so a killed run leaves either the whole
