@@ -278,7 +278,7 @@ class SFLM(Method):
         - ``"inverted"``: -log(1 - alpha_t). s-flm algo.py::SFM / trainer_base.py
           ``_sigma_from_alphat`` with ``invert_time_convention=true``: the schedule's alpha_ref is
           the noise weight (slerp parameter), alpha_ref = 1 - clean weight, and sigma =
-          -log(alpha_ref) (released-checkpoints note sec. 4 / 4.2: sigma in [0, 0.14] for a
+          -log(alpha_ref) (s-flm algo.py::SFM, samplers.py: sigma in [0, 0.14] for a
           0.131 cap). log1p keeps it exact for small alpha_t.
         """
         if not self.opts.time_conditioning:

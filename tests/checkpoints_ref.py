@@ -1,8 +1,8 @@
 """Tiny checkpoints in the format of the S-FLM paper's released files (HF ``jdeschena/s-flm``)
 and an independent reference forward pass on their tensors, for the importer's tests.
 
-Everything here is written from the format note ``/work/shared/research/released-checkpoints.md``
-("the note"; section numbers below are its sections), not from the project's code: nothing is
+Everything here is written from the reference code (FrankCCCCC/s-flm @ 18d586f, david3684/flm;
+summarised per file in docs/checkpoints.md), not from the project's code: nothing is
 imported from ``bench``, ``baselines`` or ``sflm``, so a renaming, ordering, slicing or
 convention bug in the importer makes the converted network disagree with
 :func:`reference_logits`. Checked once outside the suite against the reference classes themselves
@@ -17,22 +17,22 @@ API
   writes one Lightning-style ``.ckpt`` (zip ``torch.save``) and returns what it wrote.
 - :func:`reference_logits` ``(kind, ema_sd, inputs, sigma_or_time, cfg, *, temperature=1.0,
   post_process=True, attn_softcap=None) -> Tensor``: the reference backbone on the EMA tensors,
-  then the family's sampling-time post-processing (note sec. 4).
+  then the family's sampling-time post-processing (s-flm algo.py).
 - :func:`reference_time_input` ``(kind, cfg, *, t=None, clean_weight=None) -> Tensor | None``:
-  the scalar the reference feeds ``sigma_map`` (note sec. 4 "time input", 4.2).
+  the scalar the reference feeds ``sigma_map`` (s-flm algo.py, samplers.py).
 - :func:`make_inputs` ``(info, *, batch=2, length=8, seed=0) -> dict``: representative inputs.
 - :func:`vocab_rows` ``(kind, vocab, base=11) -> dict``: the row-count rules below.
 - :func:`stub_dataloader_module` (context manager): makes a module named ``dataloader`` with the
   pickled tokenizer classes importable (the real files need the reference's ``dataloader.py``).
 
-Kinds (note sec. 4): ``ar``, ``mdlm``, ``duo``, ``candi``, ``flm`` (flm/default), ``flm_caps``
+Kinds (s-flm algo.py): ``ar``, ``mdlm``, ``duo``, ``candi``, ``flm`` (flm/default), ``flm_caps``
 (``model.softcap=50``, ``algo.cap_value=30``), ``sfm_dit_fixed`` (sphere-DiT,
 ``invert_time_convention=true``, log-linear ``alpha_min=0.869``), ``sfm_dit_adaptive`` (sphere-DiT,
 adaptive schedule with the ``noise.*`` buffers), ``sfm_arch_adaptive`` (S-arch, same schedule),
 ``flm_owt`` (the david3684/flm layout: same tensors as FLMDIT, flm's own config schema without
 ``model.softcap``; that repository hard-codes attention softcap 50 and has no output cap).
 
-Vocabulary rows (note sec. 5), at tiny scale with base vocabulary ``B`` (default 11, standing for
+Vocabulary rows (s-flm dataloader.py) at tiny scale, base vocabulary ``B`` (default 11, for
 SmolLM's 49152 / GPT-2's 50257). The tokenizer adds ``[PAD]`` = id ``B`` (``len(tok) = B + 1``).
 
 ==========================  ======================  ============================
@@ -45,14 +45,14 @@ duo, flm*, sfm_*            B + 1 = 12              B + 1 = 12
 ==========================  ======================  ============================
 
 i.e. 49154 / 49153 for TinyGSM and 50258 for OWT at full scale. ``hyper_parameters['vocab_size']``
-is the row count for ar / mdlm / candi and ``None`` for the others (note sec. 11). The default
+is the row count for ar / mdlm / candi and ``None`` for the others. The default
 layout is "owt" for ``flm_owt`` and "tinygsm" for every other kind.
 
 Weights: the ``state_dict`` holds the raw (non-EMA) weights; ``ema['shadow_params']`` holds an
 independent draw (the network to reproduce), in ``state_dict`` parameter order, buffers excluded
-(note sec. 3). adaLN and head weights are nonzero; ``flm_caps`` uses std-1 matrices so both caps
+(models/ema.py). adaLN and head weights are nonzero; ``flm_caps`` uses std-1 matrices so both caps
 bite. S-arch EMA matrices are near unit norm but not exactly (an average of unit-norm matrices,
-note sec. 2.1), the raw ones exactly unit norm.
+s-flm models/*.py), the raw ones exactly unit norm.
 """
 
 from __future__ import annotations
@@ -86,9 +86,9 @@ FLM_KINDS = ("flm", "flm_caps", "flm_owt")
 #: kinds drawn with std-1 matrices so that the attention softcap (50) and output cap (30) bite
 BIG_KINDS = ("flm_caps", "flm_owt")
 NEG_INF = -1e6  # reference neg_infinity_mode=large-finite (trainer_base.py)
-N_FREQ = 256  # TimestepEmbedder frequency features (note sec. 2.1, 6)
+N_FREQ = 256  # TimestepEmbedder frequency features (s-flm models/*.py; s-flm models/dit.py)
 
-#: tiny sizes (note sec. 8 "smallest config that exercises every layer type")
+#: tiny sizes (each layer type once "smallest config that exercises every layer type")
 DEFAULTS = dict(
     base_vocab=11,
     hidden=32,
@@ -101,7 +101,7 @@ DEFAULTS = dict(
     buffer_size=64,  # adaptive t_buf / loss_buf length (released: 50 x 512 = 25600)
     refit_count=4540,
     alpha_overshoot=0.0,  # add to alpha_vals[0] (a real refit gave 0.12112 for a 0.121 cap)
-    compiled_infix=False,  # write ``backbone._orig_mod.*`` keys (torch.compile, note sec. 2)
+    compiled_infix=False,  # write ``backbone._orig_mod.*`` keys (torch.compile, s-flm checkpoints)
     teacher_keys=False,  # add ``teacher.*`` keys (filtered by the reference loaders)
     softcap=None,  # flm_caps attention softcap (default 50)
     cap_value=None,  # flm_caps output cap (default 30)
@@ -167,7 +167,7 @@ def stub_dataloader_module():
 
 
 def vocab_rows(kind: str, vocab: str | None = None, base: int = 11) -> dict:
-    """Row counts of a ``kind`` file in the ``vocab`` layout ("tinygsm" / "owt"), note sec. 5."""
+    """Row counts of a ``kind`` file in the ``vocab`` layout ("tinygsm" / "owt")."""
     vocab = vocab or ("owt" if kind == "flm_owt" else "tinygsm")
     if vocab not in ("tinygsm", "owt"):
         raise ValueError(f"vocab must be 'tinygsm' or 'owt', got {vocab!r}")
@@ -203,7 +203,7 @@ def vocab_rows(kind: str, vocab: str | None = None, base: int = 11) -> dict:
 
 def backbone_keys(kind: str, d: int, n_heads: int, cond: int, n_blocks: int, rows: dict) -> list:
     """``[(name after 'backbone.', shape, is_buffer)]`` in state_dict order (a module's own
-    parameters, then its own buffers, then its children in registration order; note sec. 2.1, 3).
+    parameters, then its own buffers, then its children in registration order; s-flm models/).
     """
     hd = d // n_heads
     time = [
@@ -316,7 +316,7 @@ def _draw(name: str, shape: tuple, kind: str, d: int, g: torch.Generator, exact_
 
 
 def _config(kind: str, o: dict, rows: dict) -> dict:
-    """The Hydra-composed training config of ``kind`` as a plain dict (the keys note sec. 1.2
+    """The Hydra-composed training config of ``kind`` as a plain dict (the keys trainer_base.py
     lists, with the values of sec. 4; interpolations with custom resolvers left unresolved)."""
     tok = "HuggingFaceTB/SmolLM-135M" if rows["vocab"] == "tinygsm" else "gpt2"
     data = {
@@ -350,7 +350,7 @@ def _config(kind: str, o: dict, rows: dict) -> dict:
         "n_heads": o["n_heads"],
         "dropout": 0.1,
     }
-    if kind == "flm_owt":  # the flm repository's schema (note sec. 1.2): no model.softcap
+    if kind == "flm_owt":  # the flm repository's schema (s-flm trainer_base.py): no model.softcap
         return {
             "mode": "train",
             "seed": 1,
@@ -463,7 +463,7 @@ def _config(kind: str, o: dict, rows: dict) -> dict:
 
 
 def _adaptive_buffers(o: dict, g: torch.Generator) -> OrderedDict:
-    """``noise.*`` of the adaptive schedule (note sec. 2): dtypes and shapes of the real files;
+    """``noise.*`` of the adaptive schedule: dtypes and shapes of the real files;
     alpha_vals decreasing over linspace(0, 1, 1000) from the cap 0.121 to the floor 1e-3."""
     n = o["buffer_size"]
     u = torch.linspace(0, 1, 1000, dtype=torch.float64)
@@ -525,7 +525,7 @@ def write_reference_checkpoint(
     if kind in ("sfm_dit_adaptive", "sfm_arch_adaptive"):
         noise = _adaptive_buffers(o, g)
         raw.update(("noise." + k, v) for k, v in noise.items())
-    if kind == "candi":  # top-level buffers derived from the vocabulary (note sec. 2)
+    if kind == "candi":  # top-level buffers derived from the vocabulary (s-flm checkpoints)
         raw["cont_noise_table"] = torch.linspace(0.2, 4.0, 1000)
         raw["disc_noise_table"] = torch.linspace(0.9, 0.01, 1000)
     state_dict = OrderedDict(raw)
@@ -652,7 +652,7 @@ def _strip(sd: dict) -> dict:
 
 def _time_features(t: Tensor) -> Tensor:
     """Sinusoid of the time scalar: frequencies exp(-ln(1e4) i / 128), **cos half first**
-    (note sec. 6)."""
+    (s-flm models/dit.py)."""
     half = N_FREQ // 2
     freqs = torch.exp(-math.log(10000) * torch.arange(half, dtype=torch.float32) / half)
     args = t.float()[:, None] * freqs[None]
@@ -661,14 +661,14 @@ def _time_features(t: Tensor) -> Tensor:
 
 def _time_cond(sd: dict, t: Tensor) -> Tensor:
     """sigma_map: Linear(256->cond), SiLU, Linear(cond->cond); SiLU once more **outside**
-    (note sec. 6)."""
+    (s-flm models/dit.py)."""
     h = F.linear(_time_features(t), sd["sigma_map.mlp.0.weight"], sd["sigma_map.mlp.0.bias"])
     h = F.linear(F.silu(h), sd["sigma_map.mlp.2.weight"], sd["sigma_map.mlp.2.bias"])
     return F.silu(h)
 
 
 def _rope(x: Tensor, inv_freq: Tensor) -> Tensor:
-    """Rotate-half RoPE, base 1e4, positions 0..L-1; x (B, L, H, D) (note sec. 6, flash-attn
+    """Rotate-half RoPE, base 1e4, positions 0..L-1; x (B, L, H, D) (s-flm models/dit.py, flash-attn
     ``apply_rotary_emb_*`` non-interleaved). inv_freq is the checkpoint's buffer."""
     L = x.shape[1]
     freqs = torch.outer(torch.arange(L, dtype=torch.float32), inv_freq.float())
@@ -679,13 +679,13 @@ def _rope(x: Tensor, inv_freq: Tensor) -> Tensor:
 
 
 def _layer_norm(x: Tensor, w: Tensor) -> Tensor:
-    """LayerNorm, weight only, no bias, default eps, in fp32 (note sec. 2.1)."""
+    """LayerNorm, weight only, no bias, default eps, in fp32 (s-flm models/*.py)."""
     return F.layer_norm(x.float(), (x.shape[-1],)) * w
 
 
 def _attention(q, k, v, *, causal=False, softcap=0.0, scale=None) -> Tensor:
     """softmax(scale q k^T [softcapped]) v on (B, L, H, D); default scale 1/sqrt(D); softcap
-    c tanh(s / c) on the *scaled* score (flash-attn ``softcap``, note sec. 4 / 6)."""
+    c tanh(s / c) on the *scaled* score (flash-attn ``softcap``; s-flm algo.py)."""
     B, L, H, D = q.shape
     s = torch.einsum("bihd,bjhd->bhij", q, k) * (1.0 / math.sqrt(D) if scale is None else scale)
     if softcap and softcap > 0:
@@ -697,7 +697,7 @@ def _attention(q, k, v, *, causal=False, softcap=0.0, scale=None) -> Tensor:
 
 def _dit_trunk(sd: dict, x: Tensor, c: Tensor | None, n_heads: int, *, causal, softcap):
     """DDiTBlock x N + DDiTFinalLayer on the embedded input x (B, L, d); c None = no adaLN
-    (AR: DDiTBlockCausal without modulation, note sec. 2.1 / 6)."""
+    (AR: DDiTBlockCausal without modulation, s-flm models/*.py; s-flm models/dit.py)."""
     B, L, d = x.shape
     n_blocks = 1 + max(int(k.split(".")[1]) for k in sd if k.startswith("blocks."))
     inv_freq = sd["rotary_emb.inv_freq"]
@@ -734,7 +734,7 @@ def _justnorm(x: Tensor, eps: float = 1e-6) -> Tensor:
 
 
 def _sarch(sd: dict, x: Tensor, sigma: Tensor, n_heads: int) -> Tensor:
-    """SphereArch forward (note sec. 2.1 "S-arch forward facts"): RoPE on q, k *before* the per-head
+    """SphereArch forward (s-flm models/sphere_arch.py): RoPE on q, k *before* the per-head
     L2 norm x sqk sqrt(d); SDPA scale sqrt(head_dim); h <- Norm(Norm(h) + g (Norm(y) - Norm(h)))
     with g = |gamma 0.05 sqrt(d) + delta(t)|; MLP pre-activation x s_fc sqrt(d), GELU tanh;
     logits = lm_head(h) x sz sqrt(d). No re-normalisation of the loaded matrices."""
@@ -804,7 +804,7 @@ def reference_logits(
         sigma = torch.as_tensor(sigma_or_time, dtype=torch.float32).reshape(-1).expand(B)
         if not _cfg(cfg, "algo.time_conditioning", True):  # _process_sigma: zeros (MDLM)
             sigma = torch.zeros(B)
-    # ---- input embedding (note sec. 6 "embedding-layer semantics differ by class")
+    # ---- input embedding (s-flm models/dit.py "embedding-layer semantics differ by class")
     if kind in ("ar", "mdlm", "duo"):  # DIT: ids lookup (a 3-D input would be softmaxed first)
         E = sd["vocab_embed.embedding"]
         x = E[inputs] if inputs.ndim == 2 else inputs.float().softmax(-1) @ E
@@ -842,7 +842,7 @@ def reference_logits(
 
 
 def _post_process(kind: str, out: Tensor, inputs, cfg) -> Tensor:
-    """Each family's ``_process_model_output`` at sampling (note sec. 4 table, algo.py)."""
+    """Each family's ``_process_model_output`` at sampling (s-flm algo.py table, algo.py)."""
     out = out.clone()
     if kind == "ar":  # mask logit (last row) set to -1e6, then log_softmax
         out[..., -1] = NEG_INF
@@ -876,7 +876,7 @@ def _post_process(kind: str, out: Tensor, inputs, cfg) -> Tensor:
 
 
 def reference_time_input(kind: str, cfg, *, t=None, clean_weight=None) -> Tensor | None:
-    """The (B,) scalar the reference feeds ``sigma_map`` (note sec. 4 "time input", sec. 4.2).
+    """The (B,) scalar the reference feeds ``sigma_map`` (s-flm algo.py, samplers.py).
 
     - ar: None; mdlm: zeros; duo / candi: -log(alpha_t), alpha_t = 1 - (1 - 1e-3) t;
     - flm*: the FLM time s itself (``t`` is s, 1 = clean);

@@ -133,7 +133,7 @@ def unigram_entropy(ids) -> float:
 def reference_pad_id(tok) -> int | None:
     """The id of the ``[PAD]`` special token the reference harness adds to a tokenizer that has
     no pad token: ``len(tok)`` (GPT-2: 50257; s-flm dataloader.py::get_tokenizer,
-    ``add_special_tokens({'pad_token': '[PAD]'})``; released-checkpoints note sec. 5). None when
+    ``add_special_tokens({'pad_token': '[PAD]'})``; s-flm dataloader.py::get_tokenizer). None when
     the tokenizer has its own pad token (its id is then below ``len(tok)``)."""
     if tok is None or getattr(tok, "pad_token_id", None) is not None:
         return None

@@ -1,4 +1,4 @@
-"""Fidelity tests for baselines/duo.py (issue 3 item 5): the uniform-state posterior, the
+"""Fidelity tests for baselines/duo.py: the uniform-state posterior, the
 closed-form NELBO against an exact discrete-time ELBO and a Monte-Carlo estimate, the
 perfect-predictor bound, the threshold sampler against the dense posterior, and the sampler
 contract (prompt untouched, every free position may change, greedy tail)."""

@@ -1,4 +1,4 @@
-"""Fidelity tests for baselines/flm.py (issue 3 item 5): P_gamma against Monte Carlo for
+"""Fidelity tests for baselines/flm.py: P_gamma against Monte Carlo for
 several V, the alpha <-> gamma table (monotone, round-trips, matches an independent root
 solve, built for the actual V), the Euler velocity driving z to the one-hot vertex, the
 corruption / loss, the soft-caps and the sampler's NFE accounting."""

@@ -1,5 +1,5 @@
 """The training losses' fused forms (cross-entropy instead of log_softmax + gather, MDLM without
-its carry-over buffers, Duo's NELBO through one autograd Function; issue 14) give the losses and
+its carry-over buffers, Duo's NELBO through one autograd Function) give the losses and
 gradients of the unfused forms they replaced, on a fixed batch: bit-identical for the cross-entropy
 and MDLM forms (the defaults), within float rounding for Duo's opt-in fused NELBO."""
 

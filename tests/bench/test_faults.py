@@ -1,4 +1,4 @@
-"""Fault injection (issue 15, item 5): real faults on the smallest real sweep, each followed by
+"""Fault injection: real faults on the smallest real sweep, each followed by
 a re-run to completion that must leave exactly one row per (cell, metric), none lost, no
 duplicate training, every checkpoint loadable, and the values of an uninterrupted run (CPU
 training resumes bitwise: bench/train/__init__.py's module docstring).

@@ -1,4 +1,4 @@
-"""One owner per cell and interrupts that behave (issue 15, items 1 and 2).
+"""One owner per cell and interrupts that behave.
 
 The reproductions: Ctrl-C on a local sweep printed a traceback and left its job running
 unannounced; ``--status`` then showed the cell as ``pending [not submitted]``; a re-run started

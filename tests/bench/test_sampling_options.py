@@ -1,4 +1,4 @@
-"""Sampling-only method options (``Method.sampling_options``; issue 13 item 2): top-k and the
+"""Sampling-only method options (``Method.sampling_options``): top-k and the
 final decode are decodings of a trained model, not models. Entries differing only in them share
 one train cell (trained once) and keep their own sample cells, variants and options; the ids of
 sweeps without them are the ids the planner always gave."""

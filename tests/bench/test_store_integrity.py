@@ -1,4 +1,4 @@
-"""A damaged store file never counts as done (issue 15, item 3): it is reported by name, moved
+"""A damaged store file never counts as done: it is reported by name, moved
 to ``store/corrupt/``, its cell is planned and computed again, and the report goes on."""
 
 import json

@@ -1,6 +1,6 @@
 """The adaptive schedule copies its (t, loss) pairs to the host buffer only when it refits or
 its state is read (no host sync per training step on GPU), and ends with exactly the buffer,
-refits and fitted schedule of the per-step copy it replaced (issue 14.2)."""
+refits and fitted schedule of the per-step copy it replaced."""
 
 import numpy as np
 import torch

@@ -1,4 +1,4 @@
-"""The S-arch's speed paths (issue 14.3): the in-place foreach re-projection of its matrices is
+"""The S-arch's speed paths: the in-place foreach re-projection of its matrices is
 bit-identical to the per-matrix ``copy_(justnorm(w))`` it replaced, and the opt-in folded logit
 scale (s~_z on the head's rows instead of the logits) gives the logits and gradients of the
 logit-side scale up to float rounding."""

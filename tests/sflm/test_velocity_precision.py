@@ -1,4 +1,4 @@
-"""Exact-velocity precision, chunking and memory (issue 14 item 4): the float32 path against the
+"""Exact-velocity precision, chunking and memory: the float32 path against the
 float64 reference, chunked == unchunked, the automatic chunking under a memory budget, and the
 float32-vs-float64 token agreement count of ``bench.perf agreement``."""
 

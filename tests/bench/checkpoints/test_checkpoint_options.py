@@ -83,7 +83,7 @@ def test_sflm_training_feeds_the_conventions_sigma(convention):
     alpha = m.alpha(t.double())
     assert m.alpha_cap == pytest.approx(0.131)
     torch.testing.assert_close(sigma, _expected_sigma(alpha, convention), rtol=1e-6, atol=0)
-    if convention == "inverted":  # sigma in [0, 0.14] for the 0.131 cap (note sec. 4)
+    if convention == "inverted":  # sigma in [0, 0.14] for the 0.131 cap (s-flm algo.py::SFM)
         assert sigma[0] == pytest.approx(-math.log(1 - 0.131), rel=1e-5)
         assert sigma[2] == pytest.approx(-math.log(1 - 1e-3), rel=1e-5)  # schedule floor eps
         assert float(sigma.max()) < 0.141

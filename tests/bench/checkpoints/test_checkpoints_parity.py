@@ -4,10 +4,10 @@ Each test writes a tiny file in the released format (``checkpoints_ref``), conve
 ``bench.checkpoints.load`` and compares our network, run through the method's own sampling-time
 function (MDLM ``log_probs``, FLM ``_logits``, CANDI ``net_input`` + ``_log_probs``, Duo / S-FLM
 ``sigma`` + log-softmax, AR log-softmax), with ``checkpoints_ref.reference_logits`` on the same
-inputs: an independent forward pass written from the format note on the reference-named EMA
+inputs: an independent forward pass written from the reference format on the reference-named EMA
 tensors. fp32 on the CPU; atol 1e-5 (1e-4 where an attention softcap makes the outputs sensitive
-to rounding, note sec. 11). Entries the reference pins at -1e6 (mask logits, carry-over rows)
-must be pinned (< -1e5) here too.
+to rounding). Entries the reference pins at -1e6 (mask logits, carry-over rows) must be pinned
+(< -1e5) here too.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def test_flm(tmp_path, kind, vocab, options, attn_softcap, atol):
     m = load(info["path"], options=options)
     assert m.method.vocab_size == info["rows_in"]
     z, s = inp["inputs"], inp["t"].float()
-    for T in (1.0, 0.7):  # caps: the temperature divides before the output cap (note sec. 4.2)
+    for T in (1.0, 0.7):  # caps: the temperature divides before the output cap (s-flm samplers.py)
         with torch.no_grad():
             ours = m.method._logits(m.backbone, z, s, temperature=T).log_softmax(-1)
         ref = R.reference_logits(
@@ -170,7 +170,7 @@ def test_sflm_schedules(tmp_path):
     torch.testing.assert_close(
         m.method.alpha(grid).double(), info["noise"]["alpha_vals"], atol=1e-9, rtol=0
     )
-    # the fixed file: reference clean weight 0.131 t_ref on t_ref = 1 - t (note sec. 4.2);
+    # the fixed file: reference clean weight 0.131 t_ref on t_ref = 1 - t (s-flm samplers.py);
     # ours eps + (0.131 - eps)(1 - t), the same up to the 1e-3 floor
     info, _ = _write(tmp_path, "sfm_dit_fixed", "tinygsm")
     m = load(info["path"])

@@ -1,6 +1,6 @@
 """Checks of the test helper ``checkpoints_ref`` itself: the tiny reference-format checkpoints
-have the released files' container, keys, shapes, vocabulary rows and EMA layout (format note
-``/work/shared/research/released-checkpoints.md``), and the reference forward runs for every
+have the released files' container, keys, shapes, vocabulary rows and EMA layout (the reference
+harness's, docs/checkpoints.md), and the reference forward runs for every
 kind, deterministically, with each family's post-processing."""
 
 from __future__ import annotations
@@ -26,12 +26,13 @@ TOP_LEVEL = {
     "ema",
     "sampler",
 }
-#: rows of the input table per layout (note sec. 5 at tiny scale, base vocabulary 11)
+#: rows of the input table per layout (s-flm dataloader.py at tiny scale, base vocabulary 11)
 ROWS = {
     "tinygsm": {"ar": 13, "mdlm": 13, "candi": 13},
     "owt": {"ar": 12, "mdlm": 12, "candi": 13},
 }
-#: shadow tensors at 2 blocks (note sec. 3: 1 + 4 + N x 10 + 5, 1 + N x 8 + 3, 2 + 4 + N x 14 + 1)
+#: shadow tensors at 2 blocks (s-flm models/ema.py): 1 + 4 + N x 10 + 5, 1 + N x 8 + 3,
+#: 2 + 4 + N x 14 + 1
 N_SHADOW = {"ar": 20, "sfm_arch_adaptive": 35}
 
 
@@ -86,7 +87,7 @@ def test_fixture_needs_the_absent_dataloader_module(tmp_path, kind, vocab):
 
 @pytest.mark.parametrize("vocab", ["tinygsm", "owt"])
 @pytest.mark.parametrize("kind", R.KINDS)
-def test_layout_matches_the_note(written, kind, vocab):
+def test_layout_matches_the_reference_format(written, kind, vocab):
     info, ckpt = written[kind, vocab]
     assert set(ckpt) == TOP_LEVEL
     assert ckpt["hparams_name"] == "kwargs" and ckpt["global_step"] == info["global_step"]
@@ -139,7 +140,7 @@ def test_layout_matches_the_note(written, kind, vocab):
         _check_adaptive_buffers({k[6:]: v for k, v in sd.items() if k.startswith("noise.")})
     else:
         assert others == set()
-    # hyper_parameters (note sec. 1.2, 11) and the config keys the importer reads
+    # hyper_parameters (s-flm trainer_base.py) and the config keys the importer reads
     hp = ckpt["hyper_parameters"]
     assert hp["vocab_size"] == (rows if kind in ("ar", "mdlm", "candi") else None)
     cfg = hp["config"]
@@ -349,7 +350,7 @@ def test_defensive_variants(tmp_path):
     info = R.write_reference_checkpoint(
         tmp_path / "o.ckpt", "sfm_dit_adaptive", alpha_overshoot=1.2e-4
     )
-    assert abs(float(info["noise"]["alpha_vals"][0]) - 0.12112) < 1e-9  # note sec. 11
+    assert abs(float(info["noise"]["alpha_vals"][0]) - 0.12112) < 1e-9  # reference-written files
     with pytest.raises(TypeError):
         R.write_reference_checkpoint(tmp_path / "x.ckpt", "duo", hiden=4)
     with pytest.raises(ValueError):

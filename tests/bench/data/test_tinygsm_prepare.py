@@ -1,4 +1,4 @@
-"""TinyGSM as the paper's harness builds it (issue 16): the separator, one preparation per
+"""TinyGSM as the paper's harness builds it: the separator, one preparation per
 sweep (a file lock shared by processes), and the token-length statistics."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The SmolLM tokenizer gives the hub tokenizer's ids on every loading path (issue 16).
+"""The SmolLM tokenizer gives the hub tokenizer's ids on every loading path.
 
 The hub's ``HuggingFaceTB/SmolLM-135M`` ``tokenizer.json`` (what transformers 4.45, the paper's
 harness, loads as written) has: no normalizer; ``pre_tokenizer`` = ``Sequence[Digits(
@@ -278,7 +278,7 @@ def test_gsm8k_questions_that_the_digit_split_changes(gguf_pair):
     qs = [p.question.strip() for p in probs]
     a = pinned(qs, add_special_tokens=False)["input_ids"]
     b = raw(qs, add_special_tokens=False)["input_ids"]
-    assert sum(x != y for x, y in zip(a, b)) == 15  # of 1,319 (issue 16)
+    assert sum(x != y for x, y in zip(a, b)) == 15  # of 1,319
 
 
 # ----------------------------------------------------------------- no download, no GGUF needed

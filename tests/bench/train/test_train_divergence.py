@@ -1,4 +1,4 @@
-"""Training that diverges stops cleanly (issue 15, item 4): one line naming the run and step,
+"""Training that diverges stops cleanly: one line naming the run and step,
 the last good checkpoint kept (never overwritten by a non-finite state), ``failed.json`` written."""
 
 import json
