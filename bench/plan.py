@@ -289,9 +289,11 @@ def plan(cfg: SweepConfig, source: str = "sweep", *, offline_ok: bool = False) -
     for i, entry in enumerate(cfg.methods):
         where = f"{source}: methods[{i}]"
         imported = vocab = None
-        if entry.checkpoint:
-            _sp, file_opts, imported, vocab = _import_facts(entry, task, where, offline_ok)
+        backbone = canonical(cfg.backbone)
+        if entry.checkpoint:  # options, sizes and vocabulary from the file
+            sp, file_opts, imported, vocab = _import_facts(entry, task, where, offline_ok)
             method, opts = _method(entry, task, where, file_opts, vocab)
+            backbone = dict(sp.backbone)
         else:
             if entry.family:
                 raise ConfigError(f"{where}.family: only with checkpoint")
@@ -315,21 +317,15 @@ def plan(cfg: SweepConfig, source: str = "sweep", *, offline_ok: bool = False) -
             ident = {
                 "task": task_sem,
                 "groups": groups,
-                "backbone": canonical(cfg.backbone),
-                "train": train_sem,
+                "backbone": backbone,
                 "method": entry.method,
                 "options": model_opts,
             }
             if imported:  # the file (by its sha256) and the options it is run with
-                ident = {
-                    "import": imported["sha256"] or imported["checkpoint"],
-                    "task": task_sem,
-                    "groups": groups,
-                    "backbone": _sp.backbone,
-                    "method": entry.method,
-                    "options": model_opts,
-                    "vocab_size": vocab,
-                }
+                ident["import"] = imported["sha256"] or imported["checkpoint"]
+                ident["vocab_size"] = vocab
+            else:
+                ident["train"] = train_sem
             tid = config_hash(ident)
             tc = models.get(tid)
             if tc is None:  # the first entry with this model names its run folder
@@ -338,7 +334,7 @@ def plan(cfg: SweepConfig, source: str = "sweep", *, offline_ok: bool = False) -
                     cfg.name,
                     cfg.results_dir,
                     canonical(cfg.task),
-                    canonical(cfg.backbone),
+                    backbone,
                     canonical(train),
                     entry.method,
                     _variant(entry),
@@ -347,8 +343,6 @@ def plan(cfg: SweepConfig, source: str = "sweep", *, offline_ok: bool = False) -
                     imported,
                     vocab,
                 )
-                if imported:
-                    tc.backbone = dict(_sp.backbone)
                 out.train_cells.append(tc)
             for subset in groups:
                 for dec in decodings:

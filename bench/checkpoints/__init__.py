@@ -183,14 +183,6 @@ def _provenance(op: Opened, options: dict) -> dict:
     }
 
 
-def _check_family(op: Opened, method: str | None, where: str) -> None:
-    if method is not None and method != op.spec.method:
-        raise CheckpointError(
-            f"{where}.method: the sweep says {method!r}, {op.source.name} is a {op.spec.method} "
-            f"checkpoint ({op.ref.family})"
-        )
-
-
 def load(
     src: str,
     *,
