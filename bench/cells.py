@@ -15,6 +15,7 @@ sampling skips the cell (the holder computes it).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import sys
 import time
@@ -25,6 +26,7 @@ import torch
 from bench import locks, registry
 from bench.atomic import atomic_torch_save, write_json_atomic
 from bench.config import config_hash
+from bench.evaluate.paired import encode_outcomes
 from bench.plan import SampleCell, TrainCell
 from bench.results import Store, sample_columns, task_columns
 from bench.train import fit, heldout_for, load_weights, log_path
@@ -97,11 +99,42 @@ def train_rows(tc: TrainCell, res, n_params: int, *, task) -> list[dict]:
     ]
 
 
+def items_key(data) -> str:
+    """16 hex digits naming the evaluated items (their token ids and masks): rows with equal keys
+    scored the same items in the same order, so their outcomes pair item by item."""
+    h = hashlib.sha256()
+    for t in (data.x, data.clean_mask):
+        a = t.detach().cpu().contiguous()
+        h.update(f"{tuple(a.shape)}|{a.dtype}|".encode())
+        h.update(a.numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def _uncertainty(m, key: str | None) -> dict:
+    """The ``ci_method`` / ``item_outcomes`` / ``items_key`` columns of one MetricValue."""
+    out = {}
+    if getattr(m, "ci_method", None) and m.ci_low is not None:
+        out["ci_method"] = m.ci_method
+    if getattr(m, "outcomes", None) is not None and key:
+        out["item_outcomes"] = encode_outcomes(m.outcomes)
+        out["items_key"] = key
+    return out
+
+
 def sample_rows(
-    c: SampleCell, metrics: list, *, method, task, train_steps: int, nfe: int | None, wall_s: float
+    c: SampleCell,
+    metrics: list,
+    *,
+    method,
+    task,
+    train_steps: int,
+    nfe: int | None,
+    wall_s: float,
+    items: str | None = None,
 ) -> list[dict]:
     """The store rows of a scored sample cell: one per metric (``metrics``: MetricValues).
-    ``method`` / ``task`` are the instances that produced them (for columns they declare)."""
+    ``method`` / ``task`` are the instances that produced them (for columns they declare);
+    ``items``: the :func:`items_key` of the evaluated items."""
     base = {
         **_base_row(c.train),
         # entries may share the model (bench.plan); a cell pickled before variants: the model's
@@ -122,6 +155,7 @@ def sample_rows(
             "n": m.n,
             "ci_low": m.ci_low,
             "ci_high": m.ci_high,
+            **_uncertainty(m, items),
             **sample_columns(task, method, c.decoding, c.subset, m.metric),
         }
         for m in metrics
@@ -431,6 +465,7 @@ def _sample(tc: TrainCell, todo: list[SampleCell], store: Store, progress: bool)
             train_steps=meta["steps"],
             nfe=nfe_used,
             wall_s=time.perf_counter() - t0,
+            items=items_key(data),
         )
         store.write_cell(c.id, rows)
     reference_rows(task, todo[0], store)

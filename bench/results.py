@@ -84,6 +84,10 @@ COLUMNS = [
     "devices",
     # every row of an imported model: ``<source>@<sha256[:12]>`` of its checkpoint
     "checkpoint",
+    # uncertainty: how ci_low / ci_high were computed; per-item 0/1 outcomes and their items
+    "ci_method",
+    "item_outcomes",
+    "items_key",
 ]
 #: Columns added after the first stores were written: :meth:`Store.read` lists one only when a
 #: row has it, so an older store reads (and exports to results.csv) exactly as before.
@@ -105,6 +109,12 @@ COLUMNS = [
 #:   process count (devices x nodes), for :mod:`bench.report.training_cost`; train rows.
 #: - ``checkpoint``: the file an imported model came from (``bench.checkpoints``: source name and
 #:   the first 12 hex digits of its sha256); empty for models trained here; every row.
+#: - ``ci_method``: how ``ci_low`` / ``ci_high`` were computed (e.g. "Wilson score interval",
+#:   "percentile bootstrap over problems, B = 1000"); sample rows with a CI.
+#: - ``item_outcomes``: the per-item 0/1 outcomes whose mean ``value`` is, one character per
+#:   item in the task's item order (``bench.evaluate.paired.encode_outcomes``), and
+#:   ``items_key``: 16 hex digits identifying those items (two rows pair item by item only when
+#:   their keys are equal); sample rows of metrics that are means of 0/1 outcomes.
 REPORT_COLUMNS = COLUMNS[COLUMNS.index("task_kind") :]
 
 

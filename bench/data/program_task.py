@@ -57,8 +57,17 @@ def metric_values(rows: list[dict], *, n_resamples: int, seed: int) -> list[Metr
     and the fraction of each status."""
     s = summarize(rows, n_resamples=n_resamples, seed=seed)
     n = s["n"]
+    correct = [bool(r["correct"]) for r in rows]
     out = [
-        MetricValue("accuracy", s["point"], n, s["ci_low"], s["ci_high"]),
+        MetricValue(
+            "accuracy",
+            s["point"],
+            n,
+            s["ci_low"],
+            s["ci_high"],
+            f"percentile bootstrap over problems, B = {s['n_resamples']}",
+            outcomes=correct,
+        ),
         MetricValue("accuracy_plain", s["accuracy"], n),
     ]
     out += [MetricValue(f"status_{k}", s["status_fractions"][k], n) for k in STATUSES]

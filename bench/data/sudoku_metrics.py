@@ -47,6 +47,9 @@ def valid_grids(grids: np.ndarray) -> np.ndarray:
     return ok
 
 
+WILSON = "Wilson score interval"
+
+
 def _wilson(k: int, n: int) -> tuple[float, float]:
     ci = stats.binomtest(k, n).proportion_ci(confidence_level=CONFIDENCE, method="wilson")
     return float(ci.low), float(ci.high)
@@ -115,15 +118,19 @@ def evaluate_sudoku(samples, puzzles, solutions) -> list[MetricValue]:
     k_exact, k_valid = int(exact.sum()), int(valid.sum())
     cell_lo, cell_hi = _ratio_ci(cell_hits, np.full(N, n * n))
     blank_lo, blank_hi = _ratio_ci(blank_hits, blank_tot)
+    boot = "percentile bootstrap over puzzles (ratio of sums)"
     return [
-        MetricValue("exact_match", k_exact / N, N, *_wilson(k_exact, N)),
-        MetricValue("cell_accuracy", float(cell_hits.sum() / (N * n * n)), N, cell_lo, cell_hi),
+        MetricValue("exact_match", k_exact / N, N, *_wilson(k_exact, N), WILSON, outcomes=exact),
+        MetricValue(
+            "cell_accuracy", float(cell_hits.sum() / (N * n * n)), N, cell_lo, cell_hi, boot
+        ),
         MetricValue(
             "blank_accuracy",
             float(blank_hits.sum() / max(blank_tot.sum(), 1)),
             N,
             blank_lo,
             blank_hi,
+            boot,
         ),
-        MetricValue("valid_grid", k_valid / N, N, *_wilson(k_valid, N)),
+        MetricValue("valid_grid", k_valid / N, N, *_wilson(k_valid, N), WILSON, outcomes=valid),
     ]

@@ -8,6 +8,7 @@ them; :mod:`bench.cells` turns each into a row of the results store.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass
@@ -15,7 +16,10 @@ class MetricValue:
     """One scored quantity for the results store (a value in [0, 1] for accuracies).
 
     ``n`` is the number of examples it was computed on; ``ci_low`` / ``ci_high`` bound its 95 %
-    confidence interval where the evaluator gives one.
+    confidence interval where the evaluator gives one, and ``ci_method`` names how it was
+    computed. ``outcomes``: the per-item 0/1 outcomes whose mean the value is (items in the
+    task's order), for paired comparisons between models (:mod:`bench.evaluate.paired`); None
+    when the metric is not a mean of 0/1 outcomes.
     """
 
     metric: str
@@ -23,3 +27,5 @@ class MetricValue:
     n: int
     ci_low: float | None = None
     ci_high: float | None = None
+    ci_method: str | None = None
+    outcomes: Any = None

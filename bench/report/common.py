@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from bench.report.uncertainty import cell_summary
 from bench.results import with_report_columns
 
 
@@ -81,13 +82,28 @@ def md_table(df: pd.DataFrame) -> str:
 
 
 def cell_text(g: pd.DataFrame) -> str:
-    """One table entry: the value with its CI for one seed; mean +- sd over seeds otherwise."""
-    if len(g) == 1:
-        v = g.iloc[0]
-        ci = f" [{pct(v['ci_low'])}, {pct(v['ci_high'])}]" if pd.notna(v["ci_low"]) else ""
-        return pct(v["value"]) + ci
-    vals = 100 * g["value"].astype(float)
-    return f"{vals.mean():.1f} +- {vals.std(ddof=1):.1f} ({len(g)} seeds)"
+    """One table entry: the value with its 95 % CI (one seed: the evaluator's; several: the
+    two-level bootstrap over seeds and items, :mod:`bench.report.uncertainty`); mean +- sd over
+    seeds when the rows carry no per-item outcomes."""
+    c = cell_summary(g)
+    if c["low"] is not None:
+        return f"{pct(c['value'])} [{pct(c['low'])}, {pct(c['high'])}]"
+    if c["seeds"] > 1:
+        return f"{100 * c['value']:.1f} +- {100 * c['sd']:.1f} (sd, {c['seeds']} seeds)"
+    return pct(c["value"])
+
+
+def seeds_items(g: pd.DataFrame) -> str:
+    """``seeds x items`` behind one table entry (``1 seed x 256``)."""
+    c = cell_summary(g)
+    return f"{c['seeds']} seed{'s' if c['seeds'] > 1 else ''} x {c['items']}"
+
+
+def ci_methods(g: pd.DataFrame) -> list[str]:
+    """The interval methods of the cells in ``g`` (one per (model, subset, NFE, T) cell)."""
+    keys = [k for k in ("method", "variant", "decoding", "subset", "nfe", "temperature") if k in g]
+    found = [cell_summary(x)["method"] for _, x in g.groupby(keys, dropna=False)]
+    return sorted({m for m in found if m})
 
 
 def headline_cells(s: pd.DataFrame) -> pd.DataFrame:

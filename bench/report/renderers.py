@@ -23,7 +23,15 @@ import argparse
 
 from bench.plugins import BUILTIN as BUILTIN_PACKAGE
 from bench.plugins import PluginError, discover
-from bench.report import artifacts, curves, frontier, program, tables, training_cost
+from bench.report import (
+    artifacts,
+    curves,
+    differences,
+    frontier,
+    program,
+    tables,
+    training_cost,
+)
 from bench.report.items import Artifact, ReportItem, Section, TaskSection
 
 #: the built-in items, in the order they run
@@ -31,6 +39,7 @@ BUILTIN: tuple[ReportItem, ...] = (
     *tables.ITEMS,  # training.md
     *training_cost.ITEMS,  # training_cost.md, tab-training-cost
     *curves.ITEMS,  # <task>_training_curves
+    *differences.ITEMS,  # <task>_differences.md / .csv, power.md
     *program.ITEMS,  # the program kind (GSM8K, its stand-in)
     *frontier.ITEMS,  # the frontier kind (OWT)
     *artifacts.ITEMS,  # the paper's labels

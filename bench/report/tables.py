@@ -16,6 +16,7 @@ import pandas as pd
 from bench import atomic
 from bench.report.common import (
     cell_text,
+    ci_methods,
     headline_cells,
     md_table,
     metric_with_rank,
@@ -23,6 +24,7 @@ from bench.report.common import (
     pct,
     rows,
     secondary_metrics,
+    seeds_items,
     subsets,
 )
 from bench.report.items import Section
@@ -58,6 +60,7 @@ def task_markdown(task: str, df: pd.DataFrame) -> tuple[str, str | None]:
             "nfe": ", ".join(str(int(v)) for v in sorted(g["nfe"].dropna().unique())),
             "T": ", ".join(f"{v:g}" for v in sorted(g["temperature"].dropna().unique())),
             "train steps": int(g["train_steps"].max()),
+            "seeds x items": seeds_items(g[g["subset"] == subs[0]]) if subs else "",
         }
         for sub in subs:
             gs = g[g["subset"] == sub]
@@ -67,6 +70,10 @@ def task_markdown(task: str, df: pd.DataFrame) -> tuple[str, str | None]:
                 row[f"{sub} (paper)"] = "" if pv is None else pct(pv)
         table.append(row)
     out.append(md_table(pd.DataFrame(table)))
+    note = [f"Intervals (95 %): {'; '.join(ci_methods(h))}."] if ci_methods(h) else []
+    if len(h) and h["seed"].nunique() <= 1:
+        note.append("One training seed per model: intervals cover the items, not retraining.")
+    out += ["", " ".join(note)] if note else []
     out += ablation_markdown(best, headline, subs, numbers)
     for metric in secondary_metrics(s):
         m = best[best["metric"] == metric]

@@ -305,7 +305,7 @@ def test_the_rows_decide_not_the_names(tmp_path):
     assert report.main(["--results-dir", str(tmp_path), "--out", str(out)]) == 0
     md = (out / "newtask.md").read_text()
     main = _table(md, "newtask: score").set_index("model")
-    assert list(main.columns[3:]) == ["zeta", "alpha"]
+    assert list(main.columns[4:]) == ["zeta", "alpha"]  # after model, nfe, T, steps, seeds x items
     assert (
         main.loc["newm (once)", "alpha"] == "50.0 [40.0, 60.0]"
     )  # the headline is `score`, not accuracy

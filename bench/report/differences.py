@@ -1,0 +1,261 @@
+"""``<task>_differences.md`` / ``.csv``: every two models scored on the same items, at the same
+subset, NFE and temperature, with the difference of their headline metric and its paired CI;
+``power.md``: the smallest difference each task's item count can detect.
+
+Pairing: rows pair item by item when their ``items_key`` is equal (the same items in the same
+order). A model whose NFE is its generated length (AR) or whose decoding ignores the temperature
+(greedy, top-1; sampled at T = 1 only) is compared in every NFE / temperature group of its subset,
+as the paper's figures draw it (a horizontal line). The Markdown shows, per subset, the group of
+the headline table (largest NFE, temperature closest to 1); the CSV has every group.
+``python -m bench.report --power`` prints ``power.md`` as well.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bench import atomic
+from bench.evaluate.paired import PAIRED, WORST_CASE_SD, decode_outcomes, detectable_difference
+from bench.report.common import flag, md_table, metric_with_rank, model_label, pct, rows
+from bench.report.items import Section, cli_flag
+from bench.report.uncertainty import one_per_seed, paired_difference
+
+ALPHA, POWER = 0.05, 0.8
+
+
+def _outcome_rows(task: str, df: pd.DataFrame) -> pd.DataFrame:
+    """The task's headline-metric sample rows that carry per-item outcomes, with a model label."""
+    s = rows(df, task)
+    if "item_outcomes" not in s or not len(s):
+        return s.iloc[0:0]
+    s = s[(s["metric"] == metric_with_rank(s, 0)) & s["item_outcomes"].notna()].copy()
+    if not len(s):
+        return s
+    s["model"] = [model_label(r) for _, r in s.iterrows()]
+    s["length_bound"] = flag(s["nfe_is_length"])
+    s["t_free"] = flag(s["temperature_free"])
+    s["temperature"] = s["temperature"].astype(float)
+    return s
+
+
+def _groups(s: pd.DataFrame):
+    """(subset, nfe, T, rows of every model in that group): the models at (NFE, T) plus the
+    length-bound and temperature-free ones at T (else at the temperature they were run at)."""
+    for sub, g in s.groupby("subset", sort=True):
+        fixed = g[~g["length_bound"]]
+        temps = sorted(fixed["temperature"].unique(), reverse=True) or sorted(g["temperature"])
+        for temp in temps:
+            for nfe in sorted(fixed["nfe"].dropna().unique()):
+                at = fixed[(fixed["nfe"] == nfe) & (fixed["temperature"] == temp)]
+                extra = []
+                for _model, m in g[~g["model"].isin(at["model"])].groupby("model"):
+                    if not (m["length_bound"].all() or m["t_free"].all()):
+                        continue
+                    here = m[m["temperature"] == temp]
+                    if not len(here) and m["t_free"].all():
+                        here = m
+                    if m["length_bound"].all():
+                        pick = here
+                    else:
+                        pick = here[here["nfe"] == nfe]
+                    if len(pick):
+                        extra.append(pick)
+                members = pd.concat([at, *extra]) if extra else at
+                if members["model"].nunique() >= 2:
+                    yield sub, int(nfe), float(temp), members
+
+
+def _name(m: pd.DataFrame) -> str:
+    label = str(m["model"].iloc[0])
+    return f"{label}, NFE = length" if m["length_bound"].all() else label
+
+
+def differences(task: str, df: pd.DataFrame) -> pd.DataFrame:
+    """One row per pair of models per group (the model with the higher mean first)."""
+    s = _outcome_rows(task, df)
+    out = []
+    for sub, nfe, temp, g in _groups(s):
+        cells = {m: one_per_seed(x) for m, x in g.groupby("model", sort=True)}
+        for a, b in itertools.combinations(sorted(cells), 2):
+            ga, gb = cells[a], cells[b]
+            if ga["value"].astype(float).mean() < gb["value"].astype(float).mean():
+                (a, ga), (b, gb) = (b, gb), (a, ga)
+            d = paired_difference(ga, gb)
+            if d is None:
+                continue
+            out.append(
+                dict(
+                    task=task,
+                    subset=sub,
+                    nfe=nfe,
+                    temperature=temp,
+                    model_a=_name(ga),
+                    model_b=_name(gb),
+                    metric=str(ga["metric"].iloc[0]),
+                    **d,
+                )
+            )
+    return pd.DataFrame(out)
+
+
+def _headline_group(d: pd.DataFrame) -> pd.DataFrame:
+    """Per subset, the rows at the largest NFE and the temperature closest to 1."""
+    keep = []
+    for _, g in d.groupby("subset", sort=True):
+        g = g[g["nfe"] == g["nfe"].max()]
+        dist = (g["temperature"] - 1.0).abs()
+        keep.append(g[dist == dist.min()])
+    return pd.concat(keep) if keep else d
+
+
+def differences_markdown(task: str, d: pd.DataFrame) -> str:
+    metric = str(d["metric"].iloc[0]).replace("_", " ")
+    h = _headline_group(d).sort_values(["subset", "diff"], ascending=[True, False])
+    table = pd.DataFrame(
+        {
+            "subset": h["subset"],
+            "NFE": h["nfe"],
+            "T": h["temperature"].map(lambda v: f"{v:g}"),
+            "A": h["model_a"],
+            "B": h["model_b"],
+            "A - B (pp)": h["diff"].map(pct),
+            "95 % CI (pp)": [f"[{pct(lo)}, {pct(hi)}]" for lo, hi in zip(h["low"], h["high"])],
+            "seeds A, B x items": [
+                f"{a}, {b} x {n}" for a, b, n in zip(h["seeds_a"], h["seeds_b"], h["items"])
+            ],
+            "McNemar p": h["p_mcnemar"].map(lambda p: "" if pd.isna(p) else f"{p:.3g}"),
+            "CI covers 0": h["covers_zero"].map(lambda c: "yes: no difference shown" if c else ""),
+        }
+    )
+    one = bool(((h["seeds_a"] == 1) & (h["seeds_b"] == 1)).all())
+    seeds = (
+        "One training seed per model: the interval reflects the items only, not a retrained model."
+        if one
+        else "Several training seeds: the interval reflects both items and seeds (with few seeds "
+        "it is somewhat narrow: a bootstrap of S seeds keeps (S - 1) / S of their variance)."
+    )
+    return "\n".join(
+        [
+            f"# {task}: paired differences in {metric} (percentage points)",
+            "",
+            f"Every two models scored on the same items at the same subset, NFE and temperature; "
+            f"A is the one with the higher mean. CI: {PAIRED}, 95 %, B = 1000; McNemar p: the "
+            "exact test on the items the two models disagree on (one seed each). A difference "
+            f"whose CI covers 0 is marked. {seeds} Shown: per subset, the largest NFE at the "
+            f"temperature closest to 1; `{task}_differences.csv` has every NFE and temperature.",
+            "",
+            md_table(table),
+            "",
+        ]
+    )
+
+
+def power_rows(task: str, df: pd.DataFrame) -> pd.DataFrame:
+    """Per subset: items, seeds, and the smallest detectable difference, worst case (independent
+    outcomes at 50 %) and at the spread of item differences this store's pairs show."""
+    s = _outcome_rows(task, df)
+    out = []
+    for sub, g in s.groupby("subset", sort=True):
+        n = int(g["item_outcomes"].str.len().max())
+        sds = []
+        for _, _, _, members in _groups(g):
+            firsts = {m: x.iloc[0] for m, x in members.groupby("model")}
+            for a, b in itertools.combinations(sorted(firsts), 2):
+                ra, rb = firsts[a], firsts[b]
+                if ra["items_key"] != rb["items_key"]:
+                    continue
+                diff = decode_outcomes(ra["item_outcomes"]) - decode_outcomes(rb["item_outcomes"])
+                sds.append(float(diff.std(ddof=1)) if len(diff) > 1 else np.nan)
+        obs = float(np.nanmedian(sds)) if sds and not np.all(np.isnan(sds)) else np.nan
+        out.append(
+            dict(
+                task=task,
+                subset=sub,
+                items=n,
+                seeds=int(one_per_seed(g)["seed"].nunique()),
+                mde_worst=detectable_difference(n, WORST_CASE_SD, alpha=ALPHA, power=POWER),
+                mde_observed=(
+                    np.nan
+                    if np.isnan(obs)
+                    else detectable_difference(n, obs, alpha=ALPHA, power=POWER)
+                ),
+                sd_observed=obs,
+                pairs=len(sds),
+            )
+        )
+    return pd.DataFrame(out)
+
+
+def power_markdown(p: pd.DataFrame) -> str:
+    table = pd.DataFrame(
+        {
+            "task": p["task"],
+            "subset": p["subset"],
+            "items": p["items"],
+            "seeds": p["seeds"],
+            "detectable, worst case (pp)": p["mde_worst"].map(pct),
+            "detectable, this store's spread (pp)": p["mde_observed"].map(pct),
+            "pairs behind the spread": p["pairs"],
+        }
+    )
+    return "\n".join(
+        [
+            "# How many items are enough",
+            "",
+            f"The smallest true difference in the headline metric that a paired comparison over "
+            f"the subset's items detects with a two-sided test at level {ALPHA:g} with power "
+            f"{POWER:g} (normal approximation: (z_0.975 + z_0.8) x sd / sqrt(items)). Worst "
+            "case: two uncorrelated models at 50 % (sd of an item's difference sqrt(0.5)); this "
+            "store's spread: the median sd of the item differences over the pairs of models "
+            "the store scored on the same items (first seed each). Differences smaller than "
+            "this are not separated by the run, whatever its table shows. Training seeds add "
+            "their own variation on top (the differences tables' seed-aware intervals).",
+            "",
+            md_table(table),
+            "",
+        ]
+    )
+
+
+def _render(sec: Section, df: pd.DataFrame, out: Path, args) -> list[Path]:
+    written, power = [], []
+    for task in sorted(df["task"].dropna().unique()):
+        d = differences(task, df)
+        if len(d):
+            written.append(
+                atomic.write_with(
+                    out / f"{task}_differences.csv", lambda t, d=d: d.to_csv(t, index=False)
+                )
+            )
+            written.append(
+                atomic.write_text(out / f"{task}_differences.md", differences_markdown(task, d))
+            )
+        power.append(power_rows(task, df))
+    p = pd.concat(power) if power else pd.DataFrame()
+    if len(p):
+        text = power_markdown(p)
+        written.append(atomic.write_text(out / "power.md", text))
+        if getattr(args, "power", False):
+            print(text)
+    elif getattr(args, "power", False):
+        print("power: no sample rows with per-item outcomes in the store")
+    return written
+
+
+ITEMS = [
+    Section(
+        name="differences",
+        render=_render,
+        flags=(
+            cli_flag(
+                "--power",
+                action="store_true",
+                help="also print power.md: the smallest difference each task's items can detect",
+            ),
+        ),
+    )
+]
