@@ -18,6 +18,7 @@ import pandas as pd
 from bench.report.common import flag, md_table, metric_with_rank, model_label, pct, rows
 from bench.report.figures import log2_nfe_axis, save_figure
 from bench.report.items import TaskSection
+from bench.report.uncertainty import pool_seeds
 
 KIND = "program"
 
@@ -28,8 +29,14 @@ def _program_rows(task: str, df: pd.DataFrame) -> pd.DataFrame:
     if not len(s):
         return s
     s["model"] = [model_label(r) for _, r in s.iterrows()]
-    if s["seed"].nunique() > 1:  # one row per training seed: each has its own bootstrap CI
-        s["model"] = s["model"] + " seed " + s["seed"].fillna(0).astype(int).astype(str)
+    # several training seeds: one row per cell with the two-level (seeds x items) interval; rows
+    # without per-item outcomes (older stores) stay one per seed, each with its own interval
+    has = s["item_outcomes"].notna() if "item_outcomes" in s else pd.Series(False, index=s.index)
+    old = s[~has].copy()
+    if old["seed"].nunique() > 1:
+        old["model"] = old["model"] + " seed " + old["seed"].fillna(0).astype(int).astype(str)
+    old = old.assign(seeds=1, items=old["n"], ci_method=old.get("ci_method"))
+    s = pd.concat([pool_seeds(s[has], ["model", "subset", "nfe", "temperature"]), old])
     s["length_bound"] = flag(s["nfe_is_length"])
     s["t_free"] = flag(s["temperature_free"])
     s["nfe"] = s["nfe"].astype(int)
@@ -56,17 +63,26 @@ def program_task_markdown(task: str, df: pd.DataFrame, args=None) -> str:
     s = _program_rows(task, df)
     if not len(s) or s["ci_low"].isna().all():
         return ""
-    cell = lambda r: f"{pct(r['value'])} [{pct(r['ci_low'])}, {pct(r['ci_high'])}]"  # noqa: E731
+    cell = lambda r: (  # noqa: E731
+        f"{pct(r['value'])} [{pct(r['ci_low'])}, {pct(r['ci_high'])}]"
+        if pd.notna(r["ci_low"])
+        else pct(r["value"])
+    )
     n = int(s["n"].max())
+    seeds = int(s["seeds"].max())
+    methods = "; ".join(sorted({m for m in s["ci_method"].dropna() if m}))
     out = [
         "",
         "## Accuracy (%) with 95 % bootstrap CI at every NFE and temperature",
         "",
-        f"Point estimate = mean of the bootstrap accuracies, interval = 2.5 / 97.5 percentiles "
-        f'(paper appendix "Bootstrap Confidence Intervals"), over up to {n} problems. '
+        "One training seed: point estimate = mean of the bootstrap accuracies, interval = 2.5 / "
+        '97.5 percentiles (paper appendix "Bootstrap Confidence Intervals"); several seeds: the '
+        f"mean over seeds and problems with the two-level interval. Up to {n} problems. "
         "Autoregressive models make one call per generated token: their column is `length` "
         "(calls used in brackets). Temperature-free decodings (greedy, top-1) appear in every "
-        "temperature's table.",
+        f"temperature's table. Behind each number: {seeds} training seed"
+        f"{'s' if seeds > 1 else ''} x {n} problems"
+        + (f"; intervals: {methods}." if methods else "."),
     ]
     if _stand_in(s):
         out[-1] += f" Task `{task}` is the CPU stand-in, not {_stand_in(s)}."

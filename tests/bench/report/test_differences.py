@@ -116,3 +116,24 @@ def test_power_section_and_flag(tmp_path, capsys):
     worst = float(row["detectable, worst case (pp)"])
     assert 12 < worst < 16  # 2.80 x sqrt(0.5) / sqrt(200) = 14.0 points
     assert float(row["detectable, this store's spread (pp)"]) <= worst + 1
+
+
+def test_program_table_pools_seeds_that_carry_outcomes(tmp_path):
+    """GSM8K-style accuracy table: seeds with per-item outcomes become one row with the
+    two-level interval, which is wider than either seed's item-only interval when the seeds
+    disagree."""
+    from bench.report import program_task_markdown, read
+
+    s = Store(tmp_path)
+    rng = np.random.default_rng(5)
+    for seed, p in ((0, 0.3), (1, 0.7)):
+        r = _rows("mdlm", seed, p, rng=rng)[0]
+        r.update(task="gsm8k", metric="accuracy", subset="test", ci_method="percentile bootstrap")
+        s.write_cell(f"g{seed}", [r])
+    text = program_task_markdown("gsm8k", read(tmp_path))
+    rows = [ln for ln in text.splitlines() if ln.startswith("| mdlm")]
+    assert len(rows) == 1 and "seed" not in rows[0]
+    assert "2 training seeds x 200 problems" in text and "two-level" in text
+    v, ci = rows[0].split("|")[2].strip().split(" [")
+    lo, hi = (float(x) for x in ci.rstrip("]").split(", "))
+    assert lo < 40 and hi > 60 and lo < float(v) < hi  # spans both seeds' accuracies
