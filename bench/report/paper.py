@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.report.common import cell_text, flag, md_table, pct
+from bench.report.uncertainty import paired_difference
 
 PAPER_DIR = Path(__file__).resolve().parents[2] / "results" / "paper"
 
@@ -86,11 +87,12 @@ def ablation_markdown(
     best = best[best["metric"] == headline]
     for name in [t for t in dict.fromkeys(paper["table"]) if t != "main"]:
         p = paper[(paper["table"] == name) & (paper["metric"] == headline)]
-        table, any_ours = [], False
+        table, any_ours, ours_rows = [], False, []
         for (method, variant, decoding), g in p.groupby(
             ["method", "variant", "decoding"], sort=False
         ):
             ours = ours_for(best, method, variant, decoding)
+            ours_rows.append((g["label"].iloc[0], ours))
             row = {
                 "paper row": g["label"].iloc[0],
                 "model": f"{method}/{variant}" + (f" ({decoding})" if decoding else ""),
@@ -106,4 +108,35 @@ def ablation_markdown(
             note = "" if any_ours else " (this sweep ran none of these models)"
             title = f"## Paper table `{name}`: {headline.replace('_', ' ')} (%){note}"
             out += ["", title, "", md_table(pd.DataFrame(table))]
+            out += _versus_first(ours_rows, subsets)
     return out
+
+
+def _versus_first(ours_rows: list, subsets: list[str]) -> list[str]:
+    """Each of our ablation rows minus the first row we ran, per subset, with the paired
+    two-level CI (rows scored on the same items; ``bench.report.uncertainty``)."""
+    ran = [(label, o) for label, o in ours_rows if len(o)]
+    if len(ran) < 2:
+        return []
+    base_label, base = ran[0]
+    table = []
+    for label, o in ran[1:]:
+        row = {"paper row": label}
+        for sub in subsets:
+            d = paired_difference(o[o["subset"] == sub], base[base["subset"] == sub])
+            row[sub] = (
+                ""
+                if d is None
+                else f"{pct(d['diff'])} [{pct(d['low'])}, {pct(d['high'])}]"
+                + (" (CI covers 0)" if d["covers_zero"] else "")
+            )
+        table.append(row)
+    if all(not v for r in table for k, v in r.items() if k != "paper row"):
+        return []
+    return [
+        "",
+        f"Ours minus `{base_label}` (percentage points, paired 95 % CI over the same items and "
+        "the seeds of each row):",
+        "",
+        md_table(pd.DataFrame(table)),
+    ]

@@ -137,3 +137,21 @@ def test_program_table_pools_seeds_that_carry_outcomes(tmp_path):
     v, ci = rows[0].split("|")[2].strip().split(" [")
     lo, hi = (float(x) for x in ci.rstrip("]").split(", "))
     assert lo < 40 and hi > 60 and lo < float(v) < hi  # spans both seeds' accuracies
+
+
+def test_paper_ablation_table_gets_the_paired_difference_to_its_first_row(tmp_path):
+    """The paper's renorm ablation compares rows: ours minus its first row we ran, per subset,
+    with the paired interval (here a 40-point gap, well clear of 0)."""
+    s = Store(tmp_path)
+    rng = np.random.default_rng(2)
+    for variant, p in (("base", 0.3), ("cos2", 0.7)):
+        r = _rows("sflm", 0, p, rng=rng)[0]
+        r.update(variant=variant, decoding="exact", default_decoding=True)
+        s.write_cell(f"s-{variant}", [r])
+    assert report.main(["--results-dir", str(tmp_path)]) == 0
+    text = (tmp_path / "report" / "sudoku.md").read_text()
+    part = text.split("Ours minus `Linear, no trunc`")[1]
+    row = next(ln for ln in part.splitlines() if ln.startswith("| Cosine^2, no trunc"))
+    v, ci = row.split("|")[2].strip().split(" [")
+    lo, hi = (float(x) for x in ci.split("]")[0].split(", "))
+    assert 25 < lo < float(v) < hi and "covers 0" not in row
