@@ -34,9 +34,11 @@ Stand-in documents are shuffled with ``task.seed`` before the last ``valid_docs`
 
 Task: unconditional generation. ``eval_data`` is an all-masked canvas of L positions (no
 prompt); ``evaluate`` scores samples with :mod:`bench.evaluate.genppl` (Gen. PPL under the
-reference LM ``ref_model``, per-sample mean and pooled, and unigram entropy, with bootstrap
-CIs); :meth:`OWTTask.data_reference` scores held-out validation blocks of the same length the
-same way (the "data" point of the frontier).
+reference LM ``ref_model``, per-sample mean and pooled, unigram entropy, and the fraction of
+degenerate samples, :mod:`bench.evaluate.degenerate`: empty after the first end-of-text, one
+repeated token, entropy below ln 2; each with a 95 % percentile-bootstrap CI over samples,
+``bootstrap`` resamples); :meth:`OWTTask.data_reference` scores held-out validation blocks of
+the same length the same way (the "data" point of the frontier).
 
 Sample ids: the task's vocabulary is GPT-2's 50,257 ids, but samples may also hold id 50257, the
 ``[PAD]`` token the reference harness adds to GPT-2 (s-flm ``dataloader.py::get_tokenizer``): the
@@ -317,8 +319,8 @@ class OWTTask(Task):
         return metric_values(ev.summarize(rows))
 
     def evaluate(self, samples: Tensor, data: TaskData, group: str) -> list[MetricValue]:
-        """Gen. PPL (per-sample mean, pooled) and unigram entropy of (N, L) generated ids (ids
-        < 50258: GPT-2's and the reference's added ``[PAD]``)."""
+        """Gen. PPL (per-sample mean, pooled), unigram entropy and degenerate fraction of (N, L)
+        generated ids (ids < 50258: GPT-2's and the reference's added ``[PAD]``)."""
         from bench.evaluate.genppl import check_sample_ids
 
         self._check_group(group)

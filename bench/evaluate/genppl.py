@@ -15,8 +15,14 @@ scored by a pretrained reference LM (GPT-2 large) and by its unigram entropy.
 - **Unigram entropy** (paper eq., duo ``metrics.py::record_entropy``):
   ``-sum_v c(v)/L log(c(v)/L)`` in nats over all L generator ids of a sample (special ids
   included), averaged over samples (``entropy``).
-- Bootstrap 95 % percentile intervals over samples (:mod:`bench.evaluate.stats`, seeded); the
-  pooled value resamples (nll, n) pairs jointly.
+- **Degenerate samples** (:mod:`bench.evaluate.degenerate`): per sample, ``degenerate`` names
+  why it is (``empty``: nothing before the first end-of-text; ``repeated``: one token over the
+  whole sample; ``low_entropy``: unigram entropy below ln 2 nats) or is ``""``; the cell value
+  ``degenerate_fraction`` is the fraction of such samples (a cell with half or more is flagged
+  degenerate by the frontier report, :mod:`bench.report.frontier`).
+- Bootstrap 95 % percentile intervals over samples (:mod:`bench.evaluate.stats`, seeded;
+  ``scipy.stats.bootstrap``, ``method="percentile"``) for Gen. PPL, pooled Gen. PPL, entropy and
+  the degenerate fraction; the pooled value resamples (nll, n) pairs jointly.
 
 Which tokens are scored (``mode``):
 
@@ -63,6 +69,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bench.evaluate import degenerate as dg
 from bench.evaluate.genppl_score import (
     Prepared,
     ScoreStats,
@@ -329,6 +336,8 @@ class GenPPL:
         rows = []
         for s, it, a, c in zip(samples, items, nll, cnt):
             gen_ids = _encode(self.sample_tokenizer, s) if isinstance(s, str) else s
+            entropy = unigram_entropy(gen_ids)
+            content = dg.content_before_eot(gen_ids, prep.sample_eot, prep.pad_id)
             rows.append(
                 {
                     "ref_model": self.reference().name,
@@ -339,17 +348,29 @@ class GenPPL:
                     "n_scored": int(c),
                     "nll_sum": float(a),
                     "ppl": math.exp(a / c) if c else None,
-                    "entropy": unigram_entropy(gen_ids),
+                    "entropy": entropy,
                     "dropped_ids": it.dropped_ids,
+                    "degenerate": dg.sample_reason(entropy, content),
                 }
             )
         return rows
 
     def summarize(self, rows: list[dict]) -> dict:
+        """Cell values of per-sample rows. A row without ``degenerate`` (scored before it
+        existed, e.g. resumed from a CLI output) is judged from its entropy and, in "paper"
+        mode, from ``n_scored == 0`` (nothing before the first end-of-text)."""
+
+        def reason(r: dict) -> str:
+            if "degenerate" in r:
+                return r["degenerate"]
+            paper = r.get("mode", self.mode) == "paper"
+            return dg.sample_reason(r["entropy"], int(r["n_scored"]) if paper else None)
+
         s = summarize(
             [r["nll_sum"] for r in rows],
             [r["n_scored"] for r in rows],
             [r["entropy"] for r in rows],
+            degenerate=[reason(r) for r in rows],
             n_resamples=self.n_resamples,
             seed=self.seed,
         )

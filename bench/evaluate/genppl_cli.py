@@ -4,9 +4,10 @@
 ``--tokenizer``'s vocabulary) or ``text``; its other scalar fields are labels that group the
 summary. ``--out OUT.jsonl`` gets one row per sample, appended and flushed per batch, so a rerun
 resumes after the rows already there (a partial last line, from a killed run, is dropped);
-``OUT.summary.json`` (or ``--summary``) the values of each label group with bootstrap CIs and
-the run's throughput. The scoring is :mod:`bench.evaluate.genppl`'s. Bad input exits 2 with one
-line naming the flag, file or line, before the reference LM loads where it can.
+``OUT.summary.json`` (or ``--summary``) the values of each label group with bootstrap CIs
+(``degenerate_fraction`` included: :mod:`bench.evaluate.degenerate`) and the run's throughput.
+The scoring is :mod:`bench.evaluate.genppl`'s. Bad input exits 2 with one line naming the flag,
+file or line, before the reference LM loads where it can.
 """
 
 from __future__ import annotations
@@ -260,7 +261,8 @@ def run(args: argparse.Namespace) -> int:
         lo, hi = s["gen_ppl_ci"]
         print(
             f"{lab + ' ' if lab else ''}n={s['n']} gen_ppl={s['gen_ppl']:.2f} [{lo:.2f}, {hi:.2f}] "
-            f"pooled={s['gen_ppl_pooled']:.2f} entropy={s['entropy']:.3f} ref={ref.name}"
+            f"pooled={s['gen_ppl_pooled']:.2f} entropy={s['entropy']:.3f} "
+            f"degenerate={s['degenerate_fraction']:.2f} ref={ref.name}"
         )
     print(
         f"scored {st.tokens} tokens in {st.seconds:.1f} s ({st.tokens_per_s:,.0f} tokens/s, "

@@ -11,7 +11,9 @@
 - :func:`summarize`: per-sample mean Gen. PPL, pooled Gen. PPL and mean unigram entropy with
   95 % percentile-bootstrap intervals over samples
   (:func:`bench.evaluate.stats.bootstrap_statistic`, seeded; the pooled value resamples (nll, n)
-  pairs jointly; NaN for fewer than 2 samples); :func:`metric_values` turns them into
+  pairs jointly; NaN for fewer than 2 samples), and the fraction of degenerate samples
+  (:mod:`bench.evaluate.degenerate`: empty after the first end-of-text, one repeated token,
+  unigram entropy below ln 2) with the same interval; :func:`metric_values` turns them into
   results-store rows.
 
 What is scored, and why, is :mod:`bench.evaluate.genppl`'s docstring.
@@ -26,8 +28,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from bench.evaluate import degenerate as dg
 from bench.evaluate.metrics import MetricValue
-from bench.evaluate.stats import PAPER_RESAMPLES, bootstrap_statistic
+from bench.evaluate.stats import PAPER_RESAMPLES, SAMPLES_CI_METHOD, bootstrap_statistic
 from bench.text.reference_lm import RefLM
 
 
@@ -147,12 +150,26 @@ def _interval(data: tuple, statistic, *, n_resamples: int, seed: int) -> tuple[f
 
 
 def summarize(
-    nll_sum, n_scored, entropy, *, n_resamples: int = PAPER_RESAMPLES, seed: int = 0
+    nll_sum,
+    n_scored,
+    entropy,
+    *,
+    degenerate=None,
+    n_resamples: int = PAPER_RESAMPLES,
+    seed: int = 0,
 ) -> dict:
-    """Cell values from per-sample (nll_sum, n_scored, entropy), with bootstrap CIs."""
+    """Cell values from per-sample (nll_sum, n_scored, entropy), with bootstrap CIs.
+    ``degenerate``: per sample, whether it is degenerate (a reason string or a bool; None:
+    judged from its entropy and, for "empty", from ``n_scored == 0``, which is "nothing before
+    the first end-of-text" in the paper's masking)."""
     nll = np.asarray(nll_sum, np.float64)
     n = np.asarray(n_scored, np.float64)
     ent = np.asarray(entropy, np.float64)
+    if degenerate is None:
+        degenerate = [dg.sample_reason(e, int(k)) for e, k in zip(ent, n)]
+    deg = np.asarray([bool(d) for d in degenerate], np.float64)
+    if deg.shape != n.shape:
+        raise ValueError(f"degenerate: {deg.shape[0]} flags for {n.shape[0]} samples")
     ok = n > 0
     ppl = np.exp(nll[ok] / n[ok])
     out: dict[str, Any] = {
@@ -177,6 +194,10 @@ def summarize(
     out["entropy_ci"] = _interval(
         (fin,), lambda a, axis: a.mean(axis=axis), n_resamples=n_resamples, seed=seed
     )
+    out["degenerate_fraction"] = float(deg.mean()) if len(deg) else float("nan")
+    out["degenerate_fraction_ci"] = _interval(
+        (deg,), lambda a, axis: a.mean(axis=axis), n_resamples=n_resamples, seed=seed
+    )
     return out
 
 
@@ -184,9 +205,12 @@ def metric_values(s: dict) -> list:
     """:class:`bench.evaluate.metrics.MetricValue` rows of a :func:`summarize` result."""
     n, ns = s["n"], s["n_scored_samples"]
     return [
-        MetricValue("gen_ppl", s["gen_ppl"], ns, *s["gen_ppl_ci"]),
-        MetricValue("gen_ppl_pooled", s["gen_ppl_pooled"], ns, *s["gen_ppl_pooled_ci"]),
-        MetricValue("entropy", s["entropy"], n, *s["entropy_ci"]),
+        MetricValue("gen_ppl", s["gen_ppl"], ns, *s["gen_ppl_ci"], SAMPLES_CI_METHOD),
+        MetricValue(
+            "gen_ppl_pooled", s["gen_ppl_pooled"], ns, *s["gen_ppl_pooled_ci"], SAMPLES_CI_METHOD
+        ),
+        MetricValue("entropy", s["entropy"], n, *s["entropy_ci"], SAMPLES_CI_METHOD),
         MetricValue("gen_ppl_tokens_per_sample", s["tokens_per_sample"], n),
         MetricValue("gen_ppl_empty_frac", s["empty_frac"], n),
+        MetricValue(dg.METRIC, s["degenerate_fraction"], n, *s["degenerate_fraction_ci"]),
     ]

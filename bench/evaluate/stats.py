@@ -17,6 +17,8 @@ import numpy as np
 from scipy import stats
 
 PAPER_RESAMPLES = 1000
+#: how per-sample statistics' intervals are computed (the Gen. PPL scorer's cell values)
+SAMPLES_CI_METHOD = "95 % percentile bootstrap over samples (scipy.stats.bootstrap, seeded)"
 
 
 @dataclass(frozen=True)

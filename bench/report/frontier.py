@@ -6,20 +6,24 @@ For every task whose rows have ``task_kind == "frontier"`` (OWT's ``report_kind`
 :class:`~bench.report.items.TaskSection` (:data:`ITEMS`) writes the files below; its headline is no
 fraction, so ``<task>.md`` only points to ``<task>_frontier.md``:
 
-- ``<task>_gen_ppl_vs_entropy_nfe{N}.png/.pdf`` per NFE (the paper's file names for ``owt``):
-  x = entropy (nats), y = Gen. PPL (log scale), one curve per (model, decoding) ordered by
-  temperature; temperature-free decodings (S-FLM top-1, AR greedy) are single markers;
-  autoregressive models (NFE = length) appear on every panel; the held-out "data" point
-  (rows with ``method == "data"``, ``kind == "reference"``) is a star on every panel;
-  Pareto-optimal points inside the window are ringed;
-- ``<task>_gen_ppl_vs_entropy_all_nfe.png/.pdf``: the grid of every NFE panel;
-- ``<task>_frontier.md``: every cell (H, Gen. PPL with CI, pooled Gen. PPL, n), and one scalar per
-  (model, decoding, NFE): the Gen. PPL interpolated at the data's entropy along the model's
-  curve (linear in log PPL between the two cells that bracket it), with its CI interpolated the
-  same way, or "outside the window" / "does not reach H_data".
+- ``<task>_gen_ppl_vs_entropy_nfe{N}.png/.pdf`` per NFE (the paper's file names for ``owt``) and
+  ``<task>_gen_ppl_vs_entropy_all_nfe.png/.pdf`` (every NFE panel): drawn by
+  :mod:`bench.report.frontier_draw` (curves over temperature, 95 % intervals as error bars,
+  degenerate cells as crosses, Pareto-optimal cells ringed, the held-out "data" point, rows with
+  ``method == "data"`` and ``kind == "reference"``, a star; autoregressive models, NFE =
+  length, on every panel);
+- ``<task>_frontier.md``: one scalar per (model, decoding, NFE): the Gen. PPL interpolated at the
+  data's entropy along the model's curve (linear in log PPL between the two cells that bracket
+  it) with a 95 % interval (:func:`bench.report.frontier_data.scalar_ci`), or "outside the
+  window" / "does not reach H_data" / "degenerate"; the Pareto-optimal cells per NFE; every cell
+  (H and Gen. PPL with their CIs, pooled Gen. PPL, n, degenerate or not).
 
 Window (paper: 4.5 <= H <= 6.0 nats, PPL <= 500; ``--frontier-window HMIN HMAX PPLMAX``): cells
-outside it are listed but neither drawn nor used for Pareto points and the scalar. The headline
+outside it are listed but neither drawn nor used for Pareto points and the scalar. Degenerate
+cells (:mod:`bench.evaluate.degenerate`: half or more of the samples empty after the first
+end-of-text, one repeated token, or of unigram entropy below ln 2 nats; rows without the
+``degenerate_fraction`` metric are judged from their stored mean entropy and empty fraction) are
+listed and drawn, marked, but are never Pareto-optimal and never enter a scalar. The headline
 is ``gen_ppl`` (per-sample mean, the paper's text); ``gen_ppl_pooled`` (the reference code's
 token-pooled value) is in the cell table. The paper's figures by label (``fig-owt-pareto-main``,
 ``fig-appendix-owt-pareto-all``) are drawn by :mod:`bench.report.frontier_paper` from the same
@@ -28,167 +32,131 @@ cells.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from bench import atomic
-from bench.report.common import flag, md_table, rows
-from bench.report.figures import save_figure
+from bench.evaluate import degenerate as dg
+from bench.evaluate.stats import SAMPLES_CI_METHOD as CI_METHOD
+from bench.report.common import md_table
+from bench.report.frontier_data import (  # noqa: F401 - the frontier's API, re-exported
+    DATA_METHOD,
+    ENTROPY,
+    KIND,
+    POOLED,
+    PPL,
+    REFERENCE,
+    SCALAR_CI_METHOD,
+    Window,
+    at_nfe,
+    curve_scalar,
+    data_point,
+    frontier_cells,
+    nfe_panels,
+    pareto_cells,
+    pareto_mask,
+    ppl_at_entropy,
+    scalar_ci,
+)
+from bench.report.frontier_draw import draw_panel, frontier_figures  # noqa: F401
 from bench.report.items import TaskSection, cli_flag
 
-KIND = "frontier"
-DATA_METHOD = "data"
-REFERENCE = "reference"  # the store rows' kind of the held-out data point (bench/cells.py)
-PPL, POOLED, ENTROPY = "gen_ppl", "gen_ppl_pooled", "entropy"
+SCALAR_COL = "Gen. PPL at H_data [95 % CI]"
 
 
-@dataclass(frozen=True)
-class Window:
-    """The visible window (paper appendix "Visible window")."""
-
-    h_min: float = 4.5
-    h_max: float = 6.0
-    ppl_max: float = 500.0
-
-    def contains(self, h, ppl) -> np.ndarray:
-        h, ppl = np.asarray(h, float), np.asarray(ppl, float)
-        return (h >= self.h_min) & (h <= self.h_max) & (ppl <= self.ppl_max) & np.isfinite(ppl)
-
-
-def pareto_mask(h, ppl) -> np.ndarray:
-    """True where no other point has entropy >= and Gen. PPL <= with one of them strict
-    (higher entropy and lower Gen. PPL are both better)."""
-    h, ppl = np.asarray(h, float), np.asarray(ppl, float)
-    out = np.ones(len(h), bool)
-    for i in range(len(h)):
-        dominated = (h >= h[i]) & (ppl <= ppl[i]) & ((h > h[i]) | (ppl < ppl[i]))
-        out[i] = not dominated.any()
-    return out
-
-
-def ppl_at_entropy(h, ppl, target: float) -> float | None:
-    """Gen. PPL at entropy ``target`` along a curve of points (any order): linear in log PPL
-    between the two points with the nearest entropies below and above; an exact hit is returned
-    as is; None when no point lies on one side of ``target``. Points are sorted by entropy;
-    a non-monotone curve uses the closest bracketing pair."""
-    h, ppl = np.asarray(h, float), np.asarray(ppl, float)
-    ok = np.isfinite(h) & np.isfinite(ppl) & (ppl > 0)
-    h, ppl = h[ok], ppl[ok]
-    if not len(h):
-        return None
-    hit = np.isclose(h, target, rtol=0, atol=1e-12)
-    if hit.any():
-        return float(ppl[hit][0])
-    lo, hi = h < target, h > target
-    if not lo.any() or not hi.any():
-        return None
-    i = np.where(lo)[0][np.argmax(h[lo])]
-    j = np.where(hi)[0][np.argmin(h[hi])]
-    w = (target - h[i]) / (h[j] - h[i])
-    return float(math.exp((1 - w) * math.log(ppl[i]) + w * math.log(ppl[j])))
-
-
-# --------------------------------------------------------------------------- cells
-
-
-def _curve_label(r) -> str:
-    label = r["method"] if r["variant"] in ("base", "", None) else f"{r['method']}/{r['variant']}"
-    return f"{label} {r['decoding']}" if r.get("decoding") else label
-
-
-def frontier_cells(task: str, df: pd.DataFrame) -> pd.DataFrame:
-    """One row per sample cell of ``task`` (and per "data" reference): curve, nfe, temperature,
-    H, PPL (+ CI), pooled PPL, n, t_free, length_bound, is_data."""
-    s = rows(df, task, kind=None)
-    s = s[s["kind"].isin(["sample", REFERENCE]) & s["metric"].isin([PPL, POOLED, ENTROPY])]
-    if not len(s):
-        return pd.DataFrame()
-    keys = ["method", "variant", "decoding", "nfe", "temperature", "seed", "subset"]
-    out = []
-    for _, g in s.groupby(keys, dropna=False, sort=False):
-        m = {r["metric"]: r for _, r in g.iterrows()}
-        if PPL not in m or ENTROPY not in m:
-            continue
-        first = g.iloc[0]
-        is_data = first["method"] == DATA_METHOD
-        out.append(
-            {
-                "curve": "data (held-out)" if is_data else _curve_label(first),
-                "method": first["method"],
-                "decoding": first["decoding"],
-                "nfe": None if pd.isna(first["nfe"]) else int(first["nfe"]),
-                "temperature": None
-                if pd.isna(first["temperature"])
-                else float(first["temperature"]),
-                "seed": first["seed"],
-                "subset": first["subset"],
-                "H": float(m[ENTROPY]["value"]),
-                "PPL": float(m[PPL]["value"]),
-                "PPL_lo": m[PPL]["ci_low"],
-                "PPL_hi": m[PPL]["ci_high"],
-                "pooled": float(m[POOLED]["value"]) if POOLED in m else float("nan"),
-                "n": int(m[PPL]["n"]) if pd.notna(m[PPL]["n"]) else None,
-                "t_free": bool(flag(g["temperature_free"]).any()),
-                "length_bound": bool(flag(g["nfe_is_length"]).any()),
-                "is_data": is_data,
-                "stand_in_for": first.get("stand_in_for") or "",
-                "protocol": first.get("task_protocol") or "",
-            }
-        )
-    return pd.DataFrame(out)
-
-
-def nfe_panels(c: pd.DataFrame) -> list[int]:
-    m = c[~c["is_data"] & ~c["length_bound"]]
-    return sorted(int(v) for v in m["nfe"].dropna().unique())
-
-
-def _at_nfe(c: pd.DataFrame, nfe: int) -> pd.DataFrame:
-    """Cells drawn on the NFE panel: that NFE, autoregressive (NFE = length) and data."""
-    return c[(c["nfe"] == nfe) | c["length_bound"] | c["is_data"]]
-
-
-def _data_point(c: pd.DataFrame):
-    d = c[c["is_data"]]
-    return (float(d["H"].mean()), float(d["PPL"].mean())) if len(d) else None
+def _scalar_text(sc) -> str:
+    if sc.status == "no data":
+        return "no data point"
+    if sc.status == "outside":
+        return "outside the window"
+    if sc.status == "degenerate":
+        return "degenerate (every cell in the window)"
+    if sc.status == "short":
+        return f"does not reach H_data (H {sc.h_range[0]:.2f}-{sc.h_range[1]:.2f})"
+    ci = f" [{sc.ci[0]:.1f}, {sc.ci[1]:.1f}]" if sc.ci else " [no CI]"
+    return f"{sc.value:.1f}{ci}"
 
 
 def scalar_table(c: pd.DataFrame, window: Window) -> pd.DataFrame:
-    """Per (curve, NFE): Gen. PPL interpolated at the data's entropy inside the window."""
-    data = _data_point(c)
+    """Per (curve, NFE): Gen. PPL interpolated at the data's entropy inside the window, from
+    healthy cells, with its interval."""
+    data = data_point(c)
     out = []
     for nfe in nfe_panels(c):
-        at = _at_nfe(c, nfe)
+        at = at_nfe(c, nfe)
         for curve, g in at[~at["is_data"]].groupby("curve", sort=True):
-            inside = g[window.contains(g["H"], g["PPL"])]
-            row = {"model": curve, "NFE": "length" if g["length_bound"].all() else nfe}
-            if data is None:
-                row["Gen. PPL at H_data"] = "no data point"
-            elif not len(inside):
-                row["Gen. PPL at H_data"] = "outside the window"
-            else:
-                v = ppl_at_entropy(inside["H"], inside["PPL"], data[0])
-                lo = ppl_at_entropy(inside["H"], inside["PPL_lo"].astype(float), data[0])
-                hi = ppl_at_entropy(inside["H"], inside["PPL_hi"].astype(float), data[0])
-                if v is None:
-                    row["Gen. PPL at H_data"] = (
-                        f"does not reach H_data (H {inside['H'].min():.2f}-{inside['H'].max():.2f})"
-                    )
-                else:
-                    ci = f" [{lo:.1f}, {hi:.1f}]" if lo is not None and hi is not None else ""
-                    row["Gen. PPL at H_data"] = f"{v:.1f}{ci}"
-            row["cells in window"] = f"{len(inside)}/{len(g)}"
-            out.append(row)
+            sc = curve_scalar(g, data, window)
+            out.append(
+                {
+                    "model": curve,
+                    "NFE": "length" if g["length_bound"].all() else nfe,
+                    SCALAR_COL: _scalar_text(sc),
+                    "cells in window": f"{sc.in_window}/{sc.cells}",
+                    "degenerate cells": f"{sc.degenerate}/{sc.cells}",
+                }
+            )
     t = pd.DataFrame(out)
     return t.drop_duplicates(subset=["model", "NFE"]) if len(t) else t
 
 
+def _cell_name(r) -> str:
+    t = "" if pd.isna(r["temperature"]) or r["t_free"] else f" T {r['temperature']:g}"
+    n = " (NFE = length)" if r["length_bound"] else ""
+    return f"{r['curve']}{t}{n}"
+
+
+def pareto_table(c: pd.DataFrame, window: Window) -> pd.DataFrame:
+    """Per NFE panel: its Pareto-optimal cells (:func:`pareto_cells`)."""
+    out = []
+    for nfe in nfe_panels(c):
+        par = pareto_cells(c, nfe, window).sort_values(["curve", "temperature"])
+        names = ", ".join(_cell_name(r) for _, r in par.iterrows())
+        out.append({"NFE": nfe, "Pareto-optimal cells (healthy, in the window)": names or "none"})
+    return pd.DataFrame(out)
+
+
+def _degenerate_text(r) -> str:
+    if r["deg_source"] == "measured":
+        return f"{'yes' if r['degenerate'] else 'no'} ({100 * r['degenerate_fraction']:.0f} %)"
+    return {
+        "stored": "no (not measured)",
+        "stored mean H": "yes (from mean H)",
+        "stored empty fraction": "yes (from empty fraction)",
+    }.get(r["deg_source"], "")
+
+
+def _ci_text(v, lo, hi, fmt: str) -> str:
+    ci = f" [{lo:{fmt}}, {hi:{fmt}}]" if pd.notna(lo) and pd.notna(hi) else ""
+    return f"{v:{fmt}}{ci}"
+
+
+def cell_table(c: pd.DataFrame, window: Window) -> pd.DataFrame:
+    cells = c.sort_values(["is_data", "curve", "nfe", "temperature"], na_position="first")
+    return pd.DataFrame(
+        {
+            "model": cells["curve"],
+            "NFE": [
+                "length" if lb else ("" if pd.isna(n) else int(n))
+                for lb, n in zip(cells["length_bound"], cells["nfe"])
+            ],
+            "T": ["" if pd.isna(v) else f"{v:g}" for v in cells["temperature"]],
+            "H [95 % CI]": [
+                _ci_text(*v, ".3f") for v in zip(cells["H"], cells["H_lo"], cells["H_hi"])
+            ],
+            "Gen. PPL [95 % CI]": [
+                _ci_text(*v, ".1f") for v in zip(cells["PPL"], cells["PPL_lo"], cells["PPL_hi"])
+            ],
+            "pooled": [f"{v:.1f}" for v in cells["pooled"]],
+            "n": cells["n"],
+            "degenerate": [_degenerate_text(r) for _, r in cells.iterrows()],
+            "in window": ["yes" if w else "no" for w in window.contains(cells["H"], cells["PPL"])],
+        }
+    )
+
+
 def frontier_markdown(task: str, c: pd.DataFrame, window: Window) -> str:
-    data = _data_point(c)
+    data = data_point(c)
     stand_in = next((s for s in c["stand_in_for"] if s), "")
     out = [f"# {task}: Gen. PPL / entropy frontier", ""]
     if stand_in:
@@ -204,14 +172,25 @@ def frontier_markdown(task: str, c: pd.DataFrame, window: Window) -> str:
         f"the L generated ids, averaged. Window: {window.h_min:g} <= H <= {window.h_max:g}, "
         f"Gen. PPL <= {window.ppl_max:g}.",
         "",
+        f"Intervals: cells' H and Gen. PPL: {CI_METHOD}, B = the task's `bootstrap` option "
+        f"(default 1000). Gen. PPL at H_data: {SCALAR_CI_METHOD}; [no CI] where a cell or the "
+        "data lacks an interval or H_data sits at the end of the curve.",
+        "",
+        "Degenerate: a sample is degenerate when it is empty after the first end-of-text, one "
+        f"repeated token, or of unigram entropy below ln 2 = {dg.SAMPLE_ENTROPY_MIN:.3f} nats "
+        f"(fewer than 2 effective distinct tokens); a cell when at least "
+        f"{100 * dg.CELL_FRACTION:.0f} % of its samples are (rows without that fraction: mean "
+        f"H < {dg.LEGACY_MEAN_ENTROPY_MAX:.3f} or at least half the samples empty). Degenerate "
+        "cells are drawn as crosses and left out of the Pareto sets and the scalars.",
+        "",
     ]
     protocols = sorted({p for p in c["protocol"] if isinstance(p, str) and p})
     if protocols:  # corpus, L, reference LM, end-of-text masking (bench/data/owt.py)
         out += ["Protocol: " + "; ".join(f"`{p}`" for p in protocols) + ".", ""]
     if data is not None:
         out += [
-            f"Held-out data (same length, same scorer): H = {data[0]:.3f}, "
-            f"Gen. PPL = {data[1]:.1f}.",
+            f"Held-out data (same length, same scorer): H = {data.H:.3f}, "
+            f"Gen. PPL = {data.PPL:.1f}.",
             "",
         ]
     else:
@@ -219,140 +198,30 @@ def frontier_markdown(task: str, c: pd.DataFrame, window: Window) -> str:
     sc = scalar_table(c, window)
     if len(sc):
         out += ["## Gen. PPL at the data's entropy (per model and NFE)", "", md_table(sc), ""]
-    cells = c.sort_values(["is_data", "curve", "nfe", "temperature"], na_position="first")
-    t = pd.DataFrame(
-        {
-            "model": cells["curve"],
-            "NFE": [
-                "length" if lb else ("" if pd.isna(n) else int(n))
-                for lb, n in zip(cells["length_bound"], cells["nfe"])
-            ],
-            "T": ["" if pd.isna(v) else f"{v:g}" for v in cells["temperature"]],
-            "H": [f"{v:.3f}" for v in cells["H"]],
-            "Gen. PPL [95 % CI]": [
-                f"{p:.1f}" + (f" [{lo:.1f}, {hi:.1f}]" if pd.notna(lo) else "")
-                for p, lo, hi in zip(cells["PPL"], cells["PPL_lo"], cells["PPL_hi"])
-            ],
-            "pooled": [f"{v:.1f}" for v in cells["pooled"]],
-            "n": cells["n"],
-            "in window": ["yes" if w else "no" for w in window.contains(cells["H"], cells["PPL"])],
-        }
-    )
-    out += ["## Every cell", "", md_table(t), ""]
+        out += ["## Pareto-optimal cells (per NFE panel)", ""]
+        out += [md_table(pareto_table(c, window)), ""]
+    out += ["## Every cell", "", md_table(cell_table(c, window)), ""]
     return "\n".join(out)
 
 
-# --------------------------------------------------------------------------- figures
-
-
-def draw_panel(ax, c: pd.DataFrame, nfe: int, window: Window, colors: dict) -> None:
-    at = _at_nfe(c, nfe)
-    vis = at[window.contains(at["H"], at["PPL"])]
-    for curve, g in vis[~vis["is_data"]].groupby("curve", sort=True):
-        g = g.sort_values("temperature")
-        style = dict(color=colors[curve], label=curve, ms=5)
-        if g["t_free"].all() or len(g) == 1:
-            ax.plot(g["H"], g["PPL"], marker="D", ls="none", **style)
-        else:
-            ax.plot(g["H"], g["PPL"], marker="o", lw=1.3, **style)
-    model = vis[~vis["is_data"]]
-    if len(model):
-        par = model[pareto_mask(model["H"], model["PPL"])]
-        ax.scatter(
-            par["H"],
-            par["PPL"],
-            s=110,
-            facecolors="none",
-            edgecolors="black",
-            lw=1.0,
-            zorder=5,
-            label="Pareto-optimal",
-        )
-    d = at[at["is_data"]]
-    if len(d):
-        ax.plot(
-            d["H"],
-            d["PPL"],
-            marker="*",
-            ms=14,
-            ls="none",
-            color="gold",
-            mec="black",
-            zorder=6,
-            label="data (held-out)",
-        )
-    ax.set_yscale("log")
-    ax.set_xlim(window.h_min, window.h_max)
-    ax.set_title(f"NFE = {nfe}")
-    ax.set_xlabel("unigram entropy (nats)")
-
-
-def frontier_figures(task: str, c: pd.DataFrame, out: Path, window: Window) -> list[Path]:
-    nfes = nfe_panels(c)
-    if not nfes:
-        return []
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    sns.set_theme(style="whitegrid", context="paper", font_scale=1.1)
-    curves = sorted(c.loc[~c["is_data"], "curve"].unique())
-    palette = sns.color_palette("tab10" if len(curves) <= 10 else "husl", max(len(curves), 1))
-    colors = dict(zip(curves, palette))
-    stand_in = next((s for s in c["stand_in_for"] if s), "")
-    name = f"{task} (stand-in corpus, not {stand_in})" if stand_in else task
-    paths = []
-    for nfe in nfes:
-        fig, ax = plt.subplots(figsize=(5.2, 3.9))
-        draw_panel(ax, c, nfe, window, colors)
-        ax.set_ylabel("Gen. PPL (per-sample mean)")
-        ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False, fontsize=8)
-        fig.suptitle(name, y=1.0, fontsize=9)
-        paths += save_figure(fig, out / f"{task}_gen_ppl_vs_entropy_nfe{nfe}")
-    cols = min(2, len(nfes))
-    nrows = math.ceil(len(nfes) / cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(5.0 * cols, 3.8 * nrows), squeeze=False)
-    for ax, nfe in zip(axes.flat, nfes):
-        draw_panel(ax, c, nfe, window, colors)
-    for ax in list(axes.flat)[len(nfes) :]:
-        ax.axis("off")
-    for ax in axes[:, 0]:
-        ax.set_ylabel("Gen. PPL")
-    handles = {}
-    for ax in axes.flat:
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            handles.setdefault(lab, h)
-    fig.legend(
-        list(handles.values()),
-        list(handles),
-        loc="center left",
-        bbox_to_anchor=(1.0, 0.5),
-        frameon=False,
-    )
-    fig.suptitle(f"{name}: Gen. PPL vs entropy, every NFE", y=1.01)
-    fig.tight_layout()
-    paths += save_figure(fig, out / f"{task}_gen_ppl_vs_entropy_all_nfe")
-    return paths
-
-
-# --------------------------------------------------------------------------- task section
-
-
 def effective_window(c: pd.DataFrame, window: Window) -> tuple[Window, str]:
-    """``window``, or, when no cell of a model lies inside it (e.g. a short-L smoke run, whose
-    entropies are all below 4.5 nats: ln L bounds them), every cell's range, with a note."""
+    """``window``, or, when no healthy model cell lies inside it (e.g. a short-L smoke run,
+    whose entropies are all below 4.5 nats: ln L bounds them), every cell's range, with a note."""
     m = c[~c["is_data"]]
-    if not len(m) or window.contains(m["H"], m["PPL"]).any():
+    healthy = m[~m["degenerate"]]
+    if not len(m) or window.contains(healthy["H"], healthy["PPL"]).any():
         return window, ""
     h = c["H"].astype(float)
     wide = Window(round(float(h.min()) - 0.05, 2), round(float(h.max()) + 0.05, 2), float("inf"))
     return wide, (
         f"No model cell lies inside the window ({window.h_min} <= H <= {window.h_max}, "
-        f"Gen. PPL <= {window.ppl_max:g}): the figures and scalars below use every cell "
+        f"Gen. PPL <= {window.ppl_max:g}; degenerate cells not counted): the figures and "
+        "scalars below use every cell "
         "(pass --frontier-window HMIN HMAX PPLMAX to set one)."
     )
+
+
+# --------------------------------------------------------------------------- task section
 
 
 def _page(task: str, df: pd.DataFrame, args=None) -> str:

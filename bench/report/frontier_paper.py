@@ -1,7 +1,10 @@
 """The paper's Gen. PPL / entropy frontier figures by label (``fig-owt-pareto-main``: NFE 32 and
 1024; ``fig-appendix-owt-pareto-all``: every NFE), drawn from the cells of
-:mod:`bench.report.frontier` with its panels: a :class:`FrontierFigure` names the NFEs it shows
-(a panel the store lacks reads "missing cells"). ``<label>.csv``: every drawn cell."""
+:mod:`bench.report.frontier` with its panels (:mod:`bench.report.frontier_draw`: 95 % intervals as
+error bars, degenerate cells as crosses and never ringed Pareto-optimal): a
+:class:`FrontierFigure` names the NFEs it shows (a panel the store lacks reads "missing cells").
+``<label>.csv``: every drawn cell, with its intervals (``H_lo`` / ``H_hi``, ``PPL_lo`` /
+``PPL_hi``), ``degenerate_fraction`` and ``degenerate`` flag."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from bench import atomic
 from bench.report import frontier as fr
 from bench.report.common import rows
 from bench.report.figures import save_figure
+from bench.report.frontier_draw import figure_legend
 from bench.report.items import Artifact
 
 #: the NFEs of the paper's frontier sweep: what a figure of every NFE needs
@@ -57,6 +61,7 @@ def render_frontier(a: FrontierFigure, df: pd.DataFrame, out: Path, args=None) -
         else:
             ax.set_title(f"NFE = {nfe}: missing cells")
     axes[0][0].set_ylabel("Gen. PPL")
+    figure_legend(fig, axes)
     fig.suptitle(f"{a.title}: {task}", fontsize=10)
     fig.tight_layout()
     stem = out / a.label

@@ -1,0 +1,65 @@
+"""``python -m bench.report.compare``: a change that flips a few items per seed is within the
+seed spread; one that moves a cell by far more than its seeds do is not."""
+
+import numpy as np
+
+from bench.evaluate.paired import encode_outcomes
+from bench.report import compare
+from bench.results import Store
+
+N = 300
+
+
+def _row(seed, out, method="duo"):
+    return [
+        {
+            "task": "sudoku",
+            "method": method,
+            "variant": "base",
+            "decoding": "default",
+            "kind": "sample",
+            "subset": "easy",
+            "metric": "exact_match",
+            "value": float(np.mean(out)),
+            "n": N,
+            "nfe": 16,
+            "temperature": 1.0,
+            "seed": seed,
+            "item_outcomes": encode_outcomes(out),
+            "items_key": "k",
+            "metric_rank": 0,
+        }
+    ]
+
+
+def _stores(tmp_path, shift):
+    rng = np.random.default_rng(0)
+    before, after = Store(tmp_path / "before"), Store(tmp_path / "after")
+    for seed, p in ((0, 0.4), (1, 0.55), (2, 0.5)):
+        out = rng.random(N) < p
+        new = out.copy()
+        flip = rng.choice(N, 6, replace=False)  # float rounding: a few items change
+        new[flip] = ~new[flip]
+        if shift:  # a real change: 40 % of the failures now succeed
+            fails = np.flatnonzero(~new)
+            new[fails[: int(0.4 * len(fails))]] = True
+        before.write_cell(f"c{seed}", _row(seed, out))
+        after.write_cell(f"c{seed}", _row(seed, new))
+    return tmp_path / "before", tmp_path / "after"
+
+
+def test_rounding_flips_are_within_and_a_real_change_is_not(tmp_path, capsys):
+    b, a = _stores(tmp_path / "same", shift=False)
+    assert compare.main([str(b), str(a)]) == 0
+    out = capsys.readouterr().out
+    assert "1 of 1 cells within" in out
+    b, a = _stores(tmp_path / "moved", shift=True)
+    c = compare.compare(compare.read(b), compare.read(a))
+    assert c["change"].iloc[0] > 0.15 and c["low"].iloc[0] > 0
+    assert c["change"].iloc[0] > c["seed_spread"].iloc[0]
+    assert not compare.within(c).iloc[0]
+
+
+def test_usage_errors_exit_2(tmp_path, capsys):
+    assert compare.main([str(tmp_path / "nope"), str(tmp_path)]) == 2
+    assert "no results store" in capsys.readouterr().err
