@@ -7,6 +7,7 @@ setup:
 quickstart: setup
 	.venv/bin/python -m bench.sweep sweeps/quickstart.yaml
 	.venv/bin/python -m bench.report
+	@echo "report page: results/report/index.html (opens offline; python -m bench.report --open)"
 
 test: setup
 	.venv/bin/python -m pytest -q

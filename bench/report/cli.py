@@ -11,7 +11,7 @@ from pathlib import Path
 
 from bench import atomic
 from bench.plugins import PluginError
-from bench.report import renderers
+from bench.report import html, renderers
 from bench.report.common import rows
 from bench.report.figures import figures
 from bench.report.paper_cli import paper_arguments, paper_main
@@ -25,6 +25,16 @@ def main(argv: list[str] | None = None) -> int:
         "--results-dir", default="results", help="results folder holding store/ (default: results)"
     )
     ap.add_argument("--out", help="output folder (default: <results-dir>/report)")
+    ap.add_argument(
+        "--no-html",
+        action="store_true",
+        help="do not write <out>/index.html (the report as one page)",
+    )
+    ap.add_argument(
+        "--open",
+        action="store_true",
+        help="open <out>/index.html in the default web browser when done (where there is one)",
+    )
     try:  # every item's flags; a plug-in that fails to import or clashes: one line, exit 2
         renderers.add_arguments(ap, paper_arguments(ap))
     except PluginError as e:
@@ -72,9 +82,11 @@ def _report(args) -> int:
             written += figures(task, filled, headline, out)
         for r in extra:
             written += r.figures(task, filled, out, args)
+    written += html.finish(args, out, df)
     print(f"{len(df)} rows -> {out}")
     for p in written:
         print(f"  {p}")
+    html.open_if_asked(args, out)
     return 0
 
 

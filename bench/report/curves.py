@@ -8,7 +8,10 @@ column of panels per training subset (Sudoku: one model per difficulty), the tra
 the top row and ``val_loss`` (fixed held-out examples, EMA weights; MDLM, Duo, FLM, CANDI: their
 NELBO bound, AR: its NLL, S-FLM: its training loss) in the bottom row when any run logged it; one
 colour per model (method / variant), a thin line per training seed and, with several seeds,
-their mean over the steps they share as a thick line.
+their mean over the steps they share as a thick line. A panel's loss axis is logarithmic when
+every value drawn is positive and the largest is at least :data:`LOG_RATIO` times the smallest
+(early losses are often ten times the final ones, which on a linear axis would flatten the
+differences between models at the end of training to a few pixels).
 
 A log that is missing or unreadable is skipped with a one-line note on stderr; the report goes on.
 The section reads the results table and the log files it names, nothing else.
@@ -27,6 +30,8 @@ from bench.report.items import Section
 
 #: the columns of a training log the figure draws (bench.train: Lightning's CSV logger)
 LOSS, VAL_LOSS, STEP = "loss", "val_loss", "step"
+#: a loss panel is drawn on a log axis when its largest value is this many times its smallest
+LOG_RATIO = 4.0
 
 
 def _label(r) -> str:
@@ -96,7 +101,7 @@ def _figure(task: str, c: pd.DataFrame, out: Path, plt) -> list[Path]:
     fig, axes = plt.subplots(
         len(metrics),
         len(subs),
-        figsize=(3.6 * len(subs), 2.8 * len(metrics)),
+        figsize=(max(3.6 * len(subs), 5.0), 2.8 * len(metrics)),
         squeeze=False,
         sharex="col",
     )
@@ -120,6 +125,9 @@ def _figure(task: str, c: pd.DataFrame, out: Path, plt) -> list[Path]:
                     per_step = m.groupby(STEP)
                     mean = per_step["value"].mean()[per_step["train_cell"].nunique() == len(runs)]
                     ax.plot(mean.index, mean.values, color=colors[model], lw=1.6, label=model)
+            if len(part) and (part["value"] > 0).all():
+                if part["value"].max() >= LOG_RATIO * part["value"].min():
+                    _log_axis(ax)
             ax.set_title(f"{sub}" if i == 0 else "")
             ax.set_ylabel(metric.replace("_", " ") if j == 0 else "")
             ax.set_xlabel("step" if i == len(metrics) - 1 else "")
@@ -134,6 +142,16 @@ def _figure(task: str, c: pd.DataFrame, out: Path, plt) -> list[Path]:
     fig.suptitle(f"{task}: training curves", y=1.02)
     fig.tight_layout()
     return save_figure(fig, out / f"{task}_training_curves")
+
+
+def _log_axis(ax) -> None:
+    """A logarithmic y axis with plain-number labels at 1, 2 and 5 times each power of ten."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _pos: ""))
 
 
 def _render(sec: Section, df: pd.DataFrame, out: Path, args) -> list[Path]:

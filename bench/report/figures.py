@@ -1,8 +1,9 @@
-"""Figures every task gets, and :func:`save_figure` (PNG + PDF) for all of them.
+"""Figures every task gets, and :func:`save_figure` (SVG + PNG + PDF) for all of them.
 
 ``<task>_<metric>_vs_nfe``: the headline metric against NFE per model, one panel per subset, at
 the temperature closest to 1; ``<task>_<metric>_vs_temperature`` when the grid has several
-temperatures (at each model's largest NFE).
+temperatures (at each model's largest NFE). Each model has its own colour, marker and dash
+pattern; with several training seeds a point is their mean with +- one sd as an error bar.
 """
 
 from __future__ import annotations
@@ -14,23 +15,31 @@ import pandas as pd
 from bench import atomic
 from bench.report.common import model_label, rows, subsets
 
+#: what :func:`save_figure` writes: SVG (the report page's, sharp at any zoom), PNG (its
+#: fallback, and for Markdown viewers), PDF (for papers)
+FORMATS = ("svg", "png", "pdf")
+#: no date in the files (the same rows give byte-identical files); SVG ids from a fixed salt
+_META = {"svg": {"Date": None}, "pdf": {"CreationDate": None}, "png": {}}
+_SVG_RC = {"svg.hashsalt": "sflm-bench", "svg.fonttype": "path"}
+
 
 def save_figure(fig, stem: Path) -> list[Path]:
-    """Write ``fig`` as ``stem.png`` and ``stem.pdf`` (atomically) and close it. The PDF carries
-    no creation date, so the same rows give byte-identical files."""
+    """Write ``fig`` as ``stem.svg``, ``stem.png`` and ``stem.pdf`` (atomically) and close it.
+    None of the files carries a date, so the same rows give byte-identical files."""
+    import matplotlib
     import matplotlib.pyplot as plt
 
     paths = []
-    for ext in ("png", "pdf"):
-        p = stem.with_name(f"{stem.name}.{ext}")
-        meta = {"CreationDate": None} if ext == "pdf" else {}
-        atomic.write_with(
-            p,
-            lambda t, ext=ext, meta=meta: fig.savefig(
-                t, format=ext, dpi=150, bbox_inches="tight", metadata=meta
-            ),
-        )
-        paths.append(p)
+    with matplotlib.rc_context(_SVG_RC):
+        for ext in FORMATS:
+            p = stem.with_name(f"{stem.name}.{ext}")
+            atomic.write_with(
+                p,
+                lambda t, ext=ext: fig.savefig(
+                    t, format=ext, dpi=150, bbox_inches="tight", metadata=_META[ext]
+                ),
+            )
+            paths.append(p)
     plt.close(fig)
     return paths
 
@@ -45,19 +54,42 @@ def log2_nfe_axis(ax, ticks) -> None:
     ax.xaxis.set_minor_formatter(NullFormatter())
 
 
+def model_style(models) -> dict:
+    """Seaborn line arguments that keep up to 20 models apart: one colour each (``tab10``, or
+    ``tab20`` beyond ten), a marker and a dash pattern each, the legend in name order."""
+    import seaborn as sns
+
+    models = sorted(models)
+    palette = sns.color_palette("tab10" if len(models) <= 10 else "tab20", len(models))
+    return {
+        "hue": "model",
+        "hue_order": models,
+        "palette": dict(zip(models, palette)),
+        "style": "model",
+        "style_order": models,
+        "markers": True,
+        "dashes": True,
+    }
+
+
 def _panels(sns, data, x: str, subs, *, xlabel: str, ylabel: str, title: str, **kw):
-    """One line panel per subset: ``value_pct`` vs ``x``, one hue per model."""
+    """One line panel per subset: ``value_pct`` vs ``x``, one colour, marker and dash per model;
+    several training seeds: their mean with +- one sd as error bars (no bands: with many models
+    they cover each other)."""
     g = sns.relplot(
         data=data,
         x=x,
         y="value_pct",
-        hue="model",
         col="subset",
         col_order=subs,
         kind="line",
-        marker="o",
-        height=3.2,
+        errorbar="sd",
+        err_style="bars",
+        err_kws={"capsize": 3, "elinewidth": 1},
+        height=3.4,
         aspect=1.1,
+        markersize=6,
+        **model_style(data["model"].unique()),
         **kw,
     )
     g.set(xlabel=xlabel, ylabel=ylabel)
@@ -95,7 +127,6 @@ def figures(task: str, df: pd.DataFrame, metric: str, out: Path) -> list[Path]:
         xlabel="NFE (backbone calls; AR: generated length)",
         ylabel=ylabel,
         title=f"{task}: {metric.replace('_', ' ')} vs NFE (T closest to 1)",
-        markersize=7,
         facet_kws={"sharey": True},
     )
     ticks = sorted(at1["nfe"].unique())

@@ -4,6 +4,8 @@
 :class:`~bench.report.items.Artifact` the registry (:mod:`bench.report.renderers`) knows. Output:
 ``<out>/paper/`` (``--out`` default ``<results-dir>/report``). A store is optional: store-free
 artifacts (e.g. ``tab-alpha-crit-grid``) render without one; the rest are listed as missing.
+``--paper`` / ``--figure`` also rewrite ``<out>/index.html`` (unless ``--no-html``), whose paper
+section shows every label with its ``--list`` status and what was written for it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.report import renderers
+from bench.report import html, renderers
 from bench.results import COLUMNS, read
 
 
@@ -87,17 +89,20 @@ def paper_main(args: argparse.Namespace) -> int:
     if args.list:
         print(list_text(df))
         return 0
-    out = Path(args.out or Path(args.results_dir) / "report") / "paper"
+    root = Path(args.out or Path(args.results_dir) / "report")
+    out = root / "paper"
     try:
         written, skipped = run(df, out, args.figure or None, args)
     except KeyError as e:
         print(f"error: --figure: {e.args[0]}", file=sys.stderr)
         return 2
+    written += html.finish(args, root, df)  # the page shows the paper items with the rest
     print(f"{len(df)} rows -> {out}")
     for p in written:
         print(f"  {p}")
     for label, why in skipped:
         print(f"  skipped {label}: {why}")
+    html.open_if_asked(args, root)
     if args.figure and skipped:
         return 1
     return 0

@@ -220,11 +220,11 @@ def test_report_of_synthetic_store_imports_no_method_registry_or_torch(tmp_path)
     assert "IMPORTED []" in proc.stdout, proc.stdout
     md = (out / "sudoku.md").read_text()
     main = _table(md, "sudoku: exact match").set_index("model")
-    assert list(main.columns[3::2]) == [
+    assert list(main.columns[4::2]) == [
         "easy",
         "medium",
         "hard",
-    ]  # model, nfe, T, train steps, subsets
+    ]  # model, nfe, T, train steps, seeds x items, subsets
     assert main.loc["mdlm (ancestral)", "medium"] == "50.0 [45.0, 55.0]"
     assert main.loc["ar (greedy)", "nfe"] == "19"
     # the secondary metrics, in the task's declared order
