@@ -3,7 +3,7 @@
 ``<task>_<metric>_vs_nfe``: the headline metric against NFE per model, one panel per subset, at
 the temperature closest to 1; ``<task>_<metric>_vs_temperature`` when the grid has several
 temperatures (at each model's largest NFE). Each model has its own colour, marker and dash
-pattern; with several training seeds a point is their mean with +- one sd as an error bar.
+pattern; each point is a cell (training seeds pooled) with its 95 % interval as an error bar.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import pandas as pd
 
 from bench import atomic
 from bench.report.common import model_label, rows, subsets
+from bench.report.uncertainty import pool_seeds
 
 #: what :func:`save_figure` writes: SVG (the report page's, sharp at any zoom), PNG (its
 #: fallback, and for Markdown viewers), PDF (for papers)
@@ -74,8 +75,10 @@ def model_style(models) -> dict:
 
 def _panels(sns, data, x: str, subs, *, xlabel: str, ylabel: str, title: str, **kw):
     """One line panel per subset: ``value_pct`` vs ``x``, one colour, marker and dash per model;
-    several training seeds: their mean with +- one sd as error bars (no bands: with many models
-    they cover each other)."""
+    each point (a cell, its training seeds pooled) with its 95 % interval as an error bar (the
+    evaluator's for one seed, the two-level bootstrap over seeds and items for several;
+    :mod:`bench.report.uncertainty`). Bars, not bands: with many models bands cover each other."""
+    style = model_style(data["model"].unique())
     g = sns.relplot(
         data=data,
         x=x,
@@ -83,16 +86,28 @@ def _panels(sns, data, x: str, subs, *, xlabel: str, ylabel: str, title: str, **
         col="subset",
         col_order=subs,
         kind="line",
-        errorbar="sd",
-        err_style="bars",
-        err_kws={"capsize": 3, "elinewidth": 1},
+        errorbar=None,
         height=3.4,
         aspect=1.1,
         markersize=6,
-        **model_style(data["model"].unique()),
+        **style,
         **kw,
     )
-    g.set(xlabel=xlabel, ylabel=ylabel)
+    for sub, ax in g.axes_dict.items():
+        d = data[(data["subset"] == sub) & data["ci_low"].notna()]
+        for model, m in d.groupby("model"):
+            v = m["value_pct"].to_numpy(float)
+            lo, hi = 100 * m["ci_low"].to_numpy(float), 100 * m["ci_high"].to_numpy(float)
+            ax.errorbar(
+                m[x].to_numpy(float),
+                v,
+                yerr=[(v - lo).clip(min=0), (hi - v).clip(min=0)],
+                fmt="none",
+                ecolor=style["palette"][model],
+                elinewidth=1,
+                capsize=3,
+            )
+    g.set(xlabel=xlabel, ylabel=ylabel + ", 95 % CI")
     g.set_titles("{col_name}")
     g.figure.suptitle(title, y=1.03)
     return g
@@ -110,6 +125,7 @@ def figures(task: str, df: pd.DataFrame, metric: str, out: Path) -> list[Path]:
     if not len(s):
         return []
     s["model"] = [model_label(r) for _, r in s.iterrows()]
+    s = pool_seeds(s, ["model", "subset", "nfe", "temperature"])  # one point per cell
     s["value_pct"] = 100 * s["value"].astype(float)
     s["nfe"] = s["nfe"].astype(float)
     subs = subsets(s)
