@@ -253,7 +253,17 @@ class CANDI(Method):
         e_hat, m_hat = self.embeddings(backbone)
         # (onehot(x0) + sigma eps) @ Ehat = Ehat[x0] + sigma (eps @ Ehat), eps ~ N(0, I_V)
         eps = torch.randn(*x0.shape, self.vocab_size, device=x0.device, dtype=e_hat.dtype)
-        cont = e_hat[x0] + sigma_c[:, None, None].to(e_hat.dtype) * (eps @ e_hat)
+        if x0.device.type == "cpu" and bool(revealed.any()):
+            # net_input reads cont only where not revealed: the (N x V x d) product (and its
+            # gradient) over those rows, the same eps; equal up to float rounding (on GPU every
+            # row: no host sync)
+            B, L = x0.shape
+            rows = (~revealed).flatten().nonzero().squeeze(1)
+            prod = eps.view(B * L, -1).index_select(0, rows) @ e_hat
+            noise = prod.new_zeros(B * L, prod.shape[-1]).index_copy(0, rows, prod).view(B, L, -1)
+        else:
+            noise = eps @ e_hat
+        cont = e_hat[x0] + sigma_c[:, None, None].to(e_hat.dtype) * noise
         return self.net_input(e_hat, m_hat, x0, cont, revealed, sigma_c)
 
     def loss(self, backbone, batch: Batch, t: Tensor | None) -> LossOutput:
@@ -267,10 +277,8 @@ class CANDI(Method):
         logp_x0 = -F.cross_entropy(logits.flatten(0, 1), x0.flatten(), reduction="none").view_as(x0)
         if self.opts.pure_gaussian:
             weight = torch.ones_like(alpha_t)  # plain CE (`nll_per_token`, pure_continuous)
-        else:
-            weight = -log_linear_dalpha(self.opts.eps) / (
-                1 - alpha_t
-            )  # -alpha'_t / (1 - alpha_t) (MDLM eq. 10)
+        else:  # -alpha'_t / (1 - alpha_t) (MDLM eq. 10)
+            weight = -log_linear_dalpha(self.opts.eps) / (1 - alpha_t)
         per_token = -logp_x0 * weight[:, None] * ~revealed  # revealed: forced one-hot, loss 0
         return token_mean(per_token, batch.loss_mask)
 

@@ -1,5 +1,4 @@
-"""Duo: uniform-state discrete diffusion as the S-FLM paper ran it ("duo_base"). (One method,
-over 500 lines: its closed-form NELBO, the fused one and the Gaussian curriculum.)
+"""Duo: uniform-state discrete diffusion as the S-FLM paper ran it ("duo_base").
 
 Sahoo et al. 2025, "The Diffusion Duality"; reference code s-sahoo/duo `algo.py::DUO_BASE`,
 `trainer_base.py::UniformState`, and the S-FLM harness (FrankCCCCC/s-flm @ 18d586f)
@@ -12,8 +11,9 @@ Sahoo et al. 2025, "The Diffusion Duality"; reference code s-sahoo/duo `algo.py:
 - Log-linear schedule alpha_t = 1 - (1 - eps) t, alpha'_t = -(1 - eps), eps = 1e-3.
 - Time-conditioned: the network receives sigma = -log alpha_t; "mean" parameterisation
   (plain log-softmax over V).
-- Loss: the closed-form continuous-time UDLM NELBO (:func:`udlm_nelbo`, `DUO_BASE.nll_per_token`),
-  optionally ``low_var`` (drops term1, as the reference's ``loss_type=low_var``).
+- Loss: the closed-form continuous-time UDLM NELBO (:mod:`baselines.duo_loss`: :func:`udlm_nelbo`,
+  `DUO_BASE.nll_per_token`), optionally ``low_var`` (drops term1, as the reference's
+  ``loss_type=low_var``); computed by the blockwise fused NELBO unless ``nelbo: reference``.
 
 Sampler: ancestral over t_k = linspace(1, 1e-5, nfe + 1), exactly ``nfe`` backbone calls,
 prior = uniform random tokens. Each step draws x_s from the uniform-state posterior
@@ -44,6 +44,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from baselines.duo_loss import (  # noqa: F401 (udlm_nelbo*: the objective's public names)
+    NELBO,
+    udlm_nelbo,
+    udlm_nelbo_fused,
+    udlm_nelbo_reference,
+)
 from bench.backbones.dit import build_dit
 from bench.config import BackboneConfig, ConfigError
 from bench.method import Batch, LossOutput, Method, gumbel_argmax, token_mean
@@ -67,6 +73,15 @@ class DuoOptions(Options):
     )
     time_conditioning: bool = option(
         True, help="feed sigma = -log alpha_t to the network (duo_base: True)"
+    )
+    nelbo: str = option(
+        "fused",
+        choices=tuple(NELBO),
+        omit_default=True,
+        help="how the NELBO is computed (the same formula): fused = blockwise over rows, one "
+        "pass of softmax + log per block, no (B, L, V) tensor kept for the backward; reference "
+        "= the elementwise chain of DUO_BASE.nll_per_token on log_softmax (the test oracle; "
+        "equal up to float rounding; ~1.9x the fused step time at |V| ~ 50k on CPU)",
     )
     # -- Duo-paper Gaussian curriculum (variant; curriculum_end = 0 is duo_base as the S-FLM
     # paper ran it)
@@ -122,113 +137,6 @@ class DuoOptions(Options):
                 "curriculum_start: must be <= curriculum_end "
                 f"({self.curriculum_start} > {self.curriculum_end})"
             )
-
-
-# --------------------------------------------------------------------------- the objective
-
-
-def udlm_nelbo(
-    log_p: Tensor,
-    x_t: Tensor,
-    x0: Tensor,
-    alpha_t: Tensor,
-    dalpha_t: Tensor,
-    vocab_size: int,
-    low_var: bool = False,
-) -> Tensor:
-    """Per-token continuous-time UDLM NELBO integrand (Duo eq. 9 / `DUO_BASE.nll_per_token`).
-
-    Args:
-        log_p: (B, L, V) log p_theta(x_0 | x_t) ("mean" parameterisation).
-        x_t, x0: (B, L) noisy and clean ids.
-        alpha_t, dalpha_t: broadcastable to (B, L): alpha_t and d alpha_t / dt (< 0).
-        low_var: drop term1 (reference ``loss_type=low_var``; not an ELBO any more).
-    Returns (B, L): the integrand; E_{t ~ U[0,1], x_t}[it] is the diffusion part of the NELBO.
-    """
-    V = vocab_size
-    a = alpha_t
-    xbar_theta = V * a[..., None] * log_p.exp() + (
-        1 - a[..., None]
-    )  # V alpha_t x_theta + (1 - alpha_t)
-    eq = (x0 == x_t).to(log_p.dtype)
-    neq = 1 - eq
-    xbar_xt = (1 - a) + V * a * eq
-    xbar_theta_xt = xbar_theta.gather(-1, x_t[..., None]).squeeze(-1)
-    xbar_theta_x0 = xbar_theta.gather(-1, x0[..., None]).squeeze(-1)
-    term1 = 0.0 if low_var else V * (1 / xbar_xt - 1 / xbar_theta_xt)
-    c = (1 - a) / (V * a + 1 - a)
-    offset = ((V - 1) * c * eq - neq / c) * torch.log(c)
-    log_xbar_theta_xt = torch.log(xbar_theta_xt)
-    term2 = (
-        -(eq * c + neq) * (torch.log(xbar_theta).sum(-1) - V * log_xbar_theta_xt)
-        - V * a / (1 - a) * (torch.log(xbar_theta_x0) - log_xbar_theta_xt) * neq
-        + offset
-    )
-    return dalpha_t / (V * a) * (term1 - term2)
-
-
-class _UDLMTerms(torch.autograd.Function):
-    """(sum_v log xbar_theta_v, log p_theta(x_t), log p_theta(x_0)) from the logits, with
-    xbar_theta = V a softmax(logits) + (1 - a), the only (B, L, V) quantities of
-    :func:`udlm_nelbo`. Forward holds one (B, L, V) buffer, backward two (softmax recomputed),
-    instead of the ~6 that autograd keeps for the elementwise chain. Gradient of
-    S = sum_v log xbar_v w.r.t. logit u: r_u - p_u sum_v r_v, r = V a p / xbar."""
-
-    @staticmethod
-    def forward(ctx, logits: Tensor, x_t: Tensor, x0: Tensor, a: Tensor):
-        V = logits.shape[-1]
-        lse = torch.logsumexp(logits, -1, keepdim=True)
-        logp_xt = (logits.gather(-1, x_t[..., None]) - lse).squeeze(-1)
-        logp_x0 = (logits.gather(-1, x0[..., None]) - lse).squeeze(-1)
-        buf = logits.sub(lse).exp_().mul_(V * a[..., None]).add_(1 - a[..., None]).log_()
-        ctx.save_for_backward(logits, lse, x_t, x0, a)
-        return buf.sum(-1), logp_xt, logp_x0
-
-    @staticmethod
-    def backward(ctx, g_s: Tensor, g_xt: Tensor, g_x0: Tensor):
-        logits, lse, x_t, x0, a = ctx.saved_tensors
-        V = logits.shape[-1]
-        p = logits.sub(lse).exp_()
-        k, b = (V * a)[..., None], (1 - a)[..., None]
-        r = p.mul(k).add_(b).reciprocal_().mul_(-b).add_(1.0)  # V a p / xbar = 1 - (1 - a) / xbar
-        coef = g_s * r.sum(-1) + g_xt + g_x0
-        grad = r.mul_(g_s[..., None]).sub_(p.mul_(coef[..., None]))
-        grad.scatter_add_(-1, x_t[..., None], g_xt[..., None])
-        grad.scatter_add_(-1, x0[..., None], g_x0[..., None])
-        return grad, None, None, None
-
-
-def udlm_nelbo_from_logits(
-    logits: Tensor,
-    x_t: Tensor,
-    x0: Tensor,
-    alpha_t: Tensor,
-    dalpha_t: Tensor,
-    vocab_size: int,
-    low_var: bool = False,
-) -> Tensor:
-    """:func:`udlm_nelbo` of ``log_softmax(logits)``, equal up to float rounding, with the (B, L, V)
-    work fused into :class:`_UDLMTerms` (training path). alpha_t, dalpha_t: (B, 1) or (B, L)."""
-    V = vocab_size
-    a = alpha_t.to(logits.dtype).expand(x_t.shape).contiguous()
-    sum_log_xbar, logp_xt, logp_x0 = _UDLMTerms.apply(logits, x_t, x0, a)
-    # the same scalar algebra as udlm_nelbo (Duo eq. 9 / `DUO_BASE.nll_per_token`) on gathered
-    # values
-    eq = (x0 == x_t).to(logits.dtype)
-    neq = 1 - eq
-    xbar_xt = (1 - a) + V * a * eq
-    xbar_theta_xt = V * a * logp_xt.exp() + (1 - a)
-    xbar_theta_x0 = V * a * logp_x0.exp() + (1 - a)
-    term1 = 0.0 if low_var else V * (1 / xbar_xt - 1 / xbar_theta_xt)
-    c = (1 - a) / (V * a + 1 - a)
-    offset = ((V - 1) * c * eq - neq / c) * torch.log(c)
-    log_xbar_theta_xt = torch.log(xbar_theta_xt)
-    term2 = (
-        -(eq * c + neq) * (sum_log_xbar - V * log_xbar_theta_xt)
-        - V * a / (1 - a) * (torch.log(xbar_theta_x0) - log_xbar_theta_xt) * neq
-        + offset
-    )
-    return dalpha_t / (V * a) * (term1 - term2)
 
 
 # --------------------------------------------------------------------------- the posterior
@@ -342,10 +250,6 @@ def duality_table(
 
 class Duo(Method):
     name = "duo"
-    #: train through the one-Function NELBO (fewer (B, L, V) buffers; gradients differ from the
-    #: reference chain by float rounding, <= 2e-6 on a fixed batch); off by default so results stay
-    #: bit-identical to the reference-chain runs (docs/measurements/perf_cpu.md measures the gain)
-    fused_nelbo = False
     Options = DuoOptions
     decodings = ("ancestral", "greedy")
     conformance_variants = [{}, {"curriculum_end": 1000}]
@@ -389,28 +293,21 @@ class Duo(Method):
         dalpha_t = torch.full_like(alpha_t, log_linear_dalpha(self.opts.eps))
         x_t = self.q_xt(batch.x, alpha_t, batch.clean_mask)
         logits = backbone(x_t, self.sigma(alpha_t)).float()
-        low_var = self.opts.loss_type == "low_var"
-        if self.fused_nelbo:
-            per_token = udlm_nelbo_from_logits(
-                logits,
-                x_t,
-                batch.x,
-                alpha_t[:, None],
-                dalpha_t[:, None],
-                self.vocab_size,
-                low_var=low_var,
-            )
-        else:
-            per_token = udlm_nelbo(
-                torch.log_softmax(logits, -1),
-                x_t,
-                batch.x,
-                alpha_t[:, None],
-                dalpha_t[:, None],
-                self.vocab_size,
-                low_var=low_var,
-            )
+        per_token = self.nelbo(
+            logits,
+            x_t,
+            batch.x,
+            alpha_t[:, None],
+            dalpha_t[:, None],
+            low_var=self.opts.loss_type == "low_var",
+        )
         return token_mean(per_token * ~batch.clean_mask, batch.loss_mask)
+
+    def nelbo(self, logits, x_t, x0, alpha_t, dalpha_t, low_var: bool = False) -> Tensor:
+        """(B, L) NELBO integrand (Duo eq. 9) from the logits, by the ``nelbo`` option's
+        implementation (:data:`baselines.duo_loss.NELBO`)."""
+        fn = NELBO[self.opts.nelbo]
+        return fn(logits, x_t, x0, alpha_t, dalpha_t, self.vocab_size, low_var=low_var)
 
     def record_losses(self, t: Tensor, per_sample: Tensor, step: int) -> None:
         self.curriculum_step.fill_(step + 1)
@@ -465,14 +362,7 @@ class Duo(Method):
         emb = backbone.embed.weight
         h = torch.softmax(w / tau, -1) @ emb.float()
         logits = backbone(h.to(emb.dtype), self.sigma(alpha_t)).float()
-        per_token = udlm_nelbo(
-            torch.log_softmax(logits, -1),
-            x_t,
-            batch.x,
-            alpha_t[:, None],
-            dalpha_t[:, None],
-            self.vocab_size,
-        )
+        per_token = self.nelbo(logits, x_t, batch.x, alpha_t[:, None], dalpha_t[:, None])
         return token_mean(per_token * ~batch.clean_mask, batch.loss_mask)
 
     # -- sampling -----------------------------------------------------------------

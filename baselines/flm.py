@@ -212,20 +212,49 @@ class FLM(Method):
             h = z.to(torch.float32) @ emb.to(
                 torch.float32
             )  # FLMEmbeddingLayer: einsum in fp32, no softmax
-        h = h.to(emb.dtype)
+        return self._head(backbone, h, s, count, temperature)
+
+    def _head(
+        self, backbone, h: Tensor, s: Tensor, count: bool = False, temperature: float = 1.0
+    ) -> Tensor:
+        """The DiT on the embedded state h = z @ E (B, L, d) at FLM time s (B,), then
+        :meth:`process_logits`."""
+        h = h.to(backbone.embed.weight.dtype)
         s = s.to(torch.float32)
         logits = (self.call(backbone, h, s) if count else backbone(h, s)).float()
         return self.process_logits(logits, temperature)
+
+    def noisy_input(self, backbone, x: Tensor, clean_mask: Tensor, gamma: Tensor) -> Tensor:
+        """z_gamma @ E (B, L, d) for z_gamma = (1 - gamma) eps + gamma onehot(x), eps ~ N(0, I_V)
+        (`FLMBase.corrupt_continuous`; clean positions: onehot(x)), without forming z: by
+        linearity z_gamma @ E = (1 - gamma) (eps @ E) + gamma E[x], and onehot(x) @ E = E[x]. The
+        same eps is drawn (one (B, L, V) standard normal, as ``randn_like(onehot)``); on CPU the
+        (N x V x d) product and its gradient are taken over the noised rows only. Equal to
+        ``one_hot``, mix, ``where`` and ``z @ E`` up to float rounding (values and gradients;
+        tests/baselines/test_loss_fusion.py)."""
+        emb = backbone.embed.weight
+        B, L = x.shape
+        with torch.autocast(device_type=x.device.type, enabled=False):  # fp32, as _logits
+            E = emb.to(torch.float32)
+            eps = torch.randn(B, L, self.vocab_size, device=x.device, dtype=torch.float32)
+            ex = E[x]  # onehot(x) @ E
+            g = gamma.to(torch.float32)[:, None].expand(B, L)
+            if x.device.type == "cpu" and bool(clean_mask.any()):  # (no host sync on GPU)
+                rows = (~clean_mask).flatten().nonzero().squeeze(1)  # the product on these
+                g = g.flatten()[rows, None]
+                e_rows = eps.view(B * L, -1).index_select(0, rows)
+                mix = (1 - g) * (e_rows @ E) + g * ex.view(B * L, -1).index_select(0, rows)
+                return ex.view(B * L, -1).index_copy(0, rows, mix).view(B, L, -1)
+            mix = (1 - g[..., None]) * (eps @ E) + g[..., None] * ex
+            return torch.where(clean_mask[..., None], ex, mix)
 
     # -- training -----------------------------------------------------------------
     def loss(self, backbone, batch: Batch, t: Tensor | None) -> LossOutput:
         # trainer's t is harness time (0 clean); FLM time s = 1 - t is uniform on [0, 1 - t_eps]
         s = 1.0 - t
-        gamma = self.table.a2g(s).to(torch.float32)[:, None, None]
-        onehot = F.one_hot(batch.x, self.vocab_size).to(torch.float32)
-        z = (1 - gamma) * torch.randn_like(onehot) + gamma * onehot
-        z = torch.where(batch.clean_mask[..., None], onehot, z)
-        logits = self._logits(backbone, z, s)  # no time weighting; fused log-softmax + gather:
+        gamma = self.table.a2g(s).to(torch.float32)
+        h = self.noisy_input(backbone, batch.x, batch.clean_mask, gamma)
+        logits = self._head(backbone, h, s)  # no time weighting; fused log-softmax + gather:
         ce = F.cross_entropy(logits.flatten(0, 1), batch.x.flatten(), reduction="none").view_as(
             batch.x
         )

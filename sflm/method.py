@@ -31,7 +31,8 @@ Sampling (:mod:`sflm.sampler`): geodesic Euler on t_k = linspace(1, 1e-5, nfe + 
 a draw with ``final_decode="sample"``). Decodings: ``exact`` (posterior-weighted velocity),
 ``stochastic`` (one posterior draw per step), ``top1`` (top-1 velocity, temperature-free),
 ``topk`` (top-``top_k``), and any ``top<k>``. Temperature divides the logits for every velocity
-and for a sampled final decode.
+and for a sampled final decode. Precision: float64 when asked (``sample.float64``), except above
+:data:`FLOAT32_ABOVE_VOCAB` tokens, where float32 is the default (``velocity_dtype``).
 
 Backbones: the shared DiT fed the unit-norm latents (reference ``models/sphere_dit.py::SphereDiT``
 feeds z_t unscaled; ``input_scale="sqrt_d"`` feeds z_t sqrt(d), unit variance per coordinate like
@@ -56,6 +57,13 @@ from sflm.geometry import normalize, slerp, uniform_sphere
 from sflm.sampler import parse_decoding, sample_sphere_flow
 from sflm.sarch import SArch
 from sflm.schedule import AdaptiveSchedule, Schedule, make_base_schedule
+
+#: |V| above which the sampler runs in float32 even where float64 is asked for (the default
+#: ``sample.float64: true``), unless ``velocity_dtype: sample``: float32 and float64 agreed on
+#: all 16,384 generated tokens of a |V| = 50,258 model (nfe 16 / 32, T 0.8 / 1), as on the
+#: Sudoku (|V| = 12) and arithmetic (|V| = 195) models, and a float32 exact-velocity step costs
+#: about half a float64 one (docs/measurements/cpu_loss_fusion.md)
+FLOAT32_ABOVE_VOCAB = 10_000
 
 
 @dataclass
@@ -146,6 +154,14 @@ class SFLMOptions(Options):
     )
     slerp_float64: bool = option(
         True, help="training SLERP in float64 (reference algo.slerp_precision)"
+    )
+    velocity_dtype: str = option(
+        "auto",
+        choices=("auto", "sample"),
+        omit_default=True,
+        help="sampler dtype: auto = float32 when |V| > FLOAT32_ABOVE_VOCAB (10,000; float32 and "
+        "float64 agreed on every generated token at |V| = 50,258), else sample.float64's; "
+        "sample = sample.float64's at every |V|",
     )
 
     def validate(self) -> None:
@@ -331,6 +347,11 @@ class SFLM(Method):
         parse_decoding(decoding, self.opts.top_k)  # raises a clear error on unknown names
         return decoding
 
+    def float32_by_size(self) -> bool:
+        """True when the sampler runs in float32 whatever ``float64`` asks: ``velocity_dtype``
+        ``auto`` and |V| > :data:`FLOAT32_ABOVE_VOCAB`."""
+        return self.opts.velocity_dtype == "auto" and self.vocab_size > FLOAT32_ABOVE_VOCAB
+
     @torch.no_grad()
     def sample(
         self,
@@ -347,6 +368,7 @@ class SFLM(Method):
         decoding = self.resolve_decoding(decoding)
         table = self._ensure(backbone)
         n = prompt.shape[0]
+        float64 = float64 and not self.float32_by_size()
         ts = torch.linspace(1.0, 1e-5, nfe + 1, dtype=torch.float64, device=prompt.device)
         alphas = self.alpha(ts)
 

@@ -85,6 +85,15 @@ def workspace_rows(
     return max(1, min((n + 1) // 2, int(budget) // per_row))
 
 
+def velocity_workspace(
+    n: int, vocab: int, dtype: torch.dtype, device: torch.device, budget: int | None = None
+) -> Tensor:
+    """The (``WORKSPACE_BUFFERS``, rows, V) workspace of :func:`exact_velocity` for ``n`` rows,
+    rows = :func:`workspace_rows`."""
+    rows = workspace_rows(n, vocab, dtype, device, budget)
+    return torch.empty((WORKSPACE_BUFFERS, rows, vocab), dtype=dtype, device=device)
+
+
 def exact_velocity(
     z: Tensor,
     probs: Tensor,
@@ -95,6 +104,7 @@ def exact_velocity(
     budget: int | None = None,
     logits: bool = False,
     temperature: float = 1.0,
+    workspace: Tensor | None = None,
 ) -> Tensor:
     """sum_v p_v log_z(e_v): the exact velocity direction (paper eq. flm-marginal-vf /
     Alg. Sampling).
@@ -107,6 +117,9 @@ def exact_velocity(
         embeddings: (V, d) unit rows e_hat_v, in z's dtype.
         chunk: rows of the flattened leading dims processed at a time; None: as many as fit
             ``budget`` bytes of workspace (``workspace_rows``; None: from the free memory).
+        workspace: a (``WORKSPACE_BUFFERS``, rows, V) buffer of z's dtype to work in (its rows
+            are the chunk; :func:`velocity_workspace`), kept by the caller across steps so that
+            each step does not allocate (and, on CPU, page in) a new one.
     Returns:
         (..., d) tangent vectors at z, without the alpha'/(1 - alpha) factor.
 
@@ -121,10 +134,13 @@ def exact_velocity(
     zf = z.reshape(-1, d)
     src = probs.reshape(-1, probs.shape[-1])
     n, V = src.shape
-    if chunk is None:
-        chunk = workspace_rows(n, V, z.dtype, z.device, budget)
-    step = max(1, min(n, int(chunk)))
-    ws = torch.empty((WORKSPACE_BUFFERS, step, V), dtype=z.dtype, device=z.device)
+    if workspace is not None:
+        ws, step = workspace, min(n, workspace.shape[1])
+    else:
+        if chunk is None:
+            chunk = workspace_rows(n, V, z.dtype, z.device, budget)
+        step = max(1, min(n, int(chunk)))
+        ws = torch.empty((WORKSPACE_BUFFERS, step, V), dtype=z.dtype, device=z.device)
     one = torch.ones((), dtype=z.dtype, device=z.device)
     out = torch.empty_like(zf)
     Et = embeddings.T
@@ -132,7 +148,11 @@ def exact_velocity(
         m = min(step, n - a)
         p, c, s, w = ws[0, :m], ws[1, :m], ws[2, :m], ws[3, :m]
         zc = zf[a : a + m]
-        if logits:  # softmax(logits / T) in the compute dtype, staged through s
+        if logits and src.dtype == z.dtype:  # softmax(logits / T), no staging copy
+            if temperature != 1.0:
+                torch.div(src[a : a + m], temperature, out=s)
+            torch.softmax(s if temperature != 1.0 else src[a : a + m], -1, out=p)
+        elif logits:  # softmax(logits / T) in the compute dtype, staged through s
             s.copy_(src[a : a + m])
             if temperature != 1.0:
                 s.div_(temperature)
@@ -271,6 +291,9 @@ def sample_sphere_flow(
     z = torch.where(pm, clean, z)
     alphas = alphas.to(torch.float64)
     x = None
+    ws = None  # the exact velocity's workspace, kept across steps on CPU (where a new one is
+    # paged in at every allocation; CUDA's caching allocator reuses the block anyway, and the
+    # forward gets the memory back between steps)
     for k in range(nfe):
         raw = call(z, alphas[k])  # the network's logits; cast to ``dtype`` only where needed
         if k == nfe - 1:
@@ -284,10 +307,12 @@ def sample_sphere_flow(
                 )
             break
         if decoding.velocity == "exact":  # softmax fused in, block by block: no (B, L, V) copy
-            v = exact_velocity(
-                z, raw, E, logits=True, temperature=temperature, budget=workspace_bytes
-            )
+            if ws is None:
+                ws = velocity_workspace(n * L, E.shape[0], dtype, dev, workspace_bytes)
+            v = exact_velocity(z, raw, E, logits=True, temperature=temperature, workspace=ws)
             del raw
+            if dev.type != "cpu":
+                ws = None
         elif decoding.velocity == "stochastic":
             logits = raw.to(dtype) / temperature
             v = stochastic_velocity(z, logits, E, generator=generator, float64=float64)

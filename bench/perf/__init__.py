@@ -26,9 +26,10 @@ from __future__ import annotations
 
 from bench.perf.agreement import agreement_cells, token_agreement
 from bench.perf.cli import BENCHES, BENCHMARKS, main
-from bench.perf.models import FAST_PATHS, MODELS, SCALES, VARIANTS
+from bench.perf.models import BARE, FAST_PATHS, MODELS, SCALES, VARIANTS
 
 __all__ = [
+    "BARE",
     "BENCHES",
     "BENCHMARKS",
     "FAST_PATHS",

@@ -2,7 +2,8 @@
 
 Each sweep sample cell of every ``--runs`` folder is re-run in both dtypes with the sweep's seeds
 (:func:`bench.cells.batch_seed`), and the fraction of final tokens that agree is reported;
-``float64_matches_store`` compares the float64 run with the ids the sweep stored. The runs must
+``matches_store`` compares the run in the dtype the sweep sampled in (``store_dtype``: float64,
+or float32 where the method defaults to it at this |V|) with the ids the sweep stored. The runs must
 be of a method whose class sets :attr:`bench.method.Method.exact_velocity` (S-FLM).
 """
 
@@ -74,6 +75,7 @@ def token_agreement(sample, prompt, pmask, seed: int) -> dict:
         "generated": int((~pmask).sum()),
         "generated_agree": int((same & ~pmask).sum()),
         "float64_ids": a,
+        "float32_ids": b,
     }
 
 
@@ -98,10 +100,13 @@ def run(model_list, args, device) -> list[dict]:
         samplers: dict = {}
         for c in cells:
             sampler = cell_sampler(method, c, task, device, samplers)
+            by_size = bool(getattr(sampler, "float32_by_size", lambda: False)())
+            store_f64 = c.float64 and not by_size  # the dtype the sweep sampled in
+            common.as_asked(sampler)  # a true float64 run beside the float32 one at every |V|
             data = task.eval_data(c.subset, c.n_samples)
             stored = torch.load(tc.run_dir / "samples" / f"{c.id}.pt", weights_only=False)["ids"]
             tot = {"positions": 0, "agree": 0, "generated": 0, "generated_agree": 0}
-            f64 = []
+            same_dtype = []
             t0 = time.perf_counter()
             for bi in range(0, len(data), c.batch_size):
                 sl = slice(bi, bi + c.batch_size)
@@ -115,7 +120,8 @@ def run(model_list, args, device) -> list[dict]:
                     data.clean_mask[sl].to(device),
                     batch_seed(c, bi),  # the sweep's per-batch seed
                 )
-                f64.append(res.pop("float64_ids"))
+                ids = res.pop("float64_ids"), res.pop("float32_ids")
+                same_dtype.append(ids[0] if store_f64 else ids[1])
                 for k in tot:
                     tot[k] += res[k]
             rows.append(
@@ -133,7 +139,8 @@ def run(model_list, args, device) -> list[dict]:
                     **tot,
                     "agreement": tot["agree"] / tot["positions"],
                     "generated_agreement": tot["generated_agree"] / max(1, tot["generated"]),
-                    "float64_matches_store": bool(torch.equal(torch.cat(f64), stored)),
+                    "store_dtype": "float64" if store_f64 else "float32",
+                    "matches_store": bool(torch.equal(torch.cat(same_dtype), stored)),
                     "wall_s": time.perf_counter() - t0,
                 }
             )
@@ -154,7 +161,7 @@ def run(model_list, args, device) -> list[dict]:
                 "generated_agree": sum(r["generated_agree"] for r in rows),
                 "agreement": sum(r["agree"] for r in rows) / sum(r["positions"] for r in rows),
                 "generated_agreement": sum(r["generated_agree"] for r in rows) / max(1, pos),
-                "float64_matches_store": all(r["float64_matches_store"] for r in rows),
+                "matches_store": all(r["matches_store"] for r in rows),
             }
         )
     return rows

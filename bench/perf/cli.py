@@ -20,7 +20,7 @@ import torch
 from bench import atomic
 from bench.config import ConfigError
 from bench.perf import agreement, arcache, genppl, sample, train, velocity
-from bench.perf.models import FAST_PATHS, LEGACY, MODELS, SCALES, VARIANTS
+from bench.perf.models import BARE, LEGACY, MODELS, SCALES, VARIANTS
 
 #: name -> benchmark module, in run (and report) order
 BENCHMARKS = {
@@ -78,9 +78,9 @@ def parser() -> argparse.ArgumentParser:
         default="",
         help="comma-separated labels (default: all of "
         + ", ".join(m[0] for m in MODELS)
-        + "; opt-in fast paths: "
-        + ", ".join(FAST_PATHS)
-        + ")",
+        + "; opt-in variants: "
+        + ", ".join(m[0] for m in VARIANTS)
+        + f"; {BARE!r}, the bare backbone, is always the train table's first row)",
     )
     ap.add_argument(
         "--scale",
@@ -135,10 +135,11 @@ def main(argv: list[str] | None = None) -> int:
         return _error(f"--device {args.device!r} is not available here")
     if args.precision == "auto":
         args.precision = "bf16-mixed" if args.device == "cuda" else "32"
-    labels = [s for s in args.models.split(",") if s] or [m[0] for m in MODELS]
+    named = [s for s in args.models.split(",") if s]
+    labels = [s for s in named if s != BARE] if named else [m[0] for m in MODELS]
     bad = [s for s in labels if s not in {m[0] for m in MODELS + VARIANTS}]
     if bad:
-        known = ", ".join(m[0] for m in MODELS + VARIANTS)
+        known = ", ".join([BARE] + [m[0] for m in MODELS + VARIANTS])
         return _error(f"--models: unknown model {bad[0]!r} (known: {known})")
     models = [m for m in MODELS + VARIANTS if m[0] in labels]
     if args.threads:

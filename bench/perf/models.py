@@ -1,9 +1,11 @@
 """What the benchmarks run on: the models of the paper's comparison and the ``--scale`` presets.
 
 Catalogue data (labels, not dispatch): each model is a registered method with options
-(:data:`MODELS`); :data:`FAST_PATHS` are opt-in speed paths of the same models, chosen with
-``--models`` only; :data:`REFERENCES` are the rows every other row's throughput is divided by
-(the ``vs_<label>`` columns, :func:`relative`).
+(:data:`MODELS`); :data:`VARIANTS` are opt-in rows of the same models, chosen with ``--models``
+only: other options (:data:`OPTION_VARIANTS`, e.g. Duo's reference-chain NELBO beside its
+default fused one) and speed paths switched on by an attribute (:data:`FAST_PATHS`);
+:data:`REFERENCES` are the rows every other row's throughput is divided by (the ``vs_<label>``
+columns, :func:`relative`). ``bare`` (the bare backbone) is every train table's first row.
 """
 
 from __future__ import annotations
@@ -19,13 +21,18 @@ MODELS = [
     ("sflm", "sflm", {}),
     ("sflm/sarch", "sflm", {"backbone": "sarch"}),
 ]
+#: the bare backbone's label (always measured by ``train``; accepted in ``--models``)
+BARE = "bare"
+#: opt-in rows of the same models with other options: (label, method, options)
+OPTION_VARIANTS = [("duo/reference", "duo", {"nelbo": "reference"})]
 #: opt-in speed paths of the same models (equal up to float rounding, so off by default: results
 #: stay bit-identical); chosen with ``--models`` only: label -> (object, attribute set to True)
 FAST_PATHS = {
-    "duo+fused": ("duo", {}, "method", "fused_nelbo"),
     "sflm/sarch+fold": ("sflm", {"backbone": "sarch"}, "backbone", "fold_logit_scale"),
 }
-VARIANTS = [(label, name, opts) for label, (name, opts, _, _) in FAST_PATHS.items()]
+VARIANTS = OPTION_VARIANTS + [
+    (label, name, opts) for label, (name, opts, _, _) in FAST_PATHS.items()
+]
 #: the labels whose rows the others are compared with (``vs_ar``, ``vs_mdlm`` columns)
 REFERENCES = ("ar", "mdlm")
 

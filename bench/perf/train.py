@@ -78,7 +78,7 @@ def run(model_list, args, device) -> list[dict]:
     ``--steps`` steps of the bare backbone then of every model, and a model's ``vs_bare`` is the
     median over rounds of (its steps/s) / (the bare backbone's steps/s in the same round), so
     that machine load common to a round cancels."""
-    entries = [("bare", Bare(args.vocab, args.size, device), None)]
+    entries = [(models.BARE, Bare(args.vocab, args.size, device), None)]
     for label, name, opts in model_list:
         method, backbone = common.make_model(
             name, opts, args.vocab, args.seq_len, args.size, device
@@ -111,14 +111,16 @@ def run(model_list, args, device) -> list[dict]:
     rows = []
     for label, method, backbone in entries:
         backbone = backbone if backbone is not None else method.backbone
-        ratio = [b / m for m, b in zip(times[label], times["bare"])]
+        ratio = [b / m for m, b in zip(times[label], times[models.BARE])]
         rows.append(
             {
                 "bench": "train",
                 "model": label,
                 "steps_per_s": 1.0 / statistics.median(times[label]),
                 "vs_bare": statistics.median(ratio),
-                "overhead_x": statistics.median(m / b for m, b in zip(times[label], times["bare"])),
+                "overhead_x": statistics.median(
+                    m / b for m, b in zip(times[label], times[models.BARE])
+                ),
                 "peak_step_MiB": None if peaks[label] is None else peaks[label] / 2**20,
                 "n_params": sum(p.numel() for p in backbone.parameters()),
             }

@@ -129,7 +129,11 @@ def test_entries_differing_only_in_variant_name_are_an_error(tmp_path):
 
 #: options added after the quickstart's ids were pinned (declared omit_default; none of the
 #: quickstart's entries sets them)
-_LATER_OPTIONS = {"sflm": ("time_convention",), "flm": ("cap_order",)}
+_LATER_OPTIONS = {
+    "sflm": ("time_convention", "velocity_dtype"),
+    "flm": ("cap_order",),
+    "duo": ("nelbo",),
+}
 
 
 def _old_rule_ids(cfg, source):

@@ -76,6 +76,47 @@ def test_chunked_equals_unchunked(dtype):
     assert torch.allclose(by_budget[rows], full[rows], atol=tol, rtol=0)
 
 
+def _staged_velocity(z, logits, E, temperature, chunk):
+    """exact_velocity as it was before the unstaged softmax: the logits copied into the
+    workspace, divided there, then the softmax (the test oracle, bit for bit)."""
+    out = []
+    for a in range(0, z.shape[0], chunk):
+        zc = z[a : a + chunk]
+        s = logits[a : a + chunk].to(z.dtype).clone()
+        if temperature != 1.0:
+            s.div_(temperature)
+        p = torch.softmax(s, -1)
+        c = zc @ E.T
+        sin = torch.addcmul(torch.ones((), dtype=z.dtype), c, c, value=-1.0)
+        sin = sin.clamp_min_(1e-12).sqrt_()
+        w = torch.atan2(sin, c).div_(sin).mul_(p)
+        o = w @ E
+        out.append(o - zc * (zc * o).sum(-1, keepdim=True))
+    return torch.cat(out)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_softmax_from_the_logits_is_the_staged_one_bit_for_bit(dtype, temperature):
+    """Logits of z's dtype go straight into the softmax (no staging copy), others are staged:
+    either way the velocity is the staged computation's, bit for bit, with a workspace kept
+    across calls or not."""
+    from sflm.sampler import velocity_workspace
+
+    z, E, logits = _problem(n=40)
+    z, E = z.to(dtype), E.to(dtype)
+    for lg in (logits.to(dtype), logits):  # same dtype as z / float32 logits
+        ref = _staged_velocity(z, lg, E, temperature, chunk=16)
+        v = exact_velocity(z, lg, E, logits=True, temperature=temperature, chunk=16)
+        assert torch.equal(v, ref)
+        ws = velocity_workspace(40, 211, dtype, z.device, budget=16 * 211 * 4 * 8)
+        assert ws.shape == (WORKSPACE_BUFFERS, 16 if dtype == torch.float64 else 20, 211)
+        ws = ws[:, :16]  # chunks of 16 rows, as the oracle's
+        for _ in range(2):  # the same workspace twice: nothing carried over
+            v_ws = exact_velocity(z, lg, E, logits=True, temperature=temperature, workspace=ws)
+            assert torch.equal(v_ws, ref)
+
+
 def test_workspace_rows_accounting():
     cpu = torch.device("cpu")
     per_row = 1000 * WORKSPACE_BUFFERS * 8
@@ -189,7 +230,7 @@ def test_token_agreement_counts_positions():
     res = perf.token_agreement(sample, prompt, pmask, seed=0)
     assert res["positions"] == 10 and res["agree"] == 8
     assert res["generated"] == 7 and res["generated_agree"] == 6
-    assert torch.equal(res["float64_ids"], base)
+    assert torch.equal(res["float64_ids"], base) and res["float32_ids"][0, 3] == 99
 
 
 def test_agreement_needs_a_trained_run(tmp_path, capsys):
@@ -197,3 +238,43 @@ def test_agreement_needs_a_trained_run(tmp_path, capsys):
     assert "--runs" in capsys.readouterr().err
     assert perf.main(["agreement", "--runs", str(tmp_path)]) == 2
     assert str(tmp_path) in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "extra,option,asked,expected",
+    [
+        (1, "auto", True, False),  # above the size: float32 by default
+        (1, "sample", True, True),  # unless the option follows sample.float64
+        (0, "auto", True, True),  # at the size: as asked
+        (1, "auto", False, False),
+        (0, "sample", False, False),
+    ],
+)
+def test_sampler_dtype_follows_the_vocabulary_size(monkeypatch, extra, option, asked, expected):
+    """S-FLM samples in float32 above FLOAT32_ABOVE_VOCAB tokens (``velocity_dtype: auto``, the
+    default), else in the dtype ``float64`` asks for."""
+    from helpers import make_model
+
+    import sflm.method as sm
+
+    m, bb = make_model("sflm", {"velocity_dtype": option}, vocab=sm.FLOAT32_ABOVE_VOCAB + extra)
+    seen = {}
+    monkeypatch.setattr(
+        sm, "sample_sphere_flow", lambda *a, **k: seen.update(k) or torch.zeros(1, 16).long()
+    )
+    prompt = torch.zeros(1, 16, dtype=torch.long)
+    m.sample(bb, prompt, prompt.bool(), nfe=2, float64=asked)
+    assert seen["float64"] is expected
+    assert m.float32_by_size() is (extra == 1 and option == "auto")
+
+
+def test_velocity_dtype_option_is_omitted_at_its_default():
+    """Declared ``omit_default``: at ``auto`` the cells planned before it existed keep their ids.
+    (Not a ``sampling_options`` entry: bench.plan splits those off the full options, which an
+    omitted key is not in; so ``velocity_dtype: sample`` is another model cell.)"""
+    import dataclasses
+
+    from sflm.method import SFLMOptions
+
+    f = {f.name: f for f in dataclasses.fields(SFLMOptions)}["velocity_dtype"]
+    assert f.default == "auto" and f.metadata.get("omit_default") is True

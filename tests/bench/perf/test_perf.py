@@ -116,10 +116,11 @@ def test_scale_preset_sets_the_shape_and_flags_override_it(tmp_path):
     assert "| bare |" in md.read_text() and "--scale sudoku-cpu" in md.read_text()
 
 
-def test_fast_path_variants_are_opt_in_rows(tmp_path, monkeypatch):
-    """``duo+fused`` / ``sflm/sarch+fold`` are rows only when named, and their row runs the fast
-    path (the attribute set on that model's method / backbone, not on the class)."""
-    from baselines.duo import Duo
+def test_variants_are_opt_in_rows(tmp_path, monkeypatch):
+    """``duo/reference`` (Duo's reference-chain NELBO) / ``sflm/sarch+fold`` are rows only when
+    named, and their row runs that option / fast path (set on that model's method / backbone,
+    not on the class); ``bare`` may be named and is the first row either way."""
+    from bench.perf import common
     from bench.perf import models as perf_models
     from sflm.sarch import SArch
 
@@ -130,16 +131,38 @@ def test_fast_path_variants_are_opt_in_rows(tmp_path, monkeypatch):
         "fast_path",
         lambda label, m, bb: (real(label, m, bb), seen.append((label, m, bb))),
     )
+    made = []
+    real_make = common.make_model
+    monkeypatch.setattr(
+        common, "make_model", lambda *a, **k: made.append(real_make(*a, **k)) or made[-1]
+    )
     out = tmp_path / "perf.json"
-    models = "duo,duo+fused,sflm/sarch+fold"
+    models = "bare,duo,duo/reference,sflm/sarch+fold"
     assert perf.main(["train", "--models", models, *TINY, "--out", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
-    assert {r["model"] for r in rows} == {"bare", "duo", "duo+fused", "sflm/sarch+fold"}
+    assert [r["model"] for r in rows] == ["bare", "duo", "duo/reference", "sflm/sarch+fold"]
     by = {label: (m, bb) for label, m, bb in seen}
-    assert by["duo+fused"][0].fused_nelbo and not by["duo"][0].fused_nelbo
+    assert by["duo"][0].opts.nelbo == "fused" and by["duo/reference"][0].opts.nelbo == "reference"
     assert by["sflm/sarch+fold"][1].fold_logit_scale
-    assert not Duo.fused_nelbo and not SArch.fold_logit_scale  # defaults untouched
-    assert "duo+fused" not in {m[0] for m in perf.MODELS}  # not in the default set
+    assert not SArch.fold_logit_scale  # default untouched
+    assert "duo/reference" not in {m[0] for m in perf.MODELS}  # not in the default set
+    assert len(made) == 3
+    out2 = tmp_path / "bare.json"
+    assert perf.main(["train", "--models", "bare", *TINY, "--out", str(out2)]) == 0
+    assert [r["model"] for r in json.loads(out2.read_text())["rows"]] == ["bare"]
+
+
+def test_every_method_runs_at_a_large_vocabulary_preset_shape(tmp_path):
+    """Every paper method with ``bare`` named, at a larger vocabulary (tiny network, one step): its
+    row, ``bare`` first, and ratios to it."""
+    out = tmp_path / "p.json"
+    argv = ["train", "--models", "bare,ar,mdlm,duo,candi,flm,sflm", "--size", "cpu-mini"]
+    argv += ["--vocab", "2048", "--seq-len", "16", "--batch", "2", "--prompt-frac", "0.5"]
+    argv += ["--steps", "1", "--warmup", "0", "--device", "cpu", "--out", str(out)]
+    assert perf.main(argv) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["model"] for r in rows] == ["bare", "ar", "mdlm", "duo", "candi", "flm", "sflm"]
+    assert all(r["vs_bare"] > 0 and r["steps_per_s"] > 0 for r in rows)
 
 
 def test_profile_script_writes_top_ops_tables(tmp_path):
@@ -151,10 +174,12 @@ def test_profile_script_writes_top_ops_tables(tmp_path):
     script = Path(__file__).resolve().parents[3] / "scripts" / "perf_profile.py"
     out = tmp_path / "prof.md"
     cmd = [sys.executable, str(script), "--scale", "sudoku-cpu", "--steps", "1", "--top", "3"]
-    r = subprocess.run([*cmd, "--models", "bare,duo+fused", "--out", str(out)], capture_output=True)
+    r = subprocess.run(
+        [*cmd, "--models", "bare,duo/reference", "--out", str(out)], capture_output=True
+    )
     assert r.returncode == 0, r.stderr.decode()[-2000:]
     text = out.read_text()
-    assert "### bare:" in text and "### duo+fused:" in text
+    assert "### bare:" in text and "### duo/reference:" in text
     assert text.count("| op | self CPU ms/step |") == 2 and "`aten::" in text
     bad = subprocess.run([*cmd, "--models", "nope"], capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown model 'nope'" in bad.stderr
@@ -189,3 +214,33 @@ def test_one_module_per_benchmark_and_no_method_named_outside_the_catalogue():
     cached = [n for n, cls in registry.METHODS.items() if cls.kv_cache is not None]
     assert velocity.velocity_methods() == exact and "sflm" in exact
     assert arcache.cached_methods() == cached and "ar" in cached
+
+
+def test_velocity_takes_its_shape_from_the_scale(tmp_path):
+    """``velocity --scale`` times the scale's DiT size, |V|, L and batch (width from the DiT);
+    a ``--vel-*`` flag overrides one of them."""
+    out = tmp_path / "v.json"
+    argv = ["velocity", "--scale", "sudoku-cpu", "--vel-len", "16", "--vel-steps", "1"]
+    assert perf.main([*argv, "--vel-float32", "--device", "cpu", "--out", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["rows"]
+    assert (row["vocab"], row["seq_len"], row["batch"]) == (12, 16, 32)
+    assert (row["size"], row["dim"], row["dtype"]) == ("cpu-small", 128, "float32")
+    assert row["step_s"] > 0 and row["forward_s"] > 0 and row["products_over_forward"] > 0
+
+
+def test_velocity_bench_samples_in_the_dtype_it_asks_for(monkeypatch, tmp_path):
+    """A method that defaults to float32 at a large |V| (S-FLM ``velocity_dtype: auto``) still
+    runs in float64 in ``velocity`` without --vel-float32 (``common.as_asked``)."""
+    import sflm.method as sm
+
+    monkeypatch.setattr(sm, "FLOAT32_ABOVE_VOCAB", 100)
+    seen = []
+    real = sm.sample_sphere_flow
+    monkeypatch.setattr(
+        sm, "sample_sphere_flow", lambda *a, **k: seen.append(k["float64"]) or real(*a, **k)
+    )
+    out = tmp_path / "v.json"
+    argv = ["velocity", "--vel-size", "cpu-mini", "--vel-vocab", "512", "--vel-len", "8"]
+    assert perf.main([*argv, "--vel-steps", "1", "--device", "cpu", "--out", str(out)]) == 0
+    assert seen and all(seen)
+    assert json.loads(out.read_text())["rows"][0]["dtype"] == "float64"
