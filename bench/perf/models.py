@@ -25,23 +25,24 @@ MODELS = [
 BARE = "bare"
 #: opt-in rows of the same models with other options: (label, method, options)
 OPTION_VARIANTS = [("duo/reference", "duo", {"nelbo": "reference"})]
-#: opt-in speed paths of the same models (equal up to float rounding, so off by default: results
-#: stay bit-identical); chosen with ``--models`` only: label -> (object, attribute set to True)
+#: the same models with a class-attribute path switched (equal up to float rounding); chosen with
+#: ``--models`` only: label -> (method, options, object, attribute, value). ``sflm/sarch-unfolded``:
+#: the S-arch's logit-side scale, the default before the folded one
 FAST_PATHS = {
-    "sflm/sarch+fold": ("sflm", {"backbone": "sarch"}, "backbone", "fold_logit_scale"),
+    "sflm/sarch-unfolded": ("sflm", {"backbone": "sarch"}, "backbone", "fold_logit_scale", False),
 }
 VARIANTS = OPTION_VARIANTS + [
-    (label, name, opts) for label, (name, opts, _, _) in FAST_PATHS.items()
+    (label, name, opts) for label, (name, opts, _, _, _) in FAST_PATHS.items()
 ]
 #: the labels whose rows the others are compared with (``vs_ar``, ``vs_mdlm`` columns)
 REFERENCES = ("ar", "mdlm")
 
 
 def fast_path(label: str, method, backbone) -> None:
-    """Switch on the opt-in speed path of a :data:`FAST_PATHS` label (nothing for the others)."""
+    """Set the attribute of a :data:`FAST_PATHS` label (nothing for the others)."""
     if label in FAST_PATHS:
-        _, _, which, attr = FAST_PATHS[label]
-        setattr(method if which == "method" else backbone, attr, True)
+        _, _, which, attr, value = FAST_PATHS[label]
+        setattr(method if which == "method" else backbone, attr, value)
 
 
 def relative(rows: list[dict], key: str) -> None:

@@ -1,5 +1,5 @@
 """The S-arch's speed paths: the in-place foreach re-projection of its matrices is
-bit-identical to the per-matrix ``copy_(justnorm(w))`` it replaced, and the opt-in folded logit
+bit-identical to the per-matrix ``copy_(justnorm(w))`` it replaced, and the folded logit
 scale (s~_z on the head's rows instead of the logits) gives the logits and gradients of the
 logit-side scale up to float rounding."""
 
@@ -55,7 +55,7 @@ def test_foreach_renormalize_is_bitwise_the_per_matrix_one():
 
 
 def test_folded_logit_scale_matches_the_logit_side_scale():
-    assert not SArch.fold_logit_scale  # default: the logit-side scale (bit-identical results)
+    assert SArch.fold_logit_scale  # default: the folded scale (the logit-side one selectable)
     net = _perturbed(1)
     z = justnorm(torch.randn(3, 7, 64, generator=torch.Generator().manual_seed(2)))
     sigma = torch.rand(3, generator=torch.Generator().manual_seed(3))

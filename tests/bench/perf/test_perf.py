@@ -117,7 +117,7 @@ def test_scale_preset_sets_the_shape_and_flags_override_it(tmp_path):
 
 
 def test_variants_are_opt_in_rows(tmp_path, monkeypatch):
-    """``duo/reference`` (Duo's reference-chain NELBO) / ``sflm/sarch+fold`` are rows only when
+    """``duo/reference`` (Duo's reference-chain NELBO) / ``sflm/sarch-unfolded`` are rows only when
     named, and their row runs that option / fast path (set on that model's method / backbone,
     not on the class); ``bare`` may be named and is the first row either way."""
     from bench.perf import common
@@ -137,14 +137,14 @@ def test_variants_are_opt_in_rows(tmp_path, monkeypatch):
         common, "make_model", lambda *a, **k: made.append(real_make(*a, **k)) or made[-1]
     )
     out = tmp_path / "perf.json"
-    models = "bare,duo,duo/reference,sflm/sarch+fold"
+    models = "bare,duo,duo/reference,sflm/sarch-unfolded"
     assert perf.main(["train", "--models", models, *TINY, "--out", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
-    assert [r["model"] for r in rows] == ["bare", "duo", "duo/reference", "sflm/sarch+fold"]
+    assert [r["model"] for r in rows] == ["bare", "duo", "duo/reference", "sflm/sarch-unfolded"]
     by = {label: (m, bb) for label, m, bb in seen}
     assert by["duo"][0].opts.nelbo == "fused" and by["duo/reference"][0].opts.nelbo == "reference"
-    assert by["sflm/sarch+fold"][1].fold_logit_scale
-    assert not SArch.fold_logit_scale  # default untouched
+    assert not by["sflm/sarch-unfolded"][1].fold_logit_scale
+    assert SArch.fold_logit_scale  # default untouched (folded)
     assert "duo/reference" not in {m[0] for m in perf.MODELS}  # not in the default set
     assert len(made) == 3
     out2 = tmp_path / "bare.json"
