@@ -107,7 +107,8 @@ def test_dry_run_writes_nothing_and_counts_cells(tmp_path, capsys):
 
 def test_seeds_replicate_models_and_the_report_averages_them(tmp_path):
     """seeds: [0, 3] trains every model twice; the seed-0 cells are the cells of a sweep without
-    seeds (its results stay valid), and the report shows mean +- sd over the seeds."""
+    seeds (its results stay valid), and the report pools the seeds: the mean over seeds and items
+    with its two-level interval, and says so (2 seeds x items)."""
     from bench.config import load_sweep
 
     rd, dd = tmp_path / "results", tmp_path / "data"
@@ -130,8 +131,11 @@ def test_seeds_replicate_models_and_the_report_averages_them(tmp_path):
         for ln in (out / "sudoku.md").read_text().splitlines()
         if ln.startswith("| mdlm (ancestral)")
     )
-    mean, sd = 100 * em["value"].mean(), 100 * em["value"].std(ddof=1)
-    assert f"{mean:.1f} +- {sd:.1f} (2 seeds)" in line
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[4] == f"2 seeds x {int(em['n'].iloc[0])}"
+    v, ci = cells[5].split(" [")
+    lo, hi = (float(x) for x in ci.rstrip("]").split(", "))
+    assert float(v) == float(f"{100 * em['value'].mean():.1f}") and lo <= float(v) <= hi
 
 
 def test_status_model_stands_apart_from_its_views_and_the_trainer():
