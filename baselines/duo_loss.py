@@ -12,7 +12,7 @@ implementations of one formula:
   computes them, and their gradient, a few rows at a time (softmax, xbar, log, sum on a (rows, V)
   block that stays in the CPU cache), keeps no (B, L, V) tensor for the backward (it recomputes
   the block's softmax from the logits) and writes the gradient once. The per-position algebra
-  on top is :func:`udlm_nelbo`'s, line for line. Equal to the reference up to float rounding,
+  on top is :func:`udlm_nelbo`'s, one shared function. Equal to the reference up to float rounding,
   gradients included (tests/baselines/test_duo_loss.py).
 """
 
@@ -53,17 +53,34 @@ def udlm_nelbo(
     xbar_theta = V * a[..., None] * log_p.exp() + (
         1 - a[..., None]
     )  # V alpha_t x_theta + (1 - alpha_t)
-    eq = (x0 == x_t).to(log_p.dtype)
-    neq = 1 - eq
-    xbar_xt = (1 - a) + V * a * eq
     xbar_theta_xt = xbar_theta.gather(-1, x_t[..., None]).squeeze(-1)
     xbar_theta_x0 = xbar_theta.gather(-1, x0[..., None]).squeeze(-1)
+    s = torch.log(xbar_theta).sum(-1)
+    return _per_position(s, xbar_theta_xt, xbar_theta_x0, x_t, x0, a, dalpha_t, V, low_var)
+
+
+def _per_position(
+    s: Tensor,
+    xbar_theta_xt: Tensor,
+    xbar_theta_x0: Tensor,
+    x_t: Tensor,
+    x0: Tensor,
+    a: Tensor,
+    dalpha_t: Tensor,
+    V: int,
+    low_var: bool,
+) -> Tensor:
+    """The per-position algebra of Duo eq. 9 (`DUO_BASE.nll_per_token`) on the only (B, L, V)
+    quantities it needs: ``s`` = sum_v log xbar_theta_v and xbar_theta at x_t and at x_0."""
+    eq = (x0 == x_t).to(s.dtype)
+    neq = 1 - eq
+    xbar_xt = (1 - a) + V * a * eq
     term1 = 0.0 if low_var else V * (1 / xbar_xt - 1 / xbar_theta_xt)
     c = (1 - a) / (V * a + 1 - a)
     offset = ((V - 1) * c * eq - neq / c) * torch.log(c)
     log_xbar_theta_xt = torch.log(xbar_theta_xt)
     term2 = (
-        -(eq * c + neq) * (torch.log(xbar_theta).sum(-1) - V * log_xbar_theta_xt)
+        -(eq * c + neq) * (s - V * log_xbar_theta_xt)
         - V * a / (1 - a) * (torch.log(xbar_theta_x0) - log_xbar_theta_xt) * neq
         + offset
     )
@@ -173,23 +190,10 @@ def udlm_nelbo_fused(
         flat, x_t.reshape(-1), x0.reshape(-1), a.reshape(-1).contiguous(), int(rows)
     )
     s, p_t, p_0 = s.view(shape), p_t.view(shape), p_0.view(shape)
-    # the per-position algebra of udlm_nelbo (Duo eq. 9 / `DUO_BASE.nll_per_token`) on the
-    # gathered values: xbar_theta(y) = V alpha_t p_theta(y) + (1 - alpha_t)
-    eq = (x0 == x_t).to(logits.dtype)
-    neq = 1 - eq
-    xbar_xt = (1 - a) + V * a * eq
+    # xbar_theta(y) = V alpha_t p_theta(y) + (1 - alpha_t) at the two gathered ids
     xbar_theta_xt = V * a * p_t + (1 - a)
     xbar_theta_x0 = V * a * p_0 + (1 - a)
-    term1 = 0.0 if low_var else V * (1 / xbar_xt - 1 / xbar_theta_xt)
-    c = (1 - a) / (V * a + 1 - a)
-    offset = ((V - 1) * c * eq - neq / c) * torch.log(c)
-    log_xbar_theta_xt = torch.log(xbar_theta_xt)
-    term2 = (
-        -(eq * c + neq) * (s - V * log_xbar_theta_xt)
-        - V * a / (1 - a) * (torch.log(xbar_theta_x0) - log_xbar_theta_xt) * neq
-        + offset
-    )
-    return dalpha_t / (V * a) * (term1 - term2)
+    return _per_position(s, xbar_theta_xt, xbar_theta_x0, x_t, x0, a, dalpha_t, V, low_var)
 
 
 #: ``Duo`` option ``nelbo`` -> implementation (same signature: logits first)
