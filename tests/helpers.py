@@ -457,3 +457,32 @@ def reference_checkpoint(tmp_path: Path, name: str, method: str, options: dict, 
     del ck["hyper_parameters"]["sflm_bench"]  # the reference's files carry only its config
     torch.save(ck, path)
     return path
+
+
+def outcome_row(method: str, seed: int, outcomes, **columns) -> dict:
+    """One synthetic Sudoku sample row (headline ``exact_match``, subset ``easy``, NFE 16, T 1)
+    whose value is the mean of its per-item 0/1 ``outcomes``, stored with them; ``columns``
+    override or add columns."""
+    import numpy as np
+
+    from bench.evaluate.paired import encode_outcomes
+
+    out = np.asarray(outcomes)
+    return {
+        "task": "sudoku",
+        "method": method,
+        "variant": "base",
+        "decoding": "default",
+        "kind": "sample",
+        "subset": "easy",
+        "metric": "exact_match",
+        "value": float(np.mean(out)),
+        "n": len(out),
+        "nfe": 16,
+        "temperature": 1.0,
+        "seed": seed,
+        "item_outcomes": encode_outcomes(out),
+        "items_key": "k",
+        "metric_rank": 0,
+        **columns,
+    }

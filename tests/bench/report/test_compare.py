@@ -2,8 +2,8 @@
 seed spread; one that moves a cell by far more than its seeds do is not."""
 
 import numpy as np
+from helpers import outcome_row
 
-from bench.evaluate.paired import encode_outcomes
 from bench.report import compare
 from bench.results import Store
 
@@ -11,25 +11,7 @@ N = 300
 
 
 def _row(seed, out, method="duo"):
-    return [
-        {
-            "task": "sudoku",
-            "method": method,
-            "variant": "base",
-            "decoding": "default",
-            "kind": "sample",
-            "subset": "easy",
-            "metric": "exact_match",
-            "value": float(np.mean(out)),
-            "n": N,
-            "nfe": 16,
-            "temperature": 1.0,
-            "seed": seed,
-            "item_outcomes": encode_outcomes(out),
-            "items_key": "k",
-            "metric_rank": 0,
-        }
-    ]
+    return [outcome_row(method, seed, out)]
 
 
 def _stores(tmp_path, shift):

@@ -3,9 +3,9 @@ rows carry per-item outcomes."""
 
 import numpy as np
 import pandas as pd
+from helpers import outcome_row
 
 from bench import report
-from bench.evaluate.paired import encode_outcomes
 from bench.results import Store
 
 N = 200
@@ -13,29 +13,21 @@ N = 200
 
 def _rows(method, seed, p, *, key="k1", nfe=16, temperature=1.0, rng=None, outcomes=None):
     out = (rng.random(N) < p) if outcomes is None else outcomes
+    v = float(np.mean(out))
     return [
-        {
-            "task": "sudoku",
-            "method": method,
-            "variant": "base",
-            "decoding": "default",
-            "kind": "sample",
-            "subset": "easy",
-            "metric": "exact_match",
-            "value": float(np.mean(out)),
-            "n": N,
-            "nfe": nfe,
-            "temperature": temperature,
-            "train_steps": 100,
-            "seed": seed,
-            "ci_low": float(np.mean(out)) - 0.05,
-            "ci_high": float(np.mean(out)) + 0.05,
-            "ci_method": "Wilson score interval",
-            "item_outcomes": encode_outcomes(out),
-            "items_key": key,
-            "metric_rank": 0,
-            "subset_rank": 0,
-        }
+        outcome_row(
+            method,
+            seed,
+            out,
+            items_key=key,
+            nfe=nfe,
+            temperature=temperature,
+            train_steps=100,
+            ci_low=v - 0.05,
+            ci_high=v + 0.05,
+            ci_method="Wilson score interval",
+            subset_rank=0,
+        )
     ]
 
 
