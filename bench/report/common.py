@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench.report.uncertainty import cell_summary
+from bench.report.uncertainty import cell_summary, seeds_and_items
 from bench.results import with_report_columns
 
 
@@ -95,8 +95,8 @@ def cell_text(g: pd.DataFrame) -> str:
 
 def seeds_items(g: pd.DataFrame) -> str:
     """``seeds x items`` behind one table entry (``1 seed x 256``)."""
-    c = cell_summary(g)
-    return f"{c['seeds']} seed{'s' if c['seeds'] > 1 else ''} x {c['items']}"
+    seeds, items = seeds_and_items(g)
+    return f"{seeds} seed{'s' if seeds > 1 else ''} x {items}"
 
 
 def ci_methods(g: pd.DataFrame) -> list[str]:

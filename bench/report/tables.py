@@ -70,7 +70,8 @@ def task_markdown(task: str, df: pd.DataFrame) -> tuple[str, str | None]:
                 row[f"{sub} (paper)"] = "" if pv is None else pct(pv)
         table.append(row)
     out.append(md_table(pd.DataFrame(table)))
-    note = [f"Intervals (95 %): {'; '.join(ci_methods(h))}."] if ci_methods(h) else []
+    methods = ci_methods(h)
+    note = [f"Intervals (95 %): {'; '.join(methods)}."] if methods else []
     if len(h) and h["seed"].nunique() <= 1:
         note.append("One training seed per model: intervals cover the items, not retraining.")
     out += ["", " ".join(note)] if note else []

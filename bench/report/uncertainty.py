@@ -67,12 +67,18 @@ def cell_interval(g: pd.DataFrame, seed: int = 0) -> Interval | None:
     return None
 
 
+def seeds_and_items(g: pd.DataFrame) -> tuple[int, int]:
+    """(training seeds, items) behind one cell (rows: its seeds)."""
+    g = one_per_seed(g)
+    n = pd.to_numeric(g["n"], errors="coerce").max() if "n" in g else np.nan
+    return len(g), int(n) if pd.notna(n) else 0
+
+
 def cell_summary(g: pd.DataFrame) -> dict:
     """value, low, high (None when no interval), seeds, items, method of one cell."""
     g = one_per_seed(g)
     iv = cell_interval(g)
-    n = pd.to_numeric(g["n"], errors="coerce").max() if "n" in g else np.nan
-    items = int(n) if pd.notna(n) else 0
+    _, items = seeds_and_items(g)
     vals = g["value"].astype(float)
     if iv is not None:
         v = iv.value if len(g) > 1 else float(vals.iloc[0])
