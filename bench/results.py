@@ -88,6 +88,8 @@ COLUMNS = [
     "ci_method",
     "item_outcomes",
     "items_key",
+    # the model's training recipe: its train cell's identity without the seed (canonical JSON)
+    "recipe",
 ]
 #: Columns added after the first stores were written: :meth:`Store.read` lists one only when a
 #: row has it, so an older store reads (and exports to results.csv) exactly as before.
@@ -115,6 +117,10 @@ COLUMNS = [
 #:   item in the task's item order (``bench.evaluate.paired.encode_outcomes``), and
 #:   ``items_key``: 16 hex digits identifying those items (two rows pair item by item only when
 #:   their keys are equal); sample rows of metrics that are means of 0/1 outcomes.
+#: - ``recipe``: the model's training recipe, canonical JSON of its train cell's identity without
+#:   the training seed (task, backbone, train settings, method options; the file for an import):
+#:   the report's model is (recipe, variant, decoding), so two recipes of one method are two
+#:   models and seeds pool within one recipe only (:mod:`bench.report.models`); every model row.
 REPORT_COLUMNS = COLUMNS[COLUMNS.index("task_kind") :]
 
 

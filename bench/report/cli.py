@@ -26,6 +26,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--out", help="output folder (default: <results-dir>/report)")
     ap.add_argument(
+        "--sweep",
+        action="append",
+        metavar="NAME",
+        help="report only the cells of this sweep (the rows' sweep column; repeatable)",
+    )
+    ap.add_argument(
         "--no-html",
         action="store_true",
         help="do not write <out>/index.html (the report as one page)",
@@ -61,6 +67,17 @@ def _report(args) -> int:
     out = Path(args.out or Path(args.results_dir) / "report")
     out.mkdir(parents=True, exist_ok=True)
     df = read(args.results_dir)
+    if args.sweep:
+        known = sorted(df["sweep"].dropna().unique()) if "sweep" in df else []
+        unknown = [s for s in args.sweep if s not in known]
+        if unknown:
+            print(
+                f"error: --sweep: no cells of sweep {unknown[0]!r} in {store} "
+                f"(sweeps there: {', '.join(known) or 'none'})",
+                file=sys.stderr,
+            )
+            return 2
+        df = df[df["sweep"].isin(args.sweep)].reset_index(drop=True)
     atomic.write_with(out / "results.csv", lambda t: df.to_csv(t, index=False))
     written = [out / "results.csv"]
     for sec in renderers.sections():

@@ -4,18 +4,30 @@ from __future__ import annotations
 
 import pandas as pd
 
+from bench.report.models import base_label, with_models
 from bench.report.uncertainty import cell_summary, seeds_and_items
 from bench.results import with_report_columns
 
 
+def prepared(df: pd.DataFrame) -> pd.DataFrame:
+    """Every row with its report columns (:func:`bench.results.with_report_columns`: stores
+    written before those columns existed) and its model (:func:`bench.report.models.with_models`:
+    the ``model`` label every table and figure groups by, one per training recipe, variant and
+    decoding). Idempotent; the report calls it once on the whole store."""
+    if "model" in df and "recipe_id" in df:
+        return df
+    return with_models(with_report_columns(df))
+
+
 def rows(df: pd.DataFrame, task: str | None = None, kind: str | None = "sample") -> pd.DataFrame:
-    """The rows of ``task`` (all tasks: None) and ``kind``, with every report column filled
-    (:func:`bench.results.with_report_columns`: stores written before those columns existed)."""
+    """The rows of ``task`` (all tasks: None) and ``kind``, prepared (:func:`prepared`; computed
+    over all of ``df`` before filtering, so labels agree across tables)."""
+    df = prepared(df)
     if task is not None:
         df = df[df["task"] == task]
     if kind is not None:
         df = df[df["kind"] == kind]
-    return with_report_columns(df)
+    return df
 
 
 def task_rows(df: pd.DataFrame, task: str) -> tuple[pd.DataFrame, str]:
@@ -65,8 +77,12 @@ def subsets(df: pd.DataFrame) -> list[str]:
 
 
 def model_label(r) -> str:
-    label = r["method"] if r["variant"] in ("base", "", None) else f"{r['method']}/{r['variant']}"
-    return f"{label} ({r['decoding']})" if r.get("decoding") else label
+    """The row's model (``model``, :mod:`bench.report.models`); for a bare (method, variant,
+    decoding) mapping: ``method[/variant] (decoding)``."""
+    m = r.get("model")
+    if isinstance(m, str) and m:
+        return m
+    return base_label(r["method"], r["variant"], r.get("decoding"))
 
 
 def pct(v) -> str:
@@ -101,17 +117,16 @@ def seeds_items(g: pd.DataFrame) -> str:
 
 def ci_methods(g: pd.DataFrame) -> list[str]:
     """The interval methods of the cells in ``g`` (one per (model, subset, NFE, T) cell)."""
-    keys = [k for k in ("method", "variant", "decoding", "subset", "nfe", "temperature") if k in g]
+    keys = [k for k in ("model", "subset", "nfe", "temperature") if k in g]
     found = [cell_summary(x)["method"] for _, x in g.groupby(keys, dropna=False)]
     return sorted({m for m in found if m})
 
 
 def headline_cells(s: pd.DataFrame) -> pd.DataFrame:
-    """Per (method, variant, decoding, subset): the rows at the largest NFE and the
-    temperature closest to 1."""
-    s = s.copy()
+    """Per (model, subset): the rows at the largest NFE and the temperature closest to 1."""
+    s = prepared(s).copy()
     s["_tdist"] = (s["temperature"].astype(float) - 1.0).abs()
-    keys = ["method", "variant", "decoding", "subset", "metric"]
+    keys = ["model", "subset", "metric"]
     order = s.sort_values(["nfe", "_tdist"], ascending=[False, True])
     best = order.groupby(keys, dropna=False).head(1)
     # every training seed's row at that (NFE, T)

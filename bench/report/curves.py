@@ -34,10 +34,6 @@ LOSS, VAL_LOSS, STEP = "loss", "val_loss", "step"
 LOG_RATIO = 4.0
 
 
-def _label(r) -> str:
-    return r["method"] if r["variant"] in ("base", "", None) else f"{r['method']}/{r['variant']}"
-
-
 def read_log(path: Path) -> pd.DataFrame | str:
     """A training log as (step, loss, val_loss) rows sorted by step, or why it cannot be read."""
     if not path.is_file():
@@ -70,7 +66,7 @@ def curves(df: pd.DataFrame, results_dir: Path) -> dict[str, pd.DataFrame]:
             continue
         long = log.melt(id_vars=STEP, var_name="metric", value_name="value").dropna()
         long = long.assign(
-            model=_label(r),
+            model=r["model_base"],  # one colour per recipe and variant
             seed=r["seed"],
             subset=r["subset"],
             train_cell=r["train_cell"],

@@ -138,7 +138,8 @@ def scalar_ci(
 
 
 def _curve_label(r) -> str:
-    label = r["method"] if r["variant"] in ("base", "", None) else f"{r['method']}/{r['variant']}"
+    """``method[/variant] [recipe] decoding``: one curve per model (bench.report.models)."""
+    label = r["model_base"]
     return f"{label} {r['decoding']}" if r.get("decoding") else label
 
 
@@ -171,7 +172,7 @@ def frontier_cells(task: str, df: pd.DataFrame) -> pd.DataFrame:
     s = s[s["kind"].isin(["sample", REFERENCE]) & s["metric"].isin(METRICS)]
     if not len(s):
         return pd.DataFrame()
-    keys = ["method", "variant", "decoding", "nfe", "temperature", "seed", "subset"]
+    keys = ["recipe_id", "method", "variant", "decoding", "nfe", "temperature", "seed", "subset"]
     out = []
     for _, g in s.groupby(keys, dropna=False, sort=False):
         m = {r["metric"]: r for _, r in g.iterrows()}

@@ -66,13 +66,24 @@ def lookup(paper: pd.DataFrame | None, r, subset: str, metric: str) -> float | N
 def ours_for(best: pd.DataFrame, method: str, variant: str, decoding: str) -> pd.DataFrame:
     """Our headline rows for one paper row: same method and variant; the paper's decoding when it
     names one, else the method's default decoding (what the paper ran; ``default_decoding``)."""
-    g = best[(best["method"] == method) & (best["variant"] == variant)]
+    g = one_recipe(best[(best["method"] == method) & (best["variant"] == variant)])
     if decoding:
         return g[g["decoding"] == decoding]
     d = g[flag(g["default_decoding"])]
     if len(d) or not len(g):
         return d
     return g[g["decoding"] == g["decoding"].min()]  # no default-decoding rows: one decoding, stably
+
+
+def one_recipe(g: pd.DataFrame) -> pd.DataFrame:
+    """The rows of one training recipe of ``g`` (one paper row is one model, never a pool of
+    two recipes): the one trained longest, then the one written last."""
+    if "recipe_id" not in g or g["recipe_id"].nunique() <= 1:
+        return g
+    steps = pd.to_numeric(g["train_steps"], errors="coerce").fillna(-1)
+    order = g.assign(_s=steps).groupby("recipe_id").agg(s=("_s", "max"), t=("created_at", "max"))
+    pick = order.sort_values(["s", "t"], ascending=False).index[0]
+    return g[g["recipe_id"] == pick]
 
 
 def ablation_markdown(

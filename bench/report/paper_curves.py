@@ -17,7 +17,7 @@ from bench import atomic
 from bench.report.common import flag, headline_rows, task_rows
 from bench.report.figures import log2_nfe_axis, save_figure
 from bench.report.items import Artifact
-from bench.report.paper import marks
+from bench.report.paper import marks, one_recipe
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def series_rows(s: pd.DataFrame, ser: Series, t: float) -> tuple[pd.DataFrame, s
     for v in ser.variants:
         g = h[h["variant"] == v]
         if len(g):
-            return g, v
+            return one_recipe(g), v  # one model per curve, never two recipes pooled as seeds
     return h.iloc[0:0], None
 
 

@@ -51,15 +51,13 @@ def task_markdown(task: str, df: pd.DataFrame) -> tuple[str, str | None]:
     ]
     table = []
     h = best[best["metric"] == headline]
-    for (method, variant, decoding), g in h.groupby(
-        ["method", "variant", "decoding"], dropna=False
-    ):
-        r = {"method": method, "variant": variant, "decoding": decoding}
+    for _model, g in h.groupby("model", sort=True):
+        r = g.iloc[0]
         row = {
             "model": model_label(r),
             "nfe": ", ".join(str(int(v)) for v in sorted(g["nfe"].dropna().unique())),
             "T": ", ".join(f"{v:g}" for v in sorted(g["temperature"].dropna().unique())),
-            "train steps": int(g["train_steps"].max()),
+            "train steps": _steps(g),
             "seeds x items": seeds_items(g[g["subset"] == subs[0]]) if subs else "",
         }
         for sub in subs:
@@ -96,16 +94,23 @@ def task_markdown(task: str, df: pd.DataFrame) -> tuple[str, str | None]:
     return "\n".join(out), headline
 
 
+def _steps(g: pd.DataFrame) -> str:
+    """The training steps of one model's rows (one recipe: one value; an imported file's step)."""
+    v = pd.to_numeric(g["train_steps"], errors="coerce").dropna().astype(int).unique()
+    return ", ".join(str(x) for x in sorted(v))
+
+
 def training_markdown(df: pd.DataFrame) -> str:
-    """``training.md``: train throughput, final loss and size of every model."""
-    t = df[df["kind"] == "train"]
+    """``training.md``: train throughput, final loss and size of every model (one row per
+    training recipe and seed: ``model`` names the recipe where a method has several)."""
+    t = rows(df, kind="train")
     if not len(t):
         return "# Training\n\nNo training rows.\n"
-    idx = ["task", "method", "variant", "backbone", "subset", "seed"]
+    idx = ["task", "model_base", "backbone", "subset", "seed"]
     t = t.assign(seed=t["seed"].fillna(0).astype(int))
     piv = t.pivot_table(index=idx, columns="metric", values="value", aggfunc="first").reset_index()
     steps = t.groupby(idx)["train_steps"].max().reset_index()
-    piv = piv.merge(steps, on=idx)
+    piv = piv.merge(steps, on=idx).rename(columns={"model_base": "model"})
     for c in ("train_steps_per_s", "train_final_loss"):
         if c in piv:
             piv[c] = piv[c].map(lambda v: f"{v:.3g}")

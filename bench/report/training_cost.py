@@ -28,9 +28,9 @@ from pathlib import Path
 import pandas as pd
 
 from bench import atomic
-from bench.report.common import md_table, model_label, rows
+from bench.report.common import md_table, rows
 from bench.report.items import Artifact, Section
-from bench.report.paper import PAPER_DIR
+from bench.report.paper import PAPER_DIR, one_recipe
 
 LABEL = "tab-training-cost"
 #: catalogue data: the paper's task columns: store task (or the task its CPU stand-in replaces)
@@ -91,6 +91,9 @@ def runs(df: pd.DataFrame) -> pd.DataFrame:
                 "paper_task": _paper_task(r["task"], r["stand_in_for"], r["task_kind"]),
                 "method": r["method"],
                 "variant": r["variant"],
+                "model": r["model_base"],
+                "recipe_id": r["recipe_id"],
+                "created_at": r["created_at"],
                 "cell": r["train_cell"] if pd.notna(r["train_cell"]) else r["config_hash"],
                 "steps": steps,
                 "steps_per_s": sps,
@@ -135,7 +138,7 @@ def cost_table(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, list[str],
     models = []  # (label, method, [variants] | None = any variant not in a paper row)
     for (m, v), g in p.groupby(["method", "variant"], sort=False):
         models.append((g["label"].iloc[0], m, str(v).split("|")))
-    used: set[tuple[str, str, str]] = set()
+    used: set[tuple[str, str]] = set()  # (task, our model) shown in a paper row
     picked: dict[tuple[int, str], pd.DataFrame] = {}
     for i, (_, m, variants) in enumerate(models):
         for _head, task, _pt in cols:
@@ -143,21 +146,19 @@ def cost_table(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, list[str],
                 continue
             g = r[(r["task"] == task) & (r["method"] == m)]
             v = next((v for v in variants if v in set(g["variant"])), None)
-            if v is not None:
-                picked[(i, task)] = g[g["variant"] == v]
-                used.add((task, m, v))
+            if v is not None:  # one recipe per paper row: a mean over two recipes is no model's
+                g = one_recipe(g[g["variant"] == v].rename(columns={"steps": "train_steps"}))
+                picked[(i, task)] = g.rename(columns={"train_steps": "steps"})
+                used.add((task, str(g["model"].iloc[0])))
     extra = []
     if len(r):
-        for (m, v), _g2 in r.groupby(["method", "variant"], sort=True):
-            tasks = {t for t in r.loc[(r["method"] == m) & (r["variant"] == v), "task"]}
-            left = sorted(t for t in tasks if (t, m, v) not in used)
+        for model, g2 in r.groupby("model", sort=True):
+            left = sorted(t for t in set(g2["task"]) if (t, model) not in used)
             if left:
-                lab = model_label({"method": m, "variant": v, "decoding": ""})
-                extra.append((f"{lab} (not in the paper's table)", m, [v]))
+                extra.append((f"{model} (not in the paper's table)", g2["method"].iloc[0],
+                              [g2["variant"].iloc[0]]))  # fmt: skip
                 for t in left:
-                    picked[(len(models) + len(extra) - 1, t)] = r[
-                        (r["task"] == t) & (r["method"] == m) & (r["variant"] == v)
-                    ]
+                    picked[(len(models) + len(extra) - 1, t)] = g2[g2["task"] == t]
     table, tidy, have, miss = [], [], [], []
     for i, (label, m, variants) in enumerate(models + extra):
         row = {"model": label}

@@ -31,7 +31,7 @@ SOURCE_FIELDS = (
     "seed",
     "n",
 )
-_TRAIN_KEYS = ("task", "method", "variant", "backbone", "subset", "seed")
+_TRAIN_KEYS = ("task", "model", "method", "variant", "backbone", "subset", "seed")
 _SEED = re.compile(r"^(.*?)\s+seed\s+(\d+)$")
 _NFE_COL = re.compile(r"^nfe\s+(\d+)$", re.I)
 _T_HEADING = re.compile(r"\bT\s*=\s*([0-9.]+)")
@@ -45,6 +45,10 @@ def _norm(s) -> str:
 
 
 def _nodec(r) -> str:
+    """The model's name without its decoding (the label of its recipe and variant)."""
+    m = r.get("model_base")
+    if isinstance(m, str) and m:
+        return m
     return r["method"] if r["variant"] in ("base", "", None) else f"{r['method']}/{r['variant']}"
 
 
@@ -180,7 +184,7 @@ class Resolver:
         row's provenance and each cell's. Entries the store cannot be matched to are empty."""
         low = [h.lower() for h in header]
         empty = [(Provenance(), [Provenance()] * len(header)) for _ in body]
-        if {"method", "variant"} <= set(low):
+        if {"method", "variant"} <= set(low) or {"model", "backbone", "seed"} <= set(low):
             return [self._train_row(header, r) for r in body]
         if "model" in low and any(
             h.startswith(("steps/s", "duration", "device-hours")) for h in low
@@ -265,7 +269,7 @@ class Resolver:
         g = self._train_rows()
         for k, v in zip(header, r):
             if k in _TRAIN_KEYS and len(g):
-                col = g[k]
+                col = g["model_base" if k == "model" else k]
                 if k == "seed":
                     col = col.fillna(0).astype(int).astype(str)
                 g = g[col.astype(str) == v]

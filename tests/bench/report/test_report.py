@@ -389,6 +389,7 @@ def test_cells_write_the_report_columns_of_their_task_and_method_instances(tmp_p
         variant="base",
         backbone={"size": "cpu-mini"},
         train={"seed": 0},
+        options={},
         id="t0",
         groups=["easy"],
         results_dir=str(tmp_path),
