@@ -45,10 +45,13 @@ from bench.train.logs import (
 )
 
 
-def make_adamw(params, *, device, **kw) -> torch.optim.AdamW:
+def make_adamw(params, *, device, clip_under_amp: bool = False, **kw) -> torch.optim.AdamW:
     """AdamW, fused (one kernel for all parameters) on CUDA; on CPU the default implementation,
-    so CPU runs stay bitwise reproducible across versions of this harness."""
-    fused = torch.device(device).type == "cuda"
+    so CPU runs stay bitwise reproducible across versions of this harness. ``clip_under_amp``:
+    gradients are clipped under a mixed-precision plugin (bf16-mixed, the GPU default), where
+    Lightning refuses optimizers that unscale inside their step, the fused ones
+    (``MixedPrecision.clip_gradients``): then the default (for-each) implementation."""
+    fused = torch.device(device).type == "cuda" and not clip_under_amp
     return torch.optim.AdamW(params, fused=fused or None, **kw)
 
 
@@ -217,6 +220,7 @@ class TrainModule(L.LightningModule):
             betas=tuple(self.cfg.betas),
             weight_decay=self.cfg.weight_decay,
             device=next(self.backbone.parameters()).device,
+            clip_under_amp=_clips_under_amp(self),
         )
         warm = self.cfg.warmup_steps
         sched = torch.optim.lr_scheduler.LambdaLR(
@@ -304,6 +308,15 @@ class _Timer(Callback):
 
     def load_state_dict(self, state_dict):
         self.last_loss = float(state_dict.get("last_loss", float("nan")))
+
+
+def _clips_under_amp(module) -> bool:
+    """Whether the module's trainer clips gradients under a mixed-precision plugin."""
+    trainer = getattr(module, "_trainer", None)
+    if trainer is None:
+        return False
+    clip = trainer.gradient_clip_val
+    return bool(clip) and "mixed" in str(trainer.precision)
 
 
 def precision_for(cfg: TrainConfig) -> str:

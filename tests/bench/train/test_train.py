@@ -89,3 +89,28 @@ def test_antithetic_times_one_independent_draw_per_stratum():
     within = u * n - strata
     assert within.std() > 0.1  # a shared shift would make every within-stratum offset equal
     assert float(t.min()) >= eps and float(t.max()) <= 1.0
+
+
+def test_no_fused_adamw_where_lightning_clips_under_mixed_precision():
+    """bf16-mixed (the GPU default) with gradient clipping: Lightning refuses an optimizer that
+    unscales inside its step (a fused AdamW) at the first step, so every GPU run failed; the
+    trainer then builds the for-each AdamW, and keeps the fused one where nothing clips."""
+    from types import SimpleNamespace
+
+    from lightning.fabric.plugins.precision.amp import _optimizer_handles_unscaling
+
+    from bench.train.loop import _clips_under_amp, make_adamw
+
+    def module(clip, precision):
+        return SimpleNamespace(
+            _trainer=SimpleNamespace(gradient_clip_val=clip, precision=precision)
+        )
+
+    assert _clips_under_amp(module(1.0, "bf16-mixed"))
+    assert _clips_under_amp(module(1.0, "16-mixed"))
+    assert not _clips_under_amp(module(1.0, "32-true"))
+    assert not _clips_under_amp(module(0.0, "bf16-mixed"))
+    assert not _clips_under_amp(SimpleNamespace(_trainer=None))
+    p = [torch.nn.Parameter(torch.zeros(4))]
+    opt = make_adamw(p, device="cuda", clip_under_amp=True, lr=1e-3)
+    assert not opt.defaults.get("fused") and not _optimizer_handles_unscaling(opt)
