@@ -326,9 +326,23 @@ class Duo(Method):
         o = self.opts
         if o.gamma_min is not None:
             return o.gamma_min, o.gamma_max
-        return curriculum_gamma_range(
-            self.vocab_size, o.curriculum_alpha_min, o.curriculum_alpha_max
-        )
+        try:
+            return curriculum_gamma_range(
+                self.vocab_size, o.curriculum_alpha_min, o.curriculum_alpha_max
+            )
+        except ValueError as e:  # brentq: an alpha that no gamma in [-40, 40] reaches
+            raise ConfigError(
+                f"options.curriculum_alpha_min / curriculum_alpha_max: [{o.curriculum_alpha_min}, "
+                f"{o.curriculum_alpha_max}] is not reachable by T(gamma) for |V| = "
+                f"{self.vocab_size} ({e}); move them inward, or set gamma_min and gamma_max"
+            ) from None
+
+    def validate_plan(self, *, backbone, train, sample) -> None:
+        """The backbone (the base class) and, with the curriculum on, its gamma range (derived
+        from the alpha span when the first training step needs it)."""
+        super().validate_plan(backbone=backbone, train=train, sample=sample)
+        if self.opts.curriculum_end:
+            self.gamma_range()
 
     def _curriculum_loss(self, backbone, batch: Batch, t: Tensor) -> LossOutput:
         """Duo Gaussian curriculum (duo `algo.py::DUO.nll` with `_process_model_input`):

@@ -8,7 +8,9 @@ Range checks live in field metadata (``gt``, ``ge``, ``le``, ``choices``, ``none
 :func:`bench.options.option`) so the rule sits beside the default it constrains.
 
 This module knows no method and no task: the names and options of a sweep's ``methods`` and
-``task.options`` are checked where they become objects, by the planner (:mod:`bench.plan`).
+``task.options`` are checked where they become objects, by the planner (:mod:`bench.plan`),
+which also fills the ``sample`` / ``train`` / ``backbone`` fields a file leaves unset
+(:func:`is_set`) with the task's defaults where it declares them.
 """
 
 from __future__ import annotations
@@ -145,7 +147,13 @@ class TrainConfig:
 class SampleConfig:
     """The sampling grid every trained model is evaluated on."""
 
-    nfe: list[int] = option(factory=lambda: [180], nonempty=True, each_gt=0, help="backbone calls")
+    nfe: list[int] = option(
+        factory=lambda: [180],
+        nonempty=True,
+        each_gt=0,
+        help="backbone calls; unset: the task's grid where it declares one (Task.sweep_defaults: "
+        "sort 2, 4, ... n_digits; Sudoku the sequence length, 180 for 9x9)",
+    )
     temperature: list[float] = option(factory=lambda: [1.0], nonempty=True, each_gt=0.0)
     decoding: list[str] = option(
         factory=lambda: ["default"],
@@ -153,7 +161,11 @@ class SampleConfig:
         help="decoding variants; 'default' = the method's own default; names a method does "
         "not support are skipped for it",
     )
-    n_samples: int = option(2_000, gt=0, help="validation problems per cell")
+    n_samples: int = option(
+        2_000,
+        gt=0,
+        help="validation problems per cell; unset: the task's (Sudoku task.n_valid, GSM8K 1,319)",
+    )
     batch_size: int = option(256, gt=0)
     float64: bool = option(True, help="categorical sampling / geometry in float64")
     seed: int = option(0)
@@ -322,11 +334,37 @@ def _check_rules(value: Any, meta: dict, where: str) -> None:
         raise ConfigError(f"{where}: must not be empty")
 
 
+#: the attribute :func:`build` records the keys of its mapping in (read by :func:`is_set`)
+_SET_KEYS = "_config_keys_set"
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+def is_set(obj: Any, name: str) -> bool:
+    """True when field ``name`` of config object ``obj`` holds a chosen value: the mapping
+    :func:`build` made ``obj`` from names it, or its value is not the field's default (an object
+    built or changed in code). Where it is not set, the planner may use the task's default for
+    it (:meth:`bench.data.base.Task.sweep_defaults`)."""
+    f = next((f for f in dataclasses.fields(obj) if f.name == name), None)
+    if f is None:
+        raise KeyError(f"{type(obj).__name__} has no field {name!r}")
+    if name in getattr(obj, _SET_KEYS, ()):
+        return True
+    return getattr(obj, name) != _default(f)
+
+
 def build(cls: type, data: dict | None, *, where: str = "") -> Any:
     """Build dataclass ``cls`` from ``data``, overriding its defaults.
 
     Unknown keys, wrong types and out-of-range values raise :class:`ConfigError` naming
-    ``where`` + the key (``where`` is usually ``"<file>: section"``).
+    ``where`` + the key (``where`` is usually ``"<file>: section"``). The object records which
+    keys ``data`` gave (:func:`is_set`).
     """
     data = {} if data is None else data
     if not isinstance(data, dict):
@@ -347,6 +385,10 @@ def build(cls: type, data: dict | None, *, where: str = "") -> Any:
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise ConfigError(f"{key_where}: required key is missing")
     obj = cls(**kwargs)
+    try:  # which keys the mapping gave (is_set): the planner fills the others from the task
+        object.__setattr__(obj, _SET_KEYS, frozenset(data))
+    except AttributeError:  # a slotted dataclass keeps no record: is_set compares with defaults
+        pass
     check = getattr(obj, "validate", None)
     if callable(check):
         try:

@@ -23,7 +23,8 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from bench.config import BackboneConfig
+from bench.backbones.dit import resolve_size
+from bench.config import BackboneConfig, SampleConfig, TrainConfig
 from bench.options import Options
 
 
@@ -132,6 +133,23 @@ class Method(nn.Module):
     # -- construction --------------------------------------------------------------
     def build_backbone(self, cfg: BackboneConfig) -> nn.Module:
         raise NotImplementedError
+
+    def validate_plan(
+        self, *, backbone: BackboneConfig, train: TrainConfig, sample: SampleConfig
+    ) -> None:
+        """Reject, while the sweep is planned (:mod:`bench.plan`, once per method entry), what
+        this method's jobs would reject later and its constructor has not checked: the rules of
+        :meth:`build_backbone`, the trainer hooks and :meth:`sample`. Raise
+        :class:`~bench.config.ConfigError` whose message starts with the key
+        (``backbone.size: ...``, ``options.<name>: ...``, ``train.<name>: ...``); the planner
+        adds the file and the entry (``sweeps/x.yaml: methods[2]: ...``) and ``python -m
+        bench.sweep`` exits 2 before anything is written. ``backbone``: the section the model is
+        built from (an imported checkpoint's own); ``train``: the entry's recipe (its overrides
+        applied); ``sample``: the sweep's grid. Prefer calling the code the job runs to restating
+        its rule; build no weights and load no data. The base class resolves the backbone as
+        :func:`bench.backbones.dit.build_dit` does (unknown size, heads that do not divide
+        d_model); a method with its own backbone config rules overrides it."""
+        resolve_size(backbone)
 
     # -- training ------------------------------------------------------------------
     def loss(self, backbone: nn.Module, batch: Batch, t: Tensor | None) -> LossOutput:

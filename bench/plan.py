@@ -18,6 +18,17 @@ method's ``Options`` are built and validated here, and a method instance resolve
 decoding names (S-FLM accepts any ``top<k>``). Errors are :class:`ConfigError` lines naming
 the sweep file and key. A cell carries plain dicts (its hashed identity, JSON-able,
 picklable); :mod:`bench.cells` turns them back into objects without validating again.
+
+Every value a job checks is checked here first, so a bad one stops the sweep before a job is
+started or submitted: the task's and each method's ``validate_plan`` hooks
+(:meth:`bench.data.base.Task.validate_plan`, :meth:`bench.method.Method.validate_plan`) run the
+rules of the code the jobs run (the backbone's size, the S-FLM schedule, the evaluation split's
+size, a task's files and lengths) without building weights or loading data.
+
+Task-sized defaults: the ``sample`` / ``train`` / ``backbone`` fields a sweep file leaves unset
+(:func:`bench.config.is_set`) take the task's values where it declares them
+(:meth:`bench.data.base.Task.sweep_defaults`: e.g. a sort task's NFE grid stops at its 8
+generated tokens), else the dataclass defaults.
 """
 
 from __future__ import annotations
@@ -31,12 +42,14 @@ from bench.config import (
     BackboneConfig,
     ConfigError,
     MethodEntry,
+    SampleConfig,
     SweepConfig,
     TaskConfig,
     TrainConfig,
     build,
     canonical,
     config_hash,
+    is_set,
 )
 
 # fields that do not change what a cell computes (paths, threads, checkpoint cadence, logging
@@ -164,6 +177,29 @@ def _task(cfg: SweepConfig, source: str):
         raise ConfigError(f"{source}: {e}") from None
 
 
+#: the sections a task may give defaults for (Task.sweep_defaults)
+_DEFAULTED = {"sample": SampleConfig, "train": TrainConfig, "backbone": BackboneConfig}
+
+
+def _task_defaults(task, source: str) -> dict[str, dict]:
+    """The task's :meth:`~bench.data.base.Task.sweep_defaults`, checked by the sections' rules."""
+    defaults = task.sweep_defaults() or {}
+    where = f"{source}: task.name: {task.name}'s sweep_defaults"
+    for section, values in defaults.items():
+        if section not in _DEFAULTED:
+            known = ", ".join(_DEFAULTED)
+            raise ConfigError(f"{where}: unknown section {section!r} (known: {known})")
+        build(_DEFAULTED[section], values, where=f"{where}: {section}")
+    return defaults
+
+
+def _with_defaults(obj, defaults: dict | None):
+    """``obj`` with ``defaults`` in the fields the sweep file left unset (``obj`` itself when
+    there are none: a sweep that sets every field plans exactly as before)."""
+    unset = {k: v for k, v in (defaults or {}).items() if not is_set(obj, k)}
+    return dataclasses.replace(obj, **unset) if unset else obj
+
+
 def _method(entry: MethodEntry, task, where: str, options: dict | None = None, vocab=None):
     """(the method instance, its canonical options) for one ``methods[i]`` entry
     (``options``: instead of the entry's, e.g. those of an imported checkpoint)."""
@@ -283,13 +319,22 @@ def plan(cfg: SweepConfig, source: str = "sweep", *, offline_ok: bool = False) -
     task_sem = {k: v for k, v in canonical(cfg.task).items() if k not in _NON_SEMANTIC_TASK}
     subsets = list(task.groups())  # Sudoku: the difficulties; GSM8K: the test split
     groups_list = [subsets] if cfg.task.train_mix else [[g] for g in subsets]
-    s = cfg.sample
+    # the task's defaults fill what the file leaves unset (a sort task's NFE grid stops at its
+    # generated length, not at 9x9 Sudoku's 180)
+    defaults = _task_defaults(task, source)
+    s = _with_defaults(cfg.sample, defaults.get("sample"))
+    train_cfg = _with_defaults(cfg.train, defaults.get("train"))
+    backbone_cfg = _with_defaults(cfg.backbone, defaults.get("backbone"))
+    try:  # what the task's jobs would reject (split sizes, files, lengths), before any job
+        task.validate_plan(backbone=backbone_cfg, train=train_cfg, sample=s)
+    except ValueError as e:  # ConfigError included
+        raise ConfigError(f"{source}: {e}") from None
     models: dict[str, TrainCell] = {}  # train cell id -> the cell (entries may share one)
     owner: dict[str, int] = {}  # sample cell id -> the methods[] index that planned it
     for i, entry in enumerate(cfg.methods):
         where = f"{source}: methods[{i}]"
         imported = vocab = None
-        backbone = canonical(cfg.backbone)
+        backbone = canonical(backbone_cfg)
         if entry.checkpoint:  # options, sizes and vocabulary from the file
             sp, file_opts, imported, vocab = _import_facts(entry, task, where, offline_ok)
             method, opts = _method(entry, task, where, file_opts, vocab)
@@ -301,8 +346,15 @@ def plan(cfg: SweepConfig, source: str = "sweep", *, offline_ok: bool = False) -
         model_opts, sampling = _split_sampling(method, _identity(method, opts))
         # per-method train overrides use TrainConfig's own fields and rules
         train0 = build(
-            TrainConfig, {**dataclasses.asdict(cfg.train), **entry.train}, where=f"{where}.train"
+            TrainConfig, {**dataclasses.asdict(train_cfg), **entry.train}, where=f"{where}.train"
         )
+        try:  # what this method's jobs would reject (backbone size, schedule), before any job
+            method.validate_plan(backbone=BackboneConfig(**backbone), train=train0, sample=s)
+        except ValueError as e:  # ConfigError included
+            msg = str(e)
+            if not imported and msg.startswith(("backbone", "sample")):  # a section at the root
+                raise ConfigError(f"{source}: {msg} (methods[{i}]: {entry.method})") from None
+            raise ConfigError(f"{where}: {msg}") from None
         decodings = _decodings(method, entry, s.decoding, where)
         seeds = list(dict.fromkeys(cfg.seeds)) or [train0.seed]
         if imported:  # one model, whatever the training seeds and subsets: it is not trained

@@ -245,14 +245,32 @@ class SFLM(Method):
         self.setup_schedule(size.d_model)
         return net
 
+    def validate_plan(self, *, backbone, train, sample) -> None:
+        """The backbone's size (the base class) and the schedule its width gives
+        (:meth:`base_schedule_for`), as :meth:`build_backbone` resolves them."""
+        super().validate_plan(backbone=backbone, train=train, sample=sample)
+        self.base_schedule_for(resolve_size(backbone).d_model)
+
+    def base_schedule_for(self, dim: int) -> tuple[float, Schedule]:
+        """(the clean-weight cap, the truncated base schedule) for backbone width ``dim``; a cap
+        at or below the schedule's floor ``eps`` is a ConfigError naming the option that set it."""
+        o = self.opts
+        cap = o.clean_weight_cap(self.vocab_size, dim)
+        try:
+            return cap, make_base_schedule(o.schedule, o.eps, None, cap)
+        except ValueError as e:  # TruncatedSchedule: the cap must lie above alpha at t = 1
+            key = "alpha_trunc_inverted" if o.alpha_trunc_inverted is not None else "alpha_max"
+            raise ConfigError(
+                f"options.{key}: clean-weight cap {cap:.4g} (|V| = {self.vocab_size}, d = {dim}) "
+                f"is not above the schedule floor eps = {o.eps} ({e})"
+            ) from None
+
     def setup_schedule(self, dim: int) -> None:
         """Resolve alpha_max for width ``dim`` and build the schedule (idempotent)."""
         if self.dim == dim and self.base_schedule is not None:
             return
-        o = self.opts
         self.dim = dim
-        self.alpha_cap = o.clean_weight_cap(self.vocab_size, dim)
-        self.base_schedule = make_base_schedule(o.schedule, o.eps, None, self.alpha_cap)
+        self.alpha_cap, self.base_schedule = self.base_schedule_for(dim)
         if self.adaptive is not None:
             self.adaptive.base = self.base_schedule
 

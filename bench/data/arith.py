@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from bench.config import ConfigError
 from bench.data.base import TaskData
 from bench.data.program_task import ProgramOptions, ProgramTask
 from bench.options import option
@@ -255,6 +256,19 @@ def generate(
     return out
 
 
+def example_lengths(tok, templates: tuple[str, ...], separator: str) -> dict[str, int]:
+    """Tokens of an example of each template (``[BOS] question separator program [EOS]``, as
+    :meth:`ArithTask._encode` encodes it). A template's length is fixed (every slot has a fixed
+    number of digits, :func:`_numbers`; names and items are one piece each), so one example of
+    each gives the longest a split can hold, without generating one."""
+    from bench.data.tinygsm import encode_pair
+
+    rng = random.Random(0)
+    ex = [make_example(t, _numbers(t, rng), rng) for t in TEMPLATES if t.key in templates]
+    ids, _ = encode_pair(tok, [e["question"] for e in ex], [e["code"] for e in ex], separator)
+    return {e["template"]: len(i) for e, i in zip(ex, ids)}
+
+
 @dataclass
 class ArithOptions(ProgramOptions):
     """``task.options`` of ``arith_standin`` (plus :class:`ProgramOptions`)."""
@@ -299,6 +313,16 @@ class ArithTask(ProgramTask):
 
     def groups(self) -> list[str]:
         return ["heldout"]
+
+    def validate_plan(self, *, backbone, train, sample) -> None:
+        super().validate_plan(backbone=backbone, train=train, sample=sample)
+        lengths = example_lengths(self.tokenizer, self.templates, self.opts.separator)
+        key, longest = max(lengths.items(), key=lambda kv: kv[1])
+        if longest > self.seq_len:  # _encode's rule, which training would hit at its start
+            raise ConfigError(
+                f"task.options.seq_len: {self.seq_len} is shorter than the {longest} tokens of a "
+                f"{key!r} example; raise it to at least {longest}"
+            )
 
     def _examples(self, split: str, n: int) -> list[dict]:
         return generate(

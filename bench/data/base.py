@@ -8,16 +8,22 @@ help and rules beside each field), built and checked when the task is constructe
 key, a wrong type or a value out of range is a ConfigError naming ``task.options.<key>``.
 Construction is cheap (no data, no tokenizer): the planner builds the task to learn its groups,
 ``vocab_size`` and ``seq_len``; data loads when ``train_data`` / ``eval_data`` are called.
+
+Two optional hooks serve the planner (:mod:`bench.plan`; docs/adding-a-task.md):
+:meth:`Task.sweep_defaults` gives task-sized defaults (e.g. an NFE grid sized to the generated
+length) for the sweep fields a file leaves unset, and :meth:`Task.validate_plan` rejects, while
+the sweep is planned, the values this task's jobs would reject later.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from bench.config import build
+from bench.config import BackboneConfig, SampleConfig, TrainConfig, build
 from bench.evaluate.metrics import MetricValue
 from bench.options import Options
 
@@ -45,6 +51,16 @@ class TaskData:
         idx = torch.as_tensor(idx, dtype=torch.long)
         meta = {k: [v[i] for i in idx.tolist()] for k, v in self.meta.items()}
         return TaskData(self.x[idx], self.clean_mask[idx], self.loss_mask[idx], meta)
+
+
+def nfe_grid(lo: int, hi: int) -> list[int]:
+    """``lo``, ``2 lo``, ``4 lo``, ... below ``hi``, then ``hi`` ([hi] when lo >= hi): an NFE grid
+    that doubles up to a length of the task (:meth:`Task.sweep_defaults`)."""
+    out, k = [], max(1, lo)
+    while k < hi:
+        out.append(k)
+        k *= 2
+    return [*out, hi]
 
 
 class Task:
@@ -75,6 +91,32 @@ class Task:
         """The options that decide which items and which grader a number comes from, as one
         short string every row carries (``task_protocol``); "" when the task has none."""
         return ""
+
+    # -- planning (bench.plan) ----------------------------------------------------------
+    def sweep_defaults(self) -> dict[str, dict[str, Any]]:
+        """Task-sized defaults of the sweep sections: ``{"sample": {...}, "train": {...},
+        "backbone": {...}}``, each a mapping of fields of :class:`~bench.config.SampleConfig`,
+        :class:`~bench.config.TrainConfig` or :class:`~bench.config.BackboneConfig` (checked by
+        their rules). The planner uses a value only where the sweep file leaves that field unset
+        (:func:`bench.config.is_set`; a method entry's ``train:`` overrides count as set), so a
+        value the file writes always wins and a sweep that sets everything plans as before.
+        Declare here what is a property of the task rather than of the harness: an NFE grid sized
+        to the generated length, the size of the evaluation split, the paper's recipe for it.
+        Cheap: the planner calls it on every plan. Default: none (the dataclass defaults)."""
+        return {}
+
+    def validate_plan(
+        self, *, backbone: BackboneConfig, train: TrainConfig, sample: SampleConfig
+    ) -> None:
+        """Reject, while the sweep is planned, what this task's jobs would reject later (in
+        ``train_data``, ``eval_data``, ``evaluate``) and the constructor has not checked: raise
+        :class:`~bench.config.ConfigError` whose message starts with the key from the sweep
+        file's root (``task.options.seq_len: ...``, ``sample.n_samples: ...``); the planner adds
+        the file's name and ``python -m bench.sweep`` exits 2 before anything is written. The
+        sections are the sweep's, task defaults applied. Prefer calling the function the job
+        calls to restating its rule. Pure and cheap: no data, no tokenizer download, no
+        network; a file named by an option may be looked at (``stat``), not read. Default:
+        nothing to check."""
 
     def groups(self) -> list[str]:
         """Evaluation groups (Sudoku: difficulties). Results rows carry the group name."""

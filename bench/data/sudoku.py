@@ -95,6 +95,16 @@ __all__ = [
 GENERATORS = ("fast", "reference")
 
 
+def check_eval_size(n: int, n_valid: int, *, key: str) -> None:
+    """Evaluation reads the first ``n`` validation puzzles of a difficulty, of which there are
+    ``task.n_valid`` (:meth:`SudokuTask.eval_data`; the planner checks ``sample.n_samples``)."""
+    if not 0 < n <= n_valid:
+        raise ConfigError(
+            f"{key}: must be in [1, task.n_valid = {n_valid}] (the validation puzzles of a "
+            f"difficulty), got {n}"
+        )
+
+
 @dataclass
 class SudokuOptions(Options):
     """``task.options`` of the ``sudoku`` task."""
@@ -141,6 +151,14 @@ class SudokuTask(Task):
 
     def protocol(self) -> str:
         return f"generator={self.opts.generator}"
+
+    def sweep_defaults(self) -> dict:
+        """NFE = the sequence length (the paper's 180 for 9x9, one call per position; 40 for
+        4x4) and every validation puzzle (``task.n_valid``; the paper's 2,000)."""
+        return {"sample": {"nfe": [self.seq_len], "n_samples": self.cfg.n_valid}}
+
+    def validate_plan(self, *, backbone, train, sample) -> None:
+        check_eval_size(sample.n_samples, self.cfg.n_valid, key="sample.n_samples")
 
     def groups(self) -> list[str]:
         return list(self.cfg.difficulties)
@@ -193,10 +211,7 @@ class SudokuTask(Task):
         )
 
     def eval_data(self, group: str, n: int) -> TaskData:
-        if not 0 < n <= self.cfg.n_valid:
-            raise ValueError(
-                f"sudoku: eval_data n must be in [1, task.n_valid={self.cfg.n_valid}], got {n}"
-            )
+        check_eval_size(n, self.cfg.n_valid, key="sudoku: eval_data n")
         puzzles, solutions = self._split(group, "valid")
         return self._to_data(puzzles[:n], solutions[:n], group)
 

@@ -128,17 +128,25 @@ def pack(
     return x, clean, loss
 
 
+def data_files_builder(data_files: list[str]) -> str:
+    """The ``datasets`` builder that reads local TinyGSM files: they must share one of the
+    extensions of ``_BUILDERS`` (raises ValueError; the planner checks
+    ``task.options.tinygsm_data_files`` with it)."""
+    exts = {Path(f).suffix for f in data_files}
+    builders = {_BUILDERS.get(e) for e in exts}
+    if len(builders) != 1 or None in builders:
+        raise ValueError(
+            f"tinygsm: data_files must share one of {sorted(_BUILDERS)}, got {sorted(exts)}"
+        )
+    return builders.pop()
+
+
 def _load_raw(opts: TinyGSMOptions):
     import datasets
 
     if opts.data_files:
-        exts = {Path(f).suffix for f in opts.data_files}
-        builders = {_BUILDERS.get(e) for e in exts}
-        if len(builders) != 1 or None in builders:
-            raise ValueError(
-                f"tinygsm: data_files must share one of {sorted(_BUILDERS)}, got {sorted(exts)}"
-            )
-        ds = datasets.load_dataset(builders.pop(), data_files=list(opts.data_files), split="train")
+        builder = data_files_builder(opts.data_files)
+        ds = datasets.load_dataset(builder, data_files=list(opts.data_files), split="train")
     else:
         try:
             ds = datasets.load_dataset(opts.source, split="train")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from bench.data.base import Task, TaskData
+from bench.data.base import Task, TaskData, nfe_grid
 from bench.evaluate.metrics import MetricValue
 from bench.options import Options, option
 
@@ -46,6 +46,10 @@ class SortTask(Task):
 
     def groups(self):
         return [f"sort{self.opts.n_digits}"]
+
+    def sweep_defaults(self):
+        """NFE 2, 4, ... up to the generated length (the n_digits sorted digits: 8 -> [2, 4, 8])."""
+        return {"sample": {"nfe": nfe_grid(2, self.opts.n_digits)}}
 
     def train_data(self, groups):
         return sort_data(self.cfg.n_train, self.opts.n_digits, seed=self.cfg.seed)
