@@ -486,3 +486,52 @@ def outcome_row(method: str, seed: int, outcomes, **columns) -> dict:
         "metric_rank": 0,
         **columns,
     }
+
+
+def write_planned_store(p, score, *, legacy: bool = False, logs: bool = False) -> None:
+    """The store a sweep's jobs would write for plan ``p`` (:func:`bench.plan.plan`), without
+    training: every train cell's rows (``bench.cells.train_rows``, steps as planned; ``logs``: a
+    small training log in its run folder) and every sample cell's rows
+    (``bench.cells.sample_rows``): the task's headline metric with per-item outcomes drawn at
+    rate ``score(sample_cell)``, each secondary metric at that rate without outcomes.
+    ``legacy``: rows without the ``recipe`` column (a store written before it existed)."""
+    import zlib
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from bench import cells, registry
+    from bench.evaluate.metrics import MetricValue
+    from bench.results import Store
+    from bench.train import log_path
+
+    store = Store(p.cfg.results_dir)
+    task = registry.make_task(p.cfg.task)
+
+    def strip(rows):
+        return [{k: v for k, v in r.items() if k != "recipe"} for r in rows] if legacy else rows
+
+    for tc in p.train_cells:
+        steps = int(tc.train["steps"])
+        if logs:
+            path = log_path(tc.run_dir)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            k = np.arange(1, 6) * max(1, steps // 5)
+            path.write_text(
+                "step,loss,val_loss\n" + "".join(f"{s},{3.0 / s**0.5},{3.2 / s**0.5}\n" for s in k)
+            )
+        res = SimpleNamespace(steps=steps, seconds=steps / 50.0, steps_per_s=50.0,
+                              final_loss=10.0 / steps, device="cpu", devices=1)  # fmt: skip
+        method = registry.make_method(tc.method, tc.options, task)
+        store.write_cell(tc.id, strip(cells.train_rows(tc, res, 1000, task=task)))
+        for sc in p.samples_of(tc):
+            rate = float(score(sc))
+            rng = np.random.default_rng(zlib.crc32(sc.id.encode()))
+            out = (rng.random(sc.n_samples) < rate).astype(int)
+            metrics = [MetricValue(task.headline_metric, float(out.mean()), sc.n_samples,
+                                   outcomes=out)]  # fmt: skip
+            metrics += [MetricValue(m, rate, sc.n_samples) for m in task.secondary_metrics]
+            nfe = task.seq_len if method.nfe_is_length else sc.nfe
+            rows = cells.sample_rows(sc, metrics, method=method, task=task, train_steps=steps,
+                                     nfe=nfe, wall_s=0.5, items="same-items")  # fmt: skip
+            store.write_cell(sc.id, strip(rows))
