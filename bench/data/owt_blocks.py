@@ -148,18 +148,14 @@ class BlockFile:
 
 
 def _write_blocks(path: Path, batches: Iterable[np.ndarray]) -> int:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """Write ``batches`` to ``path`` as raw uint16 rows, fsynced; returns the row count."""
     n = 0
-    try:
-        with open(tmp, "wb") as f:
-            for b in batches:
-                f.write(np.ascontiguousarray(b, dtype=np.uint16).tobytes())
-                n += b.shape[0]
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with open(path, "wb") as f:
+        for b in batches:
+            f.write(np.ascontiguousarray(b, dtype=np.uint16).tobytes())
+            n += b.shape[0]
+        f.flush()
+        os.fsync(f.fileno())
     return n
 
 
@@ -177,35 +173,33 @@ def prepare_split(
 ) -> BlockFile:
     """Tokenise ``text_batches`` (lists of documents, MAP_BATCH each) into the cache once.
 
-    ``text_batches`` is consumed only when the cache entry is missing; concurrent callers wait
-    on a file lock and then read what the first one wrote."""
-    from filelock import FileLock
+    ``text_batches`` is consumed only when the cache entry is missing. The entry is
+    ``<stem>.u16`` (the blocks) and ``<stem>.json`` (their metadata, written last: it marks a
+    finished entry), built by :func:`bench.atomic.build_once` on the ``.json``: concurrent
+    callers wait for the first one and then read what it wrote."""
     from tqdm import tqdm
 
-    from bench import atomic
+    from bench.atomic import build_once
 
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     root = data_cache_root(data_dir) / "owt"
-    root.mkdir(parents=True, exist_ok=True)
     stem = f"{label}-{split}-L{L}-{digest}"
     path, meta_path = root / f"{stem}.u16", root / f"{stem}.json"
 
-    def hit() -> BlockFile | None:
+    def hit(meta_path: Path) -> BlockFile | None:
         if not meta_path.is_file() or not path.is_file():
             return None
-        meta = json.loads(meta_path.read_text())
-        if meta.get("key") != key or path.stat().st_size != meta["n_blocks"] * L * 2:
+        try:
+            meta = json.loads(meta_path.read_text())
+            ok = meta.get("key") == key and path.stat().st_size == meta["n_blocks"] * L * 2
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            ok = False
+        if not ok:
             log.warning("%s: cache entry does not match its key, rebuilding", path)
             return None
         return BlockFile(path, int(meta["n_blocks"]), L, meta)
 
-    found = hit()
-    if found:
-        return found
-    with FileLock(str(root / f"{stem}.lock")):
-        found = hit()
-        if found:
-            return found
+    def build(tmp: Path) -> None:
         procs = num_proc or _usable_cpus()
         jobs = ((list(texts), L) for texts in text_batches)
         bar = tqdm(desc=f"tokenise {label} {split}", unit="batch", disable=not progress)
@@ -215,9 +209,10 @@ def prepare_split(
                 bar.update(1)
                 yield b
 
+        blocks = tmp.with_name(tmp.name + ".blocks")  # a scratch file of the build
         if procs <= 1:
             _worker_init(tokenizer_source, data_dir)
-            n = _write_blocks(path, counted(map(_worker_blocks, jobs)))
+            n = _write_blocks(blocks, counted(map(_worker_blocks, jobs)))
         else:
             import multiprocessing as mp
 
@@ -225,8 +220,9 @@ def prepare_split(
             with mp.get_context("fork").Pool(
                 procs, _worker_init, (tokenizer_source, data_dir)
             ) as pool:
-                n = _write_blocks(path, counted(pool.imap(_worker_blocks, jobs)))
+                n = _write_blocks(blocks, counted(pool.imap(_worker_blocks, jobs)))
         bar.close()
+        os.replace(blocks, path)  # the blocks first; the metadata (tmp) then marks them done
         meta = {
             "key": key,
             "n_blocks": n,
@@ -235,8 +231,9 @@ def prepare_split(
             "label": label,
             "split": split,
         }
-        atomic.write_text(meta_path, json.dumps(meta, indent=2) + "\n")
-        return BlockFile(path, n, L, meta)
+        tmp.write_text(json.dumps(meta, indent=2) + "\n")
+
+    return build_once(meta_path, build, check=hit, folder=False)
 
 
 def _batched(docs: list[str], size: int = MAP_BATCH) -> Iterator[list[str]]:

@@ -15,9 +15,10 @@ Splits (paper: 48k train / 2k validation, no overlap):
   training grids, shared by all difficulties. Each puzzle picks a grid of its split at random,
   so grids (and, at the hard end, whole puzzles) repeat within a split, never across splits.
 
-Cache: each split is generated once and stored as ``.npz`` (written atomically) under
-``cfg.data_dir``, else ``$SFLM_BENCH_DATA``, else ``~/.cache/sflm-bench`` (subfolder
-``sudoku``), keyed by (grid, difficulty, split sizes, seed, ``GENERATOR_VERSION``).
+Cache: each split is generated once (across processes: :func:`bench.atomic.build_once`) and
+stored as ``.npz`` (written atomically) under ``cfg.data_dir``, else ``$SFLM_BENCH_DATA``, else
+``~/.cache/sflm-bench`` (subfolder ``sudoku``), keyed by (grid, difficulty, split sizes, seed,
+``GENERATOR_VERSION``).
 """
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ import multiprocessing as mp
 import os
 import random
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
-from bench.atomic import write_with
+from bench.atomic import build_once, write_with
 from bench.data.sudoku_solver import DIFFICULTIES, all_grids, check_grid, givens_for, make_puzzle
 from bench.text.locate import data_cache_root
 
@@ -186,17 +188,33 @@ def read_npz_cache(path: Path, key: dict, names: tuple[str, ...]) -> tuple[np.nd
         return None
 
 
+def _save_npz(path: Path, key: dict, arrays: dict[str, np.ndarray]) -> None:
+    """``arrays`` and ``key`` (JSON) as a compressed ``.npz`` at ``path``, readable by everyone
+    (the cache may be shared)."""
+    with open(path, "wb") as f:
+        np.savez_compressed(f, **arrays, key=np.array(json.dumps(key)))
+    os.chmod(path, 0o644)
+
+
 def write_npz_cache(path: Path, key: dict, **arrays: np.ndarray) -> None:
-    """Atomically write ``arrays`` and ``key`` (JSON) as a compressed ``.npz`` (bench.atomic),
-    readable by everyone (the cache may be shared)."""
+    """Atomically write ``arrays`` and ``key`` (JSON) as a compressed ``.npz`` (bench.atomic)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    write_with(path, lambda tmp: _save_npz(tmp, key, arrays))
 
-    def write(tmp: Path) -> None:
-        with open(tmp, "wb") as f:
-            np.savez_compressed(f, **arrays, key=np.array(json.dumps(key)))
-        os.chmod(tmp, 0o644)
 
-    write_with(path, write)
+def cached_npz(
+    path: Path, key: dict, names: tuple[str, ...], make: Callable[[], dict[str, np.ndarray]]
+) -> tuple[np.ndarray, ...]:
+    """The arrays ``names`` of the cache file ``path`` for ``key`` (:func:`read_npz_cache`);
+    when it is missing or stale, ``make()`` (name -> array) computes them and they are written
+    once across processes (:func:`bench.atomic.build_once`: concurrent callers wait for the
+    first one and read its file)."""
+    return build_once(
+        path,
+        lambda tmp: _save_npz(tmp, key, make()),
+        check=lambda p: read_npz_cache(p, key, names),
+        folder=False,
+    )
 
 
 def load_split(
@@ -231,22 +249,22 @@ def load_split(
         "v": GENERATOR_VERSION,
     }
     path = _cache_path(data_root(data_dir), key)
-    hit = read_npz_cache(path, key, ("puzzles", "solutions"))
-    if hit is not None:
-        return hit
-    puzzles, solutions = _generate_split(
-        n,
-        difficulty,
-        split,
-        n_train=n_train,
-        n_valid=n_valid,
-        seed=seed,
-        data_dir=data_dir,
-        workers=workers,
-        progress=progress,
-    )
-    write_npz_cache(path, key, puzzles=puzzles, solutions=solutions)
-    return puzzles, solutions
+
+    def make() -> dict[str, np.ndarray]:
+        puzzles, solutions = _generate_split(
+            n,
+            difficulty,
+            split,
+            n_train=n_train,
+            n_valid=n_valid,
+            seed=seed,
+            data_dir=data_dir,
+            workers=workers,
+            progress=progress,
+        )
+        return {"puzzles": puzzles, "solutions": solutions}
+
+    return cached_npz(path, key, ("puzzles", "solutions"), make)
 
 
 def _generate_split(n, difficulty, split, *, n_train, n_valid, seed, data_dir, workers, progress):

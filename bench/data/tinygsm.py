@@ -20,12 +20,13 @@ FrankCCCCC/s-flm @ 18d586f, after JaeyeonKim01/PUMA `data/tiny_gsm.py`).
 - Split: ``train_test_split(test_size=0.01, seed=42)``.
 - Tokenised once and cached under ``<data_dir>/tinygsm/<key>/`` as ``.npy`` files that are
   memory-mapped on load (11.8 M x 512 int32 ids is about 24 GB: never held in RAM); the key
-  hashes the source, the tokenizer's ids and every option. One preparation per sweep: an
-  exclusive ``fcntl.flock`` on ``<data_dir>/tinygsm/.<key>.lock`` is held while preparing, so
-  the train jobs of a sweep and their DDP ranks (each calls :func:`prepare` before the process
-  group starts) wait for the first one and then load its cache. The data dir must be on a
-  filesystem that every node sees and that supports ``flock`` (NFS does; Lustre needs the
-  ``flock`` mount option): where locking fails, each process prepares on its own (still
+  hashes the source, the tokenizer's ids and every option; ``meta.json`` marks a finished
+  cache. One preparation per sweep: the folder is built by :func:`bench.atomic.build_once`
+  (an exclusive ``flock`` on ``<data_dir>/tinygsm/.<key>.lock``, a temp folder renamed into
+  place), so the train jobs of a sweep and their DDP ranks (each calls :func:`prepare` before
+  the process group starts) wait for the first one and then load its cache. The data dir must
+  be on a filesystem that every node sees and that supports ``flock`` (NFS does; Lustre needs
+  the ``flock`` mount option): where locking fails, each process prepares on its own (still
   correct: the cache is renamed into place atomically) with a warning.
 - Statistics for the token-length figure: :func:`token_lengths` / ``python -m bench.data
   tinygsm --stats``.
@@ -33,21 +34,16 @@ FrankCCCCC/s-flm @ 18d586f, after JaeyeonKim01/PUMA `data/tiny_gsm.py`).
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
-import shutil
-import sys
-import tempfile
-import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from bench.atomic import build_once
 from bench.data.base import TaskData
 from bench.text.fingerprint import cache_fingerprint
 from bench.text.locate import data_cache_root
@@ -187,48 +183,20 @@ def cache_key(opts: TinyGSMOptions, tok) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-@contextlib.contextmanager
-def preparation_lock(path: Path):
-    """Hold an exclusive ``fcntl.flock`` on ``path`` (created if missing) for the block: one
-    holder at a time across processes and nodes that see the same file. The lock file stays
-    (removing it would let a late process lock a different inode)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                print(
-                    f"tinygsm: another process is preparing {path.parent}; waiting for it",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError as e:  # a filesystem without flock (e.g. Lustre without -o flock)
-            warnings.warn(
-                f"tinygsm: cannot lock {path} ({e}); preparing without the lock", stacklevel=3
-            )
-        yield
-    finally:
-        os.close(fd)  # releases the lock
-
-
 def prepare(opts: TinyGSMOptions, tok, data_dir: str = "") -> Path:
-    """Tokenise, filter, split and write the cache (once per key: concurrent callers wait on
-    :func:`preparation_lock` and reuse the first one's cache); returns the cache directory
-    with ``{train,valid}_{x,clean,loss}.npy`` and ``meta.json``."""
+    """Tokenise, filter, split and write the cache (once per key: concurrent callers wait for
+    the first one and reuse its cache, :func:`bench.atomic.build_once`); returns the cache
+    directory with ``{train,valid}_{x,clean,loss}.npy`` and ``meta.json``."""
     for f in opts.data_files or ():
         if not Path(f).is_file():
             raise FileNotFoundError(f"tinygsm: data file not found: {f}")
     root = data_cache_root(data_dir) / "tinygsm"
     out = root / cache_key(opts, tok)
-    if (out / "meta.json").exists():
-        return out
-    with preparation_lock(root / f".{out.name}.lock"):
-        if not (out / "meta.json").exists():  # else: prepared while this process waited
-            _prepare_locked(opts, tok, root, out)
-    return out
+    return build_once(
+        out,
+        lambda tmp: _build(opts, tok, tmp),
+        check=lambda d: d if (d / "meta.json").exists() else None,
+    )
 
 
 def _tokenized(opts: TinyGSMOptions, tok):
@@ -273,7 +241,8 @@ def token_lengths(opts: TinyGSMOptions, tok) -> np.ndarray:
     return np.asarray(n, dtype=np.int64)
 
 
-def _prepare_locked(opts: TinyGSMOptions, tok, root: Path, out: Path) -> None:
+def _build(opts: TinyGSMOptions, tok, tmp: Path) -> None:
+    """Write the cache's files into the (empty) folder ``tmp``; ``meta.json`` last."""
     ds = _tokenized(opts, tok)
     n_raw = len(ds)
     if opts.filter_too_long:
@@ -287,34 +256,24 @@ def _prepare_locked(opts: TinyGSMOptions, tok, root: Path, out: Path) -> None:
     if n_kept < 2:
         raise ValueError(f"tinygsm: only {n_kept} example(s) fit max_len={opts.max_len}")
     split = ds.train_test_split(test_size=opts.valid_frac, seed=opts.split_seed)
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=root))
-    try:
-        counts = {}
-        for name, part in (("train", split["train"]), ("valid", split["test"])):
-            _write_split(part, tmp, name, opts, tok)
-            counts[name] = len(part)
-        meta = {
-            "options": asdict(opts),
-            "n_raw": n_raw,
-            "n_dropped_too_long": n_raw - n_kept,
-            "counts": counts,
-            "vocab_size": len(tok),
-            "pad_id": tok.pad_token_id,
-            "bos_id": tok.bos_token_id,
-            "eos_id": tok.eos_token_id,
-            "tokenizer": getattr(tok, "name_or_path", ""),
-            "tokenizer_source": getattr(tok, "sflm_source", ""),
-            "version": FORMAT_VERSION,
-        }
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
-        try:
-            os.replace(tmp, out)  # atomic: a crashed run leaves no half-written cache
-        except OSError:
-            if not (out / "meta.json").exists():  # another process won the race: use theirs
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    counts = {}
+    for name, part in (("train", split["train"]), ("valid", split["test"])):
+        _write_split(part, tmp, name, opts, tok)
+        counts[name] = len(part)
+    meta = {
+        "options": asdict(opts),
+        "n_raw": n_raw,
+        "n_dropped_too_long": n_raw - n_kept,
+        "counts": counts,
+        "vocab_size": len(tok),
+        "pad_id": tok.pad_token_id,
+        "bos_id": tok.bos_token_id,
+        "eos_id": tok.eos_token_id,
+        "tokenizer": getattr(tok, "name_or_path", ""),
+        "tokenizer_source": getattr(tok, "sflm_source", ""),
+        "version": FORMAT_VERSION,
+    }
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
 
 
 def _write_split(part, d: Path, name: str, opts: TinyGSMOptions, tok) -> None:

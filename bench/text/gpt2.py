@@ -23,7 +23,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 from pathlib import Path
 
 from bench.text.bpe import pin_pre_tokenizer
@@ -118,12 +117,19 @@ def vocab_and_merges(ranks: dict[bytes, int]) -> tuple[dict[str, int], list[str]
 
 
 def build_offline_folder(data_dir: str = "") -> Path:
-    """A ``GPT2TokenizerFast`` folder rebuilt from the whisper ranks (once; atomic rename)."""
-    from transformers import GPT2TokenizerFast
+    """A ``GPT2TokenizerFast`` folder rebuilt from the whisper ranks (once, across processes:
+    :func:`bench.atomic.build_once`; ``tokenizer.json`` marks a finished folder)."""
+    from bench.atomic import build_once
 
     out = data_cache_root(data_dir) / "tokenizers" / f"gpt2-from-whisper-v{REBUILD_VERSION}"
-    if (out / "tokenizer.json").is_file():
-        return out
+    return build_once(
+        out, _save_offline_folder, check=lambda d: d if (d / "tokenizer.json").is_file() else None
+    )
+
+
+def _save_offline_folder(tmp: Path) -> None:
+    from transformers import GPT2TokenizerFast
+
     vocab, merges = vocab_and_merges(read_ranks(whisper_ranks_path()))
     # vocab=/merges= objects: transformers 5.x ignores vocab_file=/merges_file= keyword paths
     tok = GPT2TokenizerFast(
@@ -135,21 +141,12 @@ def build_offline_folder(data_dir: str = "") -> Path:
         add_prefix_space=False,
     )
     tok.model_max_length = 1024
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     tok.save_pretrained(str(tmp))
     (tmp / "sflm_source.json").write_text(
         json.dumps(
             {"source": f"{WHISPER_DIST}:{'/'.join(GPT2_TIKTOKEN)}", "sha256": GPT2_TIKTOKEN_SHA256}
         )
     )
-    try:
-        os.replace(tmp, out)
-    except OSError:  # another process won the race: keep its folder
-        import shutil
-
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
 
 
 def load_gpt2_tokenizer(source: str = "auto", data_dir: str = ""):

@@ -17,7 +17,6 @@ tokenizer, its context length and the ids the scorer needs (:mod:`bench.evaluate
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,37 +65,40 @@ def smollm2_folder_path(data_dir: str = "") -> Path:
 
 
 def smollm2_folder(data_dir: str = "") -> Path:
-    """The offline reference LM as a plain transformers folder (built once, under a lock)."""
-    from filelock import FileLock
+    """The offline reference LM as a plain transformers folder (built once, across processes:
+    :func:`bench.atomic.build_once`; ``config.json`` marks a finished folder)."""
+    from bench.atomic import build_once
 
     out = smollm2_folder_path(data_dir)
-    if (out / "config.json").is_file():
+
+    def finished(d: Path) -> Path | None:
+        return d if (d / "config.json").is_file() else None
+
+    if finished(out):
         return out
     try:
         gguf_dir = package_dir(SMOLLM_GGUF_PACKAGE, SMOLLM2_INSTALL)
     except MissingPackage as e:
         raise ReferenceModelError(str(e)) from None
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(out) + ".lock"):
-        if (out / "config.json").is_file():
-            return out
-        from transformers import AutoModelForCausalLM
+    return build_once(out, lambda tmp: _save_smollm2(gguf_dir, tmp), check=finished)
 
-        q = AutoModelForCausalLM.from_pretrained(str(gguf_dir), gguf_file=SMOLLM_GGUF_FILE)
-        cfg = q.config  # the weights above are dequantized
-        if hasattr(cfg, "quantization_config"):  # transformers 5.x refuses to save a gguf model
-            del cfg.quantization_config
-        model = AutoModelForCausalLM.from_config(cfg)
-        model.load_state_dict(q.state_dict())
-        tok = smollm_gguf_tokenizer()
-        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-        model.save_pretrained(str(tmp))
-        tok.save_pretrained(str(tmp))
-        (tmp / "sflm_source.json").write_text(
-            json.dumps({"source": f"{SMOLLM_GGUF_DIST}:{SMOLLM_GGUF_FILE}", "dequantized": "fp32"})
-        )
-        os.replace(tmp, out)
-    return out
+
+def _save_smollm2(gguf_dir: Path, tmp: Path) -> None:
+    """Dequantize the GGUF model to fp32 and save it, with its tokenizer, into ``tmp``."""
+    from transformers import AutoModelForCausalLM
+
+    q = AutoModelForCausalLM.from_pretrained(str(gguf_dir), gguf_file=SMOLLM_GGUF_FILE)
+    cfg = q.config  # the weights above are dequantized
+    if hasattr(cfg, "quantization_config"):  # transformers 5.x refuses to save a gguf model
+        del cfg.quantization_config
+    model = AutoModelForCausalLM.from_config(cfg)
+    model.load_state_dict(q.state_dict())
+    tok = smollm_gguf_tokenizer()
+    model.save_pretrained(str(tmp))
+    tok.save_pretrained(str(tmp))
+    (tmp / "sflm_source.json").write_text(
+        json.dumps({"source": f"{SMOLLM_GGUF_DIST}:{SMOLLM_GGUF_FILE}", "dequantized": "fp32"})
+    )
 
 
 def _context_of(model, tokenizer, max_context: int) -> int:

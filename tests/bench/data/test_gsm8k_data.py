@@ -11,6 +11,7 @@ import torch
 from helpers import TINYGSM_FIXTURE as FIXTURE
 from helpers import tinygsm_bpe, tinygsm_options, tinygsm_rows
 
+from bench.atomic import CacheBuildError
 from bench.config import ConfigError, TaskConfig
 from bench.data import tinygsm
 from bench.data.arith import TEMPLATES, ArithTask, generate, is_heldout
@@ -104,9 +105,9 @@ def test_tinygsm_cached_once_and_keyed_by_options(tmp_path, bpe, monkeypatch):
 
     monkeypatch.setattr(datasets, "load_dataset", boom)
     assert tinygsm.prepare(_opts(), bpe, str(tmp_path)) == a
-    with pytest.raises(AssertionError, match="re-tokenised"):
+    with pytest.raises(CacheBuildError, match="re-tokenised"):
         tinygsm.prepare(_opts(max_len=200), bpe, str(tmp_path))
-    with pytest.raises(AssertionError, match="re-tokenised"):
+    with pytest.raises(CacheBuildError, match="re-tokenised"):
         tinygsm.prepare(_opts(), CharTokenizer(), str(tmp_path))
     left = [p for p in (tmp_path / "tinygsm").glob(".*") if p.is_dir()]
     assert not left  # no temp dirs left (the .<key>.lock files stay, by design)
@@ -137,7 +138,7 @@ def test_tinygsm_bad_files(tmp_path, bpe):
         )
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "q", "answer": "a"}\n')
-    with pytest.raises(ValueError, match="missing column"):
+    with pytest.raises(CacheBuildError, match="ValueError: .*missing column"):
         tinygsm.prepare(tinygsm.TinyGSMOptions(data_files=[str(bad)]), bpe, str(tmp_path))
 
 

@@ -15,6 +15,7 @@ import pytest
 import yaml
 from helpers import tinygsm_bpe, tinygsm_options, tinygsm_rows
 
+from bench import atomic
 from bench.config import TaskConfig
 from bench.data import stats, tinygsm
 from bench.text.char import CharTokenizer
@@ -138,8 +139,8 @@ def _prepare_in_a_process(tok, data_dir, counter, barrier, hold_s, use_lock, out
         return inner(opts, t)
 
     tinygsm._tokenized = counted
-    if not use_lock:
-        tinygsm.preparation_lock = lambda path: contextlib.nullcontext()
+    if not use_lock:  # bench.atomic.build_once then runs unlocked
+        atomic.build_lock = lambda path, what="": contextlib.nullcontext(False)
     barrier.wait(timeout=60)  # both start at once on an empty cache
     out_q.put(str(tinygsm.prepare(_opts(), tok, data_dir)))
 
@@ -186,13 +187,13 @@ def test_lock_failure_warns_and_still_prepares(tmp_path, bpe, monkeypatch):
     def no_locks(fd, op):
         raise OSError(errno.ENOLCK, "No locks available")
 
-    # only this module's locking fails (datasets' own file locks keep working)
+    # only the cache lock fails (datasets' own file locks keep working)
     fake = type(
         "fcntl",
         (),
         {"flock": staticmethod(no_locks), "LOCK_EX": fcntl.LOCK_EX, "LOCK_NB": fcntl.LOCK_NB},
     )
-    monkeypatch.setattr(tinygsm, "fcntl", fake)
+    monkeypatch.setattr(atomic, "fcntl", fake)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         d = tinygsm.prepare(_opts(), bpe, str(tmp_path))
