@@ -28,13 +28,46 @@ import torch
 
 from bench.backbones.dit import build_dit
 from bench.config import BackboneConfig
-from bench.method import Batch, LossOutput, Method, gumbel_argmax, token_mean
+from bench.method import LOSS_NLL, Batch, LossOutput, Method, gumbel_argmax, token_mean
 from bench.options import Options
+from bench.reference_format import ReferenceFamily, ReferenceFormat
 
 
 @dataclass
 class AROptions(Options):
     pass
+
+
+class ARReference(ReferenceFormat):
+    """AR files (s-flm ``algo.AR`` on the causal ``DIT``, no adaLN and no time embedding): the
+    input table and the head carry a mask row after the vocabulary, never fed, its logit forced
+    to -1e6 (``AR._process_model_output``); ours has neither."""
+
+    families = (
+        ReferenceFamily(
+            "ar",
+            model_type="dit",
+            algo="ar",
+            algo_names=("ar",),
+            requires=("backbone.vocab_embed.embedding",),
+            excludes=("backbone.sigma_map.mlp.0.weight",),
+            mask_rows=1,
+            kept_mask_rows=(0, 0),
+            vocab_in_hparams=True,
+        ),
+    )
+
+    def export_config(self, family, method) -> dict:
+        return {
+            "algo": {
+                "backbone": "dit",
+                "parameterization": "ar",
+                "time_conditioning": False,
+                "causal_attention": True,
+                "adaLN": False,
+            },
+            "sampler": {"predictor": "ar"},
+        }
 
 
 class AR(Method):
@@ -44,8 +77,12 @@ class AR(Method):
     uses_time = False
     nfe_is_length = True
     temperature_free = ("greedy",)
+    #: next-token cross-entropy: the exact NLL of the counted tokens
+    loss_kind = LOSS_NLL
     #: reuse keys / values between decoding calls (False: re-run the whole prefix every call)
     kv_cache = True
+    #: reference checkpoint format (bench.reference_format; docs/checkpoints.md)
+    reference = ARReference()
 
     def build_backbone(self, cfg: BackboneConfig):
         return build_dit(cfg, self.vocab_size, self.vocab_size, causal=True)

@@ -53,9 +53,10 @@ from torch import Tensor
 
 from bench.backbones.dit import build_dit
 from bench.config import BackboneConfig, ConfigError
-from bench.method import Batch, LossOutput, Method, gumbel_argmax, token_mean
+from bench.method import LOSS_CE, Batch, LossOutput, Method, gumbel_argmax, token_mean
 from bench.numerics import interp, log_linear_alpha, log_linear_dalpha, sigma_of_alpha
 from bench.options import Options, option
+from bench.reference_format import ReferenceFamily, ReferenceFormat
 
 #: sigma grid of the error-rate table (`algo.py::CANDI.__init__`: torch.linspace(0.2, 4.0, 1000))
 SIGMA_GRID = (0.2, 4.0, 1000)
@@ -147,12 +148,95 @@ class _SamplerRun:
     onehot_prompt: Tensor
 
 
+class CANDIReference(ReferenceFormat):
+    """CANDI files (s-flm ``algo.CANDI`` on ``ContDIT``, the DIT's keys): the mask row after the
+    vocabulary in the input table (as here) and in the head, whose mask column the reference's
+    forward drops (ours has none); the sigma grid and the error rate on it as top-level
+    buffers (``cont_noise_table`` / ``disc_noise_table``); the options from ``algo.*``."""
+
+    families = (
+        ReferenceFamily(
+            "candi",
+            model_type="candi-dit",
+            algo="candi",
+            algo_names=("candi",),
+            requires=(
+                "backbone.vocab_embed.embedding",
+                "backbone.sigma_map.mlp.0.weight",
+                "cont_noise_table",
+            ),
+            mask_rows=1,
+            kept_mask_rows=(1, 0),
+            vocab_in_hparams=True,
+        ),
+    )
+
+    def options_from(self, ref, family):
+        temp = float(ref.num("algo.temp", 1.0))
+        if temp != 1.0:  # reference CANDI divides its log-probs by algo.temp; ours has no such knob
+            raise ref.error(f"CANDI algo.temp={temp} (supported: 1.0)")
+        opts = {
+            "pure_gaussian": bool(ref.num("algo.pure_continuous", False)),
+            "mixed_coeff": float(ref.num("algo.mixed_coeff", 0.5)),
+            "min_percentile": float(ref.num("algo.min_percentile", 0.01)),
+            "max_percentile": float(ref.num("algo.max_percentile", 0.25)),
+            "sigma_min": float(ref.num("algo.sigma_min", 0.01)),
+            "sigma_max": float(ref.num("algo.sigma_max", 2.0)),
+            "eps": float(ref.num("noise.eps", 1e-3)),
+        }
+        return opts, {}, []
+
+    def export_config(self, family, method) -> dict:
+        o = method.opts
+        return {
+            # ContDIT: the original candi-diffusion rotary path (same parameters as DDiTBlock)
+            "model": {"softcap": 0.0, "use_original_rope": True},
+            "algo": {
+                "backbone": "candi-dit",
+                "mixed_coeff": o.mixed_coeff,
+                "temp": 1.0,
+                "sigma_min": o.sigma_min,
+                "sigma_max": o.sigma_max,
+                "min_percentile": o.min_percentile,
+                "max_percentile": o.max_percentile,
+                "pure_continuous": o.pure_gaussian,
+                "is_embed": False,
+                "sampler": "cached",
+                "step_size": o.step_size,
+                "use_percentile_scheduling": o.use_percentile_scheduling,
+                "ignore_bos": False,
+            },
+            "noise": {"eps": o.eps},
+            "sampler": {"predictor": "candi"},
+        }
+
+    def export_state(self, family, method) -> dict:
+        # reference algo.CANDI: the sigma grid and the error rate r(sigma) on it
+        return {
+            "cont_noise_table": method.sigma_table.float().clone(),
+            "disc_noise_table": method.rate_table.float().clone(),
+        }
+
+
 class CANDI(Method):
     name = "candi"
     Options = CANDIOptions
     decodings = ("cached", "nocache")
     #: variants the shared conformance suite runs (tests/bench/test_conformance.py)
     conformance_variants = [{}, {"pure_gaussian": True}]
+    #: reference checkpoint format (bench.reference_format; docs/checkpoints.md)
+    reference = CANDIReference()
+    #: MDLM's NELBO weights, but the corrupted positions' inputs also carry a Gaussian-noised
+    #: one-hot of the clean token, and no term accounts for it: not a bound on the NLL
+    loss_kind = (
+        "cross-entropy weighted as MDLM's NELBO, inputs with Gaussian noise: not a likelihood "
+        "bound (nats/token)"
+    )
+
+    @classmethod
+    def loss_kind_for(cls, options) -> str:
+        """Hybrid: :attr:`loss_kind`; pure Gaussian: the plain CE."""
+        return LOSS_CE if options.pure_gaussian else cls.loss_kind
 
     def __init__(self, options, vocab_size: int, seq_len: int):
         super().__init__(options, vocab_size, seq_len)

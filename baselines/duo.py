@@ -52,7 +52,7 @@ from baselines.duo_loss import (  # noqa: F401 (udlm_nelbo*: the objective's pub
 )
 from bench.backbones.dit import build_dit
 from bench.config import BackboneConfig, ConfigError
-from bench.method import Batch, LossOutput, Method, gumbel_argmax, token_mean
+from bench.method import LOSS_NELBO, Batch, LossOutput, Method, gumbel_argmax, token_mean
 from bench.numerics import (
     gaussian_argmax_probability,
     interp,
@@ -61,6 +61,7 @@ from bench.numerics import (
     sigma_of_alpha,
 )
 from bench.options import Options, option
+from bench.reference_format import ReferenceFamily, ReferenceFormat
 
 
 @dataclass
@@ -248,11 +249,60 @@ def duality_table(
 # --------------------------------------------------------------------------- the method
 
 
+class DuoReference(ReferenceFormat):
+    """Duo files (s-flm ``algo.DUO_BASE`` on the ``DIT``): no mask class; the reference's [PAD]
+    is a class of the model and of its uniform prior (OWT: 50,258 classes for GPT-2's 50,257
+    ids); ``time_conditioning`` and ``noise.eps`` from the config."""
+
+    families = (
+        ReferenceFamily(
+            "duo",
+            model_type="dit",
+            algo="duo_base",
+            algo_names=("duo", "duo_base", "udlm"),
+            requires=("backbone.vocab_embed.embedding", "backbone.sigma_map.mlp.0.weight"),
+        ),
+    )
+    pad_is_class = True
+
+    def options_from(self, ref, family):
+        tc = bool(ref.num("algo.time_conditioning", True))
+        return {"time_conditioning": tc, "eps": float(ref.num("noise.eps", 1e-3))}, {}, []
+
+    def export_config(self, family, method) -> dict:
+        o = method.opts
+        return {
+            "algo": {
+                "diffusion_type": "uniform",
+                "time_conditioning": o.time_conditioning,
+                "loss_type": o.loss_type,
+            },
+            "noise": {"eps": o.eps},
+        }
+
+
 class Duo(Method):
     name = "duo"
     Options = DuoOptions
     decodings = ("ancestral", "greedy")
     conformance_variants = [{}, {"curriculum_end": 1000}]
+    loss_kind = LOSS_NELBO
+    #: reference checkpoint format (bench.reference_format; docs/checkpoints.md)
+    reference = DuoReference()
+
+    @classmethod
+    def loss_kind_for(cls, options) -> str:
+        """The UDLM NELBO; ``low_var`` drops a term (no bound); with the curriculum the training
+        batches' loss is its Gaussian-curriculum estimate until ``curriculum_end`` (held-out
+        examples: the NELBO at every step)."""
+        if options.loss_type == "low_var":
+            return "NELBO without its first term (low_var): not a likelihood bound (nats/token)"
+        if options.curriculum_end:
+            return (
+                f"{LOSS_NELBO}; on training batches the Gaussian-curriculum estimate until step "
+                f"{options.curriculum_end}"
+            )
+        return LOSS_NELBO
 
     def __init__(self, options, vocab_size: int, seq_len: int):
         super().__init__(options, vocab_size, seq_len)

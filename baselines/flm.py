@@ -42,9 +42,10 @@ from torch import Tensor
 
 from bench.backbones.dit import Block, apply_rotary, build_dit
 from bench.config import BackboneConfig, ConfigError
-from bench.method import Batch, LossOutput, Method, token_mean
+from bench.method import LOSS_CE, Batch, LossOutput, Method, token_mean
 from bench.numerics import gaussian_argmax_probability, interp
 from bench.options import Options, option
+from bench.reference_format import ReferenceFamily, ReferenceFormat
 
 
 @dataclass
@@ -171,11 +172,68 @@ class SoftcapBlock(Block):
 # --------------------------------------------------------------------------- the method
 
 
+class FLMReference(ReferenceFormat):
+    """FLM files (s-flm ``algo.FLM`` on ``FLMDIT``, the DIT's keys; also the FLM repository's
+    own files, david3684/flm, whose config schema says so when the algo name does not): no mask
+    class, the reference's [PAD] is a class (OWT: 50,258); the output cap from ``algo.cap_value``,
+    the attention softcap from ``model.softcap`` (the FLM repository hard-codes 50)."""
+
+    families = (
+        ReferenceFamily(
+            "flm",
+            model_type="flm-dit",
+            algo="flm",
+            algo_names=("flm",),
+            requires=("backbone.vocab_embed.embedding", "backbone.sigma_map.mlp.0.weight"),
+            schemas=("flm",),
+        ),
+    )
+    pad_is_class = True
+
+    def options_from(self, ref, family):
+        cap = float(ref.num("algo.cap_value", 0.0) or 0.0)
+        opts: dict = {"output_cap": cap}
+        choices, notes = {}, []
+        if cap > 0:  # reference TrainerBase.forward: logits / T, then the cap
+            opts["cap_order"] = "temperature_then_cap"
+        if ref.repo == "flm":
+            # david3684/flm DDiTBlock hard-codes softcap 50; the s-flm sample script
+            # (scripts/sample/owt/flm.sh, model=small-flm) runs the file with 0
+            opts["attn_softcap"] = 0.0
+            choices["attn_softcap"] = [0.0, 50.0]
+            notes.append(
+                "FLM repository file: trained with attention softcap 50; attn_softcap=0 (default) "
+                "is how the S-FLM harness sampled it, 50 is the model as trained"
+            )
+        else:
+            opts["attn_softcap"] = float(ref.num("model.softcap", 0.0) or 0.0)
+        return opts, choices, notes
+
+    def export_config(self, family, method) -> dict:
+        o = method.opts
+        return {
+            "model": {"softcap": float(o.attn_softcap)},
+            "algo": {
+                "diffusion_type": "flow",
+                "t_min": 0.0,
+                "t_max": 1.0,
+                "double_temb": False,
+                "learnable_loss_weighting": False,
+                "cap_value": float(o.output_cap) if o.output_cap else None,
+            },
+            "sampler": {"predictor": "flm_euler"},
+        }
+
+
 class FLM(Method):
     name = "flm"
     Options = FLMOptions
     decodings = ("euler",)
     conformance_variants = [{}, {"output_cap": 30.0, "attn_softcap": 50.0}]
+    #: reference checkpoint format (bench.reference_format; docs/checkpoints.md)
+    reference = FLMReference()
+    #: the clean token's CE with no time weighting (``loss``)
+    loss_kind = LOSS_CE
 
     def __init__(self, options, vocab_size: int, seq_len: int):
         super().__init__(options, vocab_size, seq_len)

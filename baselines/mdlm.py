@@ -33,9 +33,18 @@ from torch import Tensor
 
 from bench.backbones.dit import build_dit
 from bench.config import BackboneConfig
-from bench.method import Batch, LossOutput, Method, gumbel_argmax, token_mean
+from bench.method import (
+    LOSS_CE,
+    LOSS_NELBO,
+    Batch,
+    LossOutput,
+    Method,
+    gumbel_argmax,
+    token_mean,
+)
 from bench.numerics import log_linear_alpha, log_linear_dalpha, sigma_of_alpha
 from bench.options import Options, option
+from bench.reference_format import ReferenceFamily, ReferenceFormat
 
 NEG_INF = -1e6
 
@@ -49,10 +58,54 @@ class MDLMOptions(Options):
     time_conditioning: bool = option(False, help="feed sigma = -log alpha_t to the network")
 
 
+class MDLMReference(ReferenceFormat):
+    """MDLM files (s-flm ``algo.MDLM`` on the ``DIT``): the mask class after the vocabulary, in
+    the input table and the head, as here; ``time_conditioning`` and the schedule floor
+    ``noise.eps`` from the config."""
+
+    families = (
+        ReferenceFamily(
+            "mdlm",
+            model_type="dit",
+            algo="mdlm",
+            algo_names=("mdlm",),
+            requires=("backbone.vocab_embed.embedding", "backbone.sigma_map.mlp.0.weight"),
+            mask_rows=1,
+            kept_mask_rows=(1, 1),
+            vocab_in_hparams=True,
+        ),
+    )
+
+    def options_from(self, ref, family):
+        tc = bool(ref.num("algo.time_conditioning", False))
+        return {"time_conditioning": tc, "eps": float(ref.num("noise.eps", 1e-3))}, {}, []
+
+    def export_config(self, family, method) -> dict:
+        o = method.opts
+        return {
+            "algo": {
+                "diffusion_type": "absorbing",
+                "parameterization": "subs",
+                "time_conditioning": o.time_conditioning,
+                "post_process_mode": "log_probs",
+                "loss_type": o.loss_type,
+            },
+            "noise": {"eps": o.eps},
+        }
+
+
 class MDLM(Method):
     name = "mdlm"
     Options = MDLMOptions
     decodings = ("ancestral", "greedy")
+    loss_kind = LOSS_NELBO
+    #: reference checkpoint format (bench.reference_format; docs/checkpoints.md)
+    reference = MDLMReference()
+
+    @classmethod
+    def loss_kind_for(cls, options) -> str:
+        """The NELBO; ``low_var``: the masked CE without its 1/t weight (no bound)."""
+        return LOSS_CE if options.loss_type == "low_var" else LOSS_NELBO
 
     def __init__(self, options, vocab_size: int, seq_len: int):
         super().__init__(options, vocab_size, seq_len)

@@ -30,7 +30,8 @@ from bench.config import config_hash
 from bench.evaluate.paired import encode_outcomes
 from bench.plan import _NON_SEMANTIC_TASK, _NON_SEMANTIC_TRAIN, SampleCell, TrainCell
 from bench.results import Store, sample_columns, task_columns
-from bench.train import fit, heldout_for, load_weights, log_path
+from bench.train import fit, heldout_for, log_path
+from bench.weights import load_weights
 
 
 def _device() -> torch.device:
@@ -104,8 +105,11 @@ def _checkpoint_column(tc: TrainCell) -> dict:
 def train_rows(tc: TrainCell, res, n_params: int, *, task) -> list[dict]:
     """The store rows of a finished train cell (``res``: :class:`bench.train.TrainResult`;
     ``task``: the instance, for the report columns it declares). ``train_log``: the run's CSV
-    log (:func:`bench.train.log_path`) relative to the results folder, when it was written."""
+    log (:func:`bench.train.log_path`) relative to the results folder, when it was written;
+    ``loss_kind``: what that log's ``loss`` / ``val_loss`` is (the method's
+    :meth:`~bench.method.Method.loss_kind_for` the cell's options)."""
     log = log_path(tc.run_dir)
+    cls = registry.METHODS[tc.method]
     base = {
         **_base_row(tc),
         **task_columns(task),
@@ -116,6 +120,7 @@ def train_rows(tc: TrainCell, res, n_params: int, *, task) -> list[dict]:
         "train_log": log.relative_to(tc.results_dir).as_posix() if log.is_file() else None,
         "device": getattr(res, "device", None),
         "devices": getattr(res, "devices", None),
+        "loss_kind": cls.loss_kind_for(cls.Options(**tc.options)),
     }
     return [
         {**base, "metric": "train_steps_per_s", "value": res.steps_per_s, "n": res.steps},
@@ -193,7 +198,7 @@ def reference_rows(task, c: SampleCell, store: Store) -> None:
     ``method = "data"`` and ``kind = "reference"`` (not a model's sample cell: the generic
     tables skip it; bench/report/frontier.py draws it), written once by the first job that
     samples that subset."""
-    fn = getattr(task, "data_reference", None)
+    fn = task.data_reference  # an optional hook (bench/data/base.py): None when the task has none
     if fn is None:
         return
     from bench.config import config_hash

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 from bench.backbones.dit import resolve_size
 from bench.config import BackboneConfig, SampleConfig, TrainConfig
 from bench.options import Options
+from bench.reference_format import ReferenceFormat
 
 
 @dataclass
@@ -92,6 +93,12 @@ def antithetic_times(
     return (1 - eps) * u + eps
 
 
+#: :attr:`Method.loss_kind` values several methods share (per token, in nats)
+LOSS_NLL = "NLL, exact (nats/token)"
+LOSS_NELBO = "NELBO: an upper bound on the NLL (nats/token)"
+LOSS_CE = "cross-entropy of the clean tokens, unweighted: not a likelihood bound (nats/token)"
+
+
 class Method(nn.Module):
     """Base class. Subclasses set ``name``, ``Options``, ``decodings`` and implement
     :meth:`build_backbone`, :meth:`loss` and :meth:`sample`.
@@ -122,6 +129,25 @@ class Method(nn.Module):
     #: None: the sampler keeps no KV cache; True / False: it has one, used when True (an instance
     #: may switch it off; ``python -m bench.perf arcache`` times both on the same weights)
     kv_cache: bool | None = None
+    #: how this method's models map from and to the reference checkpoint format (the S-FLM paper's
+    #: harness, whose files the paper released): a :class:`bench.reference_format.ReferenceFormat`
+    #: (the families whose files hold this method's models, the options a file implies, the
+    #: config and buffers an exported file carries, whether the reference's [PAD] is one of its
+    #: classes), or None: no reference file is this method's, and ``python -m bench.checkpoints``
+    #: converts and exports none (docs/adding-a-method.md, "Importable released files")
+    reference: ClassVar[ReferenceFormat | None] = None
+    #: what :meth:`loss` is, in words: the trainer logs it as ``loss`` (training batches) and
+    #: ``val_loss`` (held-out examples), the train rows record it (``loss_kind``,
+    #: :func:`bench.cells.train_rows`) and the training-curves figure draws one row of panels per
+    #: value, titled with it. Say whether it bounds the NLL (:data:`LOSS_NLL`, :data:`LOSS_NELBO`,
+    #: :data:`LOSS_CE`, or your own words); options that change it: :meth:`loss_kind_for`
+    loss_kind: ClassVar[str] = "training loss (kind not declared: Method.loss_kind)"
+
+    @classmethod
+    def loss_kind_for(cls, options: Options) -> str:
+        """:attr:`loss_kind` under ``options`` (override where an option changes the objective,
+        e.g. MDLM's ``loss_type``); read without building the method."""
+        return cls.loss_kind
 
     def __init__(self, options: Options | None, vocab_size: int, seq_len: int):
         super().__init__()

@@ -143,10 +143,13 @@ class SampleCell:
         return {**self.train.options, **getattr(self, "sampling", {})}
 
     def label(self) -> str:
+        """``method/variant [seed k] subset nfe=N T=t decoding``; a method whose NFE is the
+        generated length (AR: planned as nfe 0) shows ``nfe=length``, as the report's NFE is."""
         seed = f" seed {self.train.train['seed']}" if self.train.train.get("seed") else ""
+        nfe = "length" if self.nfe == 0 else self.nfe
         return (
             f"{self.train.method}/{getattr(self, 'variant', '') or self.train.variant}{seed} "
-            f"{self.subset} nfe={self.nfe} T={self.temperature:g} {self.decoding}"
+            f"{self.subset} nfe={nfe} T={self.temperature:g} {self.decoding}"
         )
 
     def absolute(self) -> SampleCell:
@@ -256,6 +259,7 @@ def _import_facts(entry: MethodEntry, task, where: str, offline_ok: bool):
     """(the checkpoint's Spec, the options it gives this entry, the source dict, the model's
     vocab_size override) for an entry with ``checkpoint:``."""
     from bench.checkpoints import CheckpointError, plan_spec, resolve_options
+    from bench.checkpoints.families import pad_is_class
 
     forced = entry.family or None
     try:
@@ -277,8 +281,8 @@ def _import_facts(entry: MethodEntry, task, where: str, offline_ok: bool):
         )
     if sp.vocab_size == task.vocab_size:
         vocab = None
-    elif sp.vocab_size == task.vocab_size + 1 and sp.method in ("duo", "flm", "sflm"):
-        vocab = sp.vocab_size  # the reference's [PAD] is a class of this model
+    elif sp.vocab_size == task.vocab_size + 1 and pad_is_class(sp.method):
+        vocab = sp.vocab_size  # the reference's [PAD] is a class of this model (Method.reference)
     else:
         raise ConfigError(
             f"{where}.checkpoint: {entry.checkpoint} has |V| = {sp.vocab_size}, task "

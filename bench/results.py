@@ -37,10 +37,12 @@ import sys
 from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from bench import atomic
+
+if TYPE_CHECKING:  # pandas is imported where it is used: the sweep CLI reads no DataFrame
+    import pandas as pd
 
 #: the results-table columns (README "Results"), then extensions (flat, never nested).
 COLUMNS = [
@@ -90,6 +92,8 @@ COLUMNS = [
     "items_key",
     # the model's training recipe: its train cell's identity without the seed (canonical JSON)
     "recipe",
+    # train rows: what the logged loss / val_loss is (the method's loss_kind: NLL, NELBO, ...)
+    "loss_kind",
 ]
 #: Columns added after the first stores were written: :meth:`Store.read` lists one only when a
 #: row has it, so an older store reads (and exports to results.csv) exactly as before.
@@ -121,6 +125,9 @@ COLUMNS = [
 #:   the training seed (task, backbone, train settings, method options; the file for an import):
 #:   the report's model is (recipe, variant, decoding), so two recipes of one method are two
 #:   models and seeds pool within one recipe only (:mod:`bench.report.models`); every model row.
+#: - ``loss_kind``: what the run's logged ``loss`` / ``val_loss`` is, in the method's words
+#:   (:meth:`bench.method.Method.loss_kind_for` its options: exact NLL, NELBO, or an objective
+#:   that bounds nothing); :mod:`bench.report.curves` draws a row of panels per value; train rows.
 REPORT_COLUMNS = COLUMNS[COLUMNS.index("task_kind") :]
 
 
@@ -394,6 +401,8 @@ class Store:
 
     def read(self) -> pd.DataFrame:
         """Every row of every cell (one DataFrame with :data:`COLUMNS`)."""
+        import pandas as pd
+
         rows = []
         if self.dir.is_dir():
             for p in sorted(self.dir.glob("*.json")):
@@ -467,6 +476,8 @@ def with_report_columns(df: pd.DataFrame) -> pd.DataFrame:
     existed (no ``task_kind``) get what the report then derived from task and method names
     (the ``_LEGACY_*`` tables above; the methods and tasks of that time are the only ones such a
     store can hold). Rows that have ``task_kind`` are left as written. Idempotent."""
+    import pandas as pd
+
     df = df.copy()
     for c in REPORT_COLUMNS:
         if c not in df:
@@ -518,6 +529,22 @@ def with_report_columns(df: pd.DataFrame) -> pd.DataFrame:
         values = [v if k or not sample_only else None for v, k in zip(values, sample)]
         df.loc[old, col] = pd.Series(values, index=o.index, dtype=object)
     return df
+
+
+def failed_runs(results_dir: str | Path) -> list[dict]:
+    """The training runs of ``results_dir`` that stopped for good, as the store sees them beside
+    its cells: ``[{"run": <run folder name>, "reason": <one line>}]`` from each run folder's
+    ``failed.json`` (:mod:`bench.failures`), by run folder name. The report shows them; it reads
+    run folders through this function only."""
+    from bench.failures import FAILED_FILE, read_failure
+
+    runs = Path(results_dir) / "runs"
+    out = []
+    if runs.is_dir():
+        for p in sorted(runs.glob(f"*/{FAILED_FILE}")):
+            info = read_failure(p.parent) or {}
+            out.append({"run": p.parent.name, "reason": str(info.get("reason", "unknown"))})
+    return out
 
 
 # --------------------------------------------------------------------------- CLI

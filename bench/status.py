@@ -15,7 +15,15 @@ from bench.executors.status import STATES, CellStatus, count_done, statuses
 from bench.plan import Plan
 from bench.results import Store
 
-__all__ = ["STATES", "CellStatus", "count_done", "dry_run", "status_table", "statuses"]
+__all__ = [
+    "STATES",
+    "CellStatus",
+    "count_done",
+    "dry_run",
+    "model_cells",
+    "status_table",
+    "statuses",
+]
 
 
 def status_table(p: Plan) -> str:
@@ -36,6 +44,15 @@ def status_table(p: Plan) -> str:
     return "\n".join(lines)
 
 
+def model_cells(p: Plan) -> str:
+    """The plan's model cells by kind: "3 train cells", "7 import cells" (models converted from a
+    checkpoint, not trained) or "2 train cells, 5 import cells"."""
+    n_import = sum(bool(getattr(tc, "imported", False)) for tc in p.train_cells)
+    n_train = len(p.train_cells) - n_import
+    parts = [f"{n_train} train cells"] if n_train or not n_import else []
+    return ", ".join(parts + ([f"{n_import} import cells"] if n_import else []))
+
+
 def dry_run(p: Plan) -> str:
     """What ``--dry-run`` prints: the jobs for the cells not yet done, their resources and
     (SLURM) an upper bound of the cost."""
@@ -44,8 +61,7 @@ def dry_run(p: Plan) -> str:
     kind = cfg.executor.kind
     ex = settings(cfg.executor) if kind == "slurm" else cfg.executor
     lines = [
-        f"sweep {cfg.name}: {len(p.train_cells)} train cells, {len(p.sample_cells)} sample cells; "
-        f"executor {kind}"
+        f"sweep {cfg.name}: {model_cells(p)}, {len(p.sample_cells)} sample cells; executor {kind}"
     ]
     opts = cfg.task.options if isinstance(cfg.task.options, dict) else vars(cfg.task.options)
     # the task's options say which data and grader the rows use (e.g. Sudoku generator: reference)
@@ -105,7 +121,8 @@ def dry_run(p: Plan) -> str:
         n_cells += len(todo)
     if kind == "slurm":
         lines.append(
-            f"jobs: {n_train} train job(s), "
+            "jobs: "
+            + (f"{n_train} train job(s), " if n_train or not n_import else "")
             + (f"{n_import} import job(s), " if n_import else "")
             + f"{n_arrays} sampling array(s) with {n_tasks} task(s) "
             f"for {n_cells} sample cell(s)"

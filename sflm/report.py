@@ -5,8 +5,8 @@ paper tables (:mod:`sflm.paper_artifacts`, :mod:`sflm.paper_tables`).
 the entry point ``sflm`` of group ``sflm_bench.report`` in ``pyproject.toml``
 (:mod:`bench.plugins`). ``alpha_star.md``: alpha*(delta) (paper eq. alpha-crit) on the paper's
 grid of |V|, d, delta beside the Monte-Carlo probability that the target is the nearest
-neighbour there (:mod:`sflm.alpha_star`). Imports no torch until a store with S-FLM rows is
-rendered.
+neighbour there (:mod:`sflm.alpha_star`; numpy and scipy, no torch). Imports nothing heavier
+than pandas until a store with S-FLM rows is rendered.
 """
 
 from __future__ import annotations

@@ -23,9 +23,10 @@ from typing import Any
 
 import torch
 
-from bench.checkpoints.mapping import Spec, adaptive_state, our_state
+from bench.checkpoints import families
+from bench.checkpoints.mapping import Spec, our_state
 from bench.checkpoints.mapping import spec as reference_spec
-from bench.checkpoints.reference import FAMILIES, RefFile
+from bench.checkpoints.reference import RefFile
 from bench.checkpoints.reference import read as read_reference
 from bench.checkpoints.source import CheckpointError, Source, resolve
 from bench.config import BackboneConfig, ConfigError, canonical
@@ -45,6 +46,12 @@ __all__ = [
 #: the file a converted model folder (or an import cell's run folder) describes itself in
 MODEL_JSON = "model.json"
 MODEL_FORMAT = "sflm-bench-model/1"
+
+
+def __getattr__(name: str) -> Any:
+    if name == "FAMILIES":  # the families the registered methods read (Method.reference)
+        return families.names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass
@@ -162,8 +169,8 @@ def _load_into(op: Opened, options: dict, seq_len: int) -> tuple[Any, torch.nn.M
                 f"{ref.path}: {k}: shape {tuple(v.shape)} in the file, {tuple(ours[k].shape)} here"
             )
     backbone.load_state_dict(state, strict=True)
-    if getattr(method, "adaptive", None) is not None and ref.adaptive:
-        method.adaptive.set_extra_state(adaptive_state(ref))  # "as trained": the fitted schedule
+    # method state the file holds beyond the weights (S-FLM: the fitted adaptive schedule)
+    families.entry(ref.family).format.load_state(method, ref)
     return method, backbone
 
 
@@ -226,7 +233,7 @@ def read_model_json(folder: Path) -> dict:
 
 
 def _load_folder(folder: Path, device) -> Loaded:
-    from bench.train import load_weights
+    from bench.weights import load_weights
 
     meta = read_model_json(folder)
     method, backbone = build_model(
@@ -243,19 +250,14 @@ def write_model(op: Opened, options: dict, out_dir: Path, *, seq_len: int | None
     """Write ``weights.pt`` (our format: EMA backbone, method state, steps, provenance) and
     ``model.json`` into ``out_dir`` (atomically each). Returns the model.json content."""
     from bench import atomic
-    from bench.atomic import atomic_torch_save
+    from bench.weights import WEIGHTS_FILE, save_weights
 
     sp = op.spec
     method, backbone = _load_into(op, options, seq_len or sp.seq_len or 1024)
     prov = _provenance(op, options)
     out_dir.mkdir(parents=True, exist_ok=True)
-    payload = {
-        "backbone": backbone.state_dict(),
-        "method_state": method.state_dict(),
-        "steps": op.ref.global_step or 0,
-        "extra": {"imported": prov},
-    }
-    atomic_torch_save(payload, out_dir / "weights.pt")
+    save_weights(out_dir / WEIGHTS_FILE, backbone, method, op.ref.global_step or 0,
+                 {"imported": prov})  # fmt: skip
     meta = {
         "format": MODEL_FORMAT,
         "method": sp.method,

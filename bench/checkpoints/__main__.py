@@ -65,8 +65,9 @@ def main(argv: list[str] | None = None) -> int:
         "(SRC: a file or hf://jdeschena/s-flm/<path>)",
     )
     sub = ap.add_subparsers(dest="cmd", required=True)
-    fam = {"help": "force the family (ar, mdlm, duo, candi, flm, sfm_dit, sfm_arch) when the "
-           "file's config cannot tell MDLM / Duo / FLM apart"}  # fmt: skip
+    fam = {"help": "force the family (one the registered methods declare: their "
+           "Method.reference; docs/checkpoints.md) when the file's config cannot tell families "
+           "with the same keys apart"}  # fmt: skip
     p = sub.add_parser("inspect", help="what a file is, without converting it")
     p.add_argument("src")
     p.add_argument("--family", **fam)

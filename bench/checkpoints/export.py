@@ -2,48 +2,50 @@
 paper's harness, FrankCCCCC/s-flm, can load and sample it).
 
 The file has the reference's container keys (``state_dict`` with ``backbone.*`` names,
-``ema.shadow_params`` by position, ``hyper_parameters.config`` with the model / algo / noise keys
-its sample scripts read, ``global_step``...). Our EMA weights fill both ``state_dict`` and the EMA
-list (only the averaged weights are kept here). Rows the reference has and we do not (AR / MDLM
-mask class: already ours for MDLM; AR and CANDI's mask logit) are added as zeros: the reference
-forces those logits to -1e6 / drops them. Our own method, options and sizes ride along under
-``hyper_parameters["sflm_bench"]`` so that converting the file back gives the same model.
+``ema.shadow_params`` by position, ``hyper_parameters.config``, ``global_step``...). Our EMA
+weights fill both ``state_dict`` and the EMA list (only the averaged weights are kept here). Rows
+the reference has and we do not (a mask class our backbone lacks: AR's input row and logit,
+CANDI's logit) are added as zeros: the reference forces those logits to -1e6 / drops them. Our
+own method, options and sizes ride along under ``hyper_parameters["sflm_bench"]`` so that
+converting the file back gives the same model.
+
+The config (:func:`reference_config`) is one the reference builds the model from on its own:
+every key its backbone constructors read (``model.type`` picks the class) and those its
+algorithm classes read in the released files' schema, stored as an omegaconf ``DictConfig``
+(the reference reads it by attribute, ``config.model.type``), as the released files store it.
+What differs per family comes from the model's method (``Method.reference``,
+:mod:`bench.reference_format`): the family, its config sections and extra buffers.
 """
 
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from bench.checkpoints.names import reference_order, unrename
+from bench.checkpoints import families
+from bench.checkpoints.names import layout, reference_order, unrename
 from bench.checkpoints.source import CheckpointError
-
-#: reference ``algo.name`` per family (s-flm configs/algo)
-_ALGO = {"ar": "ar", "mdlm": "mdlm", "duo": "duo_base", "candi": "candi", "flm": "flm",
-         "sfm_dit": "sfm", "sfm_arch": "sfm"}  # fmt: skip
 
 
 def _progress(n: int) -> dict:
     return {"ready": n, "started": n, "processed": n, "completed": n}
 
 
-def _family(method: str, options: dict) -> str:
-    if method == "sflm":
-        return "sfm_arch" if options.get("backbone") == "sarch" else "sfm_dit"
-    return method
-
-
 def read_run(run_dir: Path) -> dict:
-    """method, options, backbone, vocab_size, seq_len of a run folder (a train cell's
-    ``cell.json``) or of a model folder (``model.json``)."""
+    """method, options, backbone, vocab_size, seq_len (and ``train``, the training recipe, for a
+    run folder) of a run folder (a train cell's ``cell.json``) or of a model folder
+    (``model.json``)."""
     from bench import registry
     from bench.checkpoints import MODEL_JSON
 
     if (run_dir / MODEL_JSON).is_file():
         m = json.loads((run_dir / MODEL_JSON).read_text())
-        return {k: m[k] for k in ("method", "options", "backbone", "vocab_size", "seq_len")}
+        facts = {k: m[k] for k in ("method", "options", "backbone", "vocab_size", "seq_len")}
+        return {**facts, "train": {}}
     cell = run_dir / "cell.json"
     if not cell.is_file():
         raise CheckpointError(f"{run_dir}: not a run folder (no cell.json or {MODEL_JSON})")
@@ -57,54 +59,113 @@ def read_run(run_dir: Path) -> dict:
         "backbone": c["backbone"],
         "vocab_size": c.get("vocab_size") or task.vocab_size,
         "seq_len": task.seq_len,
+        "train": dict(c.get("train") or {}),
     }
 
 
-def _config(family: str, method, facts: dict, size) -> dict:
-    o = facts["options"]
-    model = {
-        "hidden_size": size.d_model,
-        "cond_dim": size.cond_dim,
-        "n_blocks": size.n_blocks,
-        "n_heads": size.n_heads,
-        "dropout": size.dropout,
-        "length": facts["seq_len"],
-        "softcap": float(o.get("attn_softcap", 0.0)) if family == "flm" else 0.0,
-        "learn_temperature_scaling": False,
-        "use_time_alpha": True,
-        "mlp_type": "gelu",
-        "normalize_input_embed": False,
-        "init": "ngpt" if family.startswith("sfm") else "default",
+# --------------------------------------------------------------------------- the config
+
+
+def reference_config(family, fmt, method, facts: dict, size) -> dict:
+    """The config an exported file carries: the generic sections (sizes, ``model.type`` and
+    ``algo.name`` of ``family``, the training recipe, the reference's evaluation defaults) with
+    the method's own sections (``fmt.export_config``) merged over them key by key."""
+    from bench.config import TrainConfig
+
+    recipe = TrainConfig()
+    train = facts.get("train") or {}
+    cfg: dict[str, dict | Any] = {
+        "neg_infinity_mode": "large-finite",  # reference TrainerBase: masked logits at -1e6
+        "model": {
+            "type": family.model_type,
+            "hidden_size": size.d_model,
+            "cond_dim": size.cond_dim,
+            "length": facts["seq_len"],
+            "n_blocks": size.n_blocks,
+            "n_heads": size.n_heads,
+            "dropout": size.dropout,
+        },
+        "algo": {
+            "name": family.algo,
+            "parameterization": "mean",
+            "time_conditioning": True,
+            "causal_attention": False,
+            "adaLN": True,
+            "T": 0,
+        },
+        "noise": {
+            "type": "log-linear",
+            "eps": 1e-3,
+            "alpha_min": None,
+            "alpha_max": None,
+            "adaptive": False,
+        },
+        "sampler": {"predictor": "ancestral", "noise_removal": "ancestral", "p_nucleus": 1.0},
+        "training": {
+            "ema": float(train.get("ema", recipe.ema)),
+            "antithetic_sampling": bool(train.get("antithetic", recipe.antithetic)),
+            "sampling_eps": 1e-3,
+        },
+        "prior": {"type": "none"},
+        "optim": {
+            "lr": float(train.get("lr", recipe.lr)),
+            "weight_decay": float(train.get("weight_decay", recipe.weight_decay)),
+            "beta1": float(train.get("betas", recipe.betas)[0]),
+            "beta2": float(train.get("betas", recipe.betas)[1]),
+            "eps": 1e-8,
+        },
+        "eval": {
+            "strict_loading": True,
+            "disable_ema": False,
+            "generate_samples": False,
+            "compute_generative_perplexity": False,
+            "compute_perplexity_on_sanity": False,
+            "gen_ppl_eval_model_name_or_path": "gpt2-large",
+            "perplexity_batch_size": 8,
+        },
     }
-    algo: dict = {"name": _ALGO[family], "causal_attention": family == "ar",
-                  "adaLN": family != "ar"}  # fmt: skip
-    noise: dict = {"type": "log-linear", "eps": float(o.get("eps", 1e-3))}
-    if family in ("mdlm", "duo"):
-        algo["time_conditioning"] = bool(o.get("time_conditioning"))
-    elif family == "candi":
-        algo.update(
-            pure_continuous=bool(o["pure_gaussian"]),
-            mixed_coeff=o["mixed_coeff"],
-            min_percentile=o["min_percentile"],
-            max_percentile=o["max_percentile"],
-            sigma_min=o["sigma_min"],
-            sigma_max=o["sigma_max"],
-        )
-    elif family == "flm":
-        algo["cap_value"] = float(o["output_cap"]) if o.get("output_cap") else None
-    elif family.startswith("sfm"):
-        inverted = o.get("time_convention") == "inverted"
-        algo["invert_time_convention"] = inverted
-        algo["renormalize_weights"] = family == "sfm_arch"
-        cap = method.alpha_cap
-        if inverted:
-            noise["alpha_min"] = 1.0 - cap
+    for section, values in fmt.export_config(family, method).items():
+        if isinstance(values, dict) and isinstance(cfg.get(section), dict):
+            cfg[section] = {**cfg[section], **values}
         else:
-            noise["alpha_max"] = cap
-        noise["adaptive"] = bool(o.get("adaptive"))
-        if o.get("schedule") == "cos2":
-            noise["type"] = "cosine-squared"
-    return {"model": model, "algo": algo, "noise": noise, "training": {"ema": 0.9999}}
+            cfg[section] = values
+    return cfg
+
+
+class _DictConfigClass:
+    """Stands for ``omegaconf.dictconfig.DictConfig`` in the pickle (:class:`_Pickler` writes
+    that name for it); never instantiated, and omegaconf is never imported here."""
+
+
+class DictConfigPickle(dict):
+    """A config that unpickles as ``omegaconf.dictconfig.DictConfig(<this dict>)``: the
+    reference (which has omegaconf) reads it by attribute (``config.model.type``), nested
+    sections included, as it reads the released files' configs. Written with
+    :data:`pickle_module` (``torch.save(..., pickle_module=pickle_module)``), whether or not
+    omegaconf is installed here; without omegaconf a reader gets a placeholder
+    (:func:`bench.checkpoints.unpickle.plain` reads it back as the dict)."""
+
+    def __reduce__(self):
+        return (_DictConfigClass, (dict(self),))
+
+
+class _Pickler(pickle._Pickler):  # the Python pickler: its save_global can be overridden
+    def save_global(self, obj, name=None):
+        if obj is _DictConfigClass:
+            self.write(pickle.GLOBAL + b"omegaconf.dictconfig\nDictConfig\n")
+            self.memoize(obj)
+            return
+        super().save_global(obj, name)
+
+
+class pickle_module:  # noqa: N801 - passed to torch.save as a module
+    """What ``torch.save(..., pickle_module=...)`` needs: a ``Pickler`` that writes
+    :class:`DictConfigPickle` as an omegaconf ``DictConfig``."""
+
+    Pickler = _Pickler
+
+
+# --------------------------------------------------------------------------- the file
 
 
 def export(run_dir: str | Path, out: str | Path) -> Path:
@@ -114,63 +175,48 @@ def export(run_dir: str | Path, out: str | Path) -> Path:
     from bench.backbones.dit import resolve_size
     from bench.checkpoints import build_model
     from bench.config import BackboneConfig
-    from bench.train import load_weights
+    from bench.weights import WEIGHTS_FILE, load_weights
 
     run_dir, out = Path(run_dir), Path(out)
-    weights = run_dir / "weights.pt"
+    weights = run_dir / WEIGHTS_FILE
     if not weights.is_file():
         raise CheckpointError(f"{run_dir}: no weights.pt (is training finished?)")
     facts = read_run(run_dir)
-    family = _family(facts["method"], facts["options"])
+    fmt = families.reference_format(facts["method"], str(run_dir))
     method, backbone = build_model(
         facts["method"], facts["options"], facts["backbone"], facts["vocab_size"],
         facts["seq_len"] or 1024,
     )  # fmt: skip
+    family = fmt.family_for(method.opts)
     meta = load_weights(method, backbone, weights)
     size = resolve_size(BackboneConfig(**facts["backbone"]))
     V = facts["vocab_size"]
-    embed_name = "sphere_embed.weight" if family.startswith("sfm") else "vocab_embed.embedding"
+    lay = layout(family.layout)
+    tables = set(lay.inputs) | set(lay.outputs)  # one row per class (+ the reference's mask rows)
+    rows = V + family.mask_rows
     sd: dict[str, torch.Tensor] = {}
     for k, v in backbone.state_dict().items():
         t = v.detach().float().clone()
-        if family in ("ar", "candi") and k in ("head.weight", "head.bias"):
-            t = torch.cat([t, torch.zeros((1, *t.shape[1:]), dtype=t.dtype)])  # mask logit row
-        if family == "ar" and k == "embed.weight":
-            t = torch.cat([t, torch.zeros(1, t.shape[1])])  # mask input row (never fed)
-        sd[unrename(k, family, embed_name)] = t
+        if k in tables and t.shape[0] < rows:  # a mask row the reference has and we do not
+            t = torch.cat([t, torch.zeros((rows - t.shape[0], *t.shape[1:]), dtype=t.dtype)])
+        sd[unrename(k, family.layout, family.embed)] = t
     head_dim = size.d_model // size.n_heads
     sd["rotary_emb.inv_freq"] = 1.0 / (10_000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
     # the reference module's order: its EMA list is matched to its parameters by position
     state_dict = {
-        f"backbone.{k}": sd[k] for k in sorted(sd, key=lambda k: reference_order(k, family))
+        f"backbone.{k}": sd[k] for k in sorted(sd, key=lambda k: reference_order(k, family.layout))
     }
     ordered = {k: v for k, v in state_dict.items() if not k.endswith("rotary_emb.inv_freq")}
-    if family == "sfm_dit" or family == "sfm_arch":
-        ad = getattr(method, "adaptive", None)
-        if ad is not None:
-            st = ad.get_extra_state()
-            n = st["n_grid"]
-            zeros = torch.zeros(n, dtype=torch.float64)
-            state_dict.update({
-                "noise.t_buf": st["t_buf"] if st["t_buf"] is not None else zeros.clone(),
-                "noise.loss_buf": st["loss_buf"] if st["loss_buf"] is not None else zeros.clone(),
-                "noise.buf_pos": torch.tensor(st["buf_pos"]),
-                "noise.alpha_vals": st["alpha_vals"] if st["alpha_vals"] is not None else zeros,
-                "noise.has_schedule": torch.tensor(st["alpha_vals"] is not None),
-                "noise.ema_alpha_vals": st["ema_vals"],
-                "noise.refit_count": torch.tensor(st["refit_count"]),
-            })  # fmt: skip
-    if family == "candi":  # reference algo.CANDI: sigma grid and the error rate r(sigma) on it
-        state_dict["cont_noise_table"] = method.sigma_table.float().clone()
-        state_dict["disc_noise_table"] = method.rate_table.float().clone()
+    state_dict.update(fmt.export_state(family, method))  # e.g. noise.*, CANDI's tables
     shadow = [v.clone() for v in ordered.values()]
     steps = int(meta.get("steps", 0))
+    config = reference_config(family, fmt, method, facts, size)
     ckpt = {
         "epoch": 0,
         "global_step": steps,
         "pytorch-lightning_version": "2.4.0",
         "state_dict": state_dict,
-        "ema": {"decay": 0.9999, "num_updates": steps, "shadow_params": shadow},
+        "ema": {"decay": config["training"]["ema"], "num_updates": steps, "shadow_params": shadow},
         # reference TrainerBase.on_load_checkpoint reads these two progress counters
         "loops": {
             "fit_loop": {
@@ -186,14 +232,14 @@ def export(run_dir: str | Path, out: str | Path) -> Path:
         "lr_schedulers": [],
         "hparams_name": "kwargs",
         "hyper_parameters": {
-            "config": _config(family, method, facts, size),
+            "config": DictConfigPickle(config),
             "tokenizer": None,
-            "vocab_size": V if family in ("ar", "mdlm", "candi") else None,
+            "vocab_size": rows if family.vocab_in_hparams else None,
             "sflm_bench": {
                 k: facts[k] for k in ("method", "options", "backbone", "vocab_size", "seq_len")
             },  # fmt: skip
         },
     }
     out.parent.mkdir(parents=True, exist_ok=True)
-    atomic.write_with(out, lambda tmp: torch.save(ckpt, tmp))
+    atomic.write_with(out, lambda tmp: torch.save(ckpt, tmp, pickle_module=pickle_module))
     return out

@@ -2,11 +2,13 @@
 ``ContDIT``, ``SphereDiT``, ``sphere_arch.py::SphereArch``; the FLM repository's DIT has the DIT's
 names) against this project's backbones (:class:`bench.backbones.dit.DiT`,
 :class:`sflm.sarch.SArch`), both ways, and the reference modules' parameter order (the order its
-EMA list follows)."""
+EMA list follows): one :class:`Layout` per reference module kind, named by a family's
+``layout`` (:class:`bench.reference_format.ReferenceFamily`)."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from bench.checkpoints.source import CheckpointError
 
@@ -43,47 +45,69 @@ _SARCH_RENAMES = [
 DROPPED = re.compile(r"(^|\.)rotary_emb\.inv_freq$")
 
 
-def _table(family: str) -> list[tuple[str, str]]:
-    return _SARCH_RENAMES if family == "sfm_arch" else _DIT_RENAMES
+_DIT_INVERSE = [
+    (r"^time\.mlp\.(\d)\.(weight|bias)$", r"sigma_map.mlp.\1.\2"),
+    (r"^blocks\.(\d+)\.qkv\.weight$", r"blocks.\1.attn_qkv.weight"),
+    (r"^blocks\.(\d+)\.adaLN\.(weight|bias)$", r"blocks.\1.adaLN_modulation.\2"),
+    (r"^norm_f\.weight$", "output_layer.norm_final.weight"),
+    (r"^adaLN_f\.(weight|bias)$", r"output_layer.adaLN_modulation.\1"),
+    (r"^head\.(weight|bias)$", r"output_layer.linear.\1"),
+    (r"^(.*)$", r"\1"),
+]
+_SARCH_INVERSE = [
+    (r"^s_z$", "sz"),
+    (r"^time\.mlp\.(\d)\.(weight|bias)$", r"sigma_map.mlp.\1.\2"),
+    (r"^blocks\.(\d+)\.s_qk$", r"blocks.\1.sqk"),
+    (r"^blocks\.(\d+)\.gamma_attn$", r"blocks.\1.attn_alpha"),
+    (r"^blocks\.(\d+)\.gamma_mlp$", r"blocks.\1.mlp_alpha"),
+    (r"^blocks\.(\d+)\.delta\.(weight|bias)$", r"blocks.\1.alpha_modulation.\2"),
+    (r"^(.*)$", r"\1"),
+]
 
 
-def rename(key: str, family: str) -> str:
-    """Our key for reference backbone key ``key`` (without the ``backbone.`` prefix)."""
-    for pat, repl in _table(family):
+@dataclass(frozen=True)
+class Layout:
+    """The key names of one reference backbone module against ours, both ways, and the
+    module's parameter order. ``inputs`` / ``outputs``: our names of the input table and of the
+    output rows (one row per class), which the vocabulary rows of a family slice or pad."""
+
+    renames: list
+    inverse: list
+    top_order: list
+    block_order: list
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+#: layout name (:attr:`bench.reference_format.ReferenceFamily.layout`) -> its tables
+LAYOUTS: dict[str, Layout] = {}
+
+
+def layout(name: str) -> Layout:
+    """The :class:`Layout` called ``name``; an unknown one is a :class:`CheckpointError`."""
+    try:
+        return LAYOUTS[name]
+    except KeyError:
+        raise CheckpointError(
+            f"unknown reference key layout {name!r} (known: {', '.join(LAYOUTS)})"
+        ) from None
+
+
+def rename(key: str, layout_name: str, family: str | None = None) -> str:
+    """Our key for reference backbone key ``key`` (without the ``backbone.`` prefix) in a file
+    of ``family`` (named in the error for an unknown key)."""
+    for pat, repl in layout(layout_name).renames:
         if re.match(pat, key):
             return re.sub(pat, repl, key)
-    raise CheckpointError(f"unknown backbone key {key!r} for a {family} checkpoint")
+    raise CheckpointError(f"unknown backbone key {key!r} for a {family or layout_name} checkpoint")
 
 
-def unrename(key: str, family: str, embed_name: str | None = None) -> str:
+def unrename(key: str, layout_name: str, embed_name: str) -> str:
     """The reference key for our key (the inverse of :func:`rename`; ``embed_name``: the
     reference's name of the input table, which differs between DiT classes)."""
     if key == "embed.weight":
-        return embed_name or ("sphere_embed.weight" if family.startswith("sfm") else
-                              "vocab_embed.embedding")  # fmt: skip
-    inverse = {
-        "sfm_arch": [
-            (r"^s_z$", "sz"),
-            (r"^time\.mlp\.(\d)\.(weight|bias)$", r"sigma_map.mlp.\1.\2"),
-            (r"^blocks\.(\d+)\.s_qk$", r"blocks.\1.sqk"),
-            (r"^blocks\.(\d+)\.gamma_attn$", r"blocks.\1.attn_alpha"),
-            (r"^blocks\.(\d+)\.gamma_mlp$", r"blocks.\1.mlp_alpha"),
-            (r"^blocks\.(\d+)\.delta\.(weight|bias)$", r"blocks.\1.alpha_modulation.\2"),
-            (r"^(.*)$", r"\1"),
-        ],
-    }.get(
-        family,
-        [
-            (r"^time\.mlp\.(\d)\.(weight|bias)$", r"sigma_map.mlp.\1.\2"),
-            (r"^blocks\.(\d+)\.qkv\.weight$", r"blocks.\1.attn_qkv.weight"),
-            (r"^blocks\.(\d+)\.adaLN\.(weight|bias)$", r"blocks.\1.adaLN_modulation.\2"),
-            (r"^norm_f\.weight$", "output_layer.norm_final.weight"),
-            (r"^adaLN_f\.(weight|bias)$", r"output_layer.adaLN_modulation.\1"),
-            (r"^head\.(weight|bias)$", r"output_layer.linear.\1"),
-            (r"^(.*)$", r"\1"),
-        ],
-    )
-    for pat, repl in inverse:
+        return embed_name
+    for pat, repl in layout(layout_name).inverse:
         if re.match(pat, key):
             return re.sub(pat, repl, key)
     return key  # pragma: no cover - the last pattern matches everything
@@ -107,13 +131,19 @@ _SARCH_TOP_ORDER = ["sz", "sphere_embed.weight", "sigma_map.mlp.0.weight", "sigm
                     "blocks", "lm_head.weight"]  # fmt: skip
 
 
-def reference_order(key: str, family: str) -> tuple:
+LAYOUTS["dit"] = Layout(_DIT_RENAMES, _DIT_INVERSE, _DIT_TOP_ORDER, _DIT_BLOCK_ORDER,
+                        ("embed.weight",), ("head.weight", "head.bias"))  # fmt: skip
+LAYOUTS["sarch"] = Layout(_SARCH_RENAMES, _SARCH_INVERSE, _SARCH_TOP_ORDER, _SARCH_BLOCK_ORDER,
+                          ("embed.weight",), ("lm_head.weight", "s_z"))  # fmt: skip
+
+
+def reference_order(key: str, layout_name: str) -> tuple:
     """Sort key: the position of reference backbone key ``key`` in the reference module's
     ``state_dict`` / ``named_parameters`` (a module's own parameters, then its children in
     registration order: s-flm ``models/dit.py::DIT``, ``sphere_arch.py::SphereArch``). The EMA
     list is matched by this position, so an exported file must follow it."""
-    top, block = ((_SARCH_TOP_ORDER, _SARCH_BLOCK_ORDER) if family == "sfm_arch"
-                  else (_DIT_TOP_ORDER, _DIT_BLOCK_ORDER))  # fmt: skip
+    lay = layout(layout_name)
+    top, block = lay.top_order, lay.block_order
     m = re.match(r"blocks\.(\d+)\.(.*)$", key)
     if m:
         return (top.index("blocks"), int(m.group(1)), block.index(m.group(2)))

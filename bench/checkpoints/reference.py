@@ -1,6 +1,7 @@
 """Reading a checkpoint of the S-FLM paper's harness (FrankCCCCC/s-flm @ 18d586f) or of the FLM
 repository (david3684/flm): family, config, EMA weights (the mapping onto this project's methods
-is :mod:`bench.checkpoints.mapping`, the key names :mod:`bench.checkpoints.names`).
+is :mod:`bench.checkpoints.mapping`, the key names :mod:`bench.checkpoints.names`, the families
+the registered methods declare :mod:`bench.checkpoints.families`).
 
 A file is a Lightning checkpoint: ``state_dict`` (raw weights, ``backbone.*``; ``noise.*`` for
 the adaptive schedule; ``cont_noise_table`` for CANDI), ``ema`` (``shadow_params``: a list of the
@@ -10,9 +11,11 @@ placeholders, never resolved), ``global_step`` and optimiser / loop state (never
 is memory-mapped, so only the tensors used are paged in).
 
 What is read from where:
-- the family from the keys (``backbone.sz``: S-arch; ``backbone.sphere_embed.weight``:
-  sphere-DiT; ``cont_noise_table``: CANDI; no ``sigma_map``: AR), MDLM / Duo / FLM (same keys)
-  from ``config.algo.name`` or the FLM repository's own config schema;
+- the family from the keys each family declares (``requires`` / ``excludes`` of
+  :class:`bench.reference_format.ReferenceFamily`: ``backbone.sz``: S-arch;
+  ``backbone.sphere_embed.weight``: sphere-DiT; ``cont_noise_table``: CANDI; no ``sigma_map``:
+  AR), families with the same keys (MDLM / Duo / FLM) from ``config.algo.name`` or the FLM
+  repository's own config schema;
 - sizes from the tensor shapes (width, blocks, conditioning width, MLP ratio, vocabulary rows),
   the number of heads from ``config.model.n_heads`` (shapes cannot tell it);
 - the options each family's sample script ran with from the config (table in
@@ -33,33 +36,21 @@ from typing import Any
 
 import torch
 
+from bench.checkpoints import families
 from bench.checkpoints.names import DROPPED
 from bench.checkpoints.source import CheckpointError
 from bench.checkpoints.unpickle import pickle_module, plain
 
-FAMILIES = ("ar", "mdlm", "duo", "candi", "flm", "sfm_dit", "sfm_arch")
-#: our method for each reference family
-METHOD_OF = {
-    "ar": "ar",
-    "mdlm": "mdlm",
-    "duo": "duo",
-    "candi": "candi",
-    "flm": "flm",
-    "sfm_dit": "sflm",
-    "sfm_arch": "sflm",
-}
-#: reference ``algo.name`` values (s-flm ``configs/algo/*.yaml``) -> family
-_ALGO_NAMES = {
-    "ar": "ar",
-    "mdlm": "mdlm",
-    "duo": "duo",
-    "duo_base": "duo",
-    "udlm": "duo",
-    "candi": "candi",
-    "flm": "flm",
-    "sfm": "sfm_dit",
-}
 _REQUIRED_KEYS = ("state_dict",)
+#: the config schemas of the two codebases whose files are read (``RefFile.repo``) -> who wrote
+#: the file, in words: the S-FLM paper's harness and the FLM repository (david3684/flm)
+SCHEMAS = {"s-flm": "S-FLM harness", "flm": "FLM repository"}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "FAMILIES":  # every family the registered methods read (families.names())
+        return families.names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # --------------------------------------------------------------------------- the file
@@ -71,7 +62,7 @@ class RefFile:
 
     path: Path
     family: str
-    repo: str  # "s-flm" or "flm" (the FLM repository's config schema)
+    repo: str  # the config schema it was written under (a key of SCHEMAS)
     config: dict
     global_step: int | None
     epoch: int | None
@@ -128,6 +119,21 @@ class RefFile:
             node = node[part]
         return node
 
+    def num(self, dotted: str, default: Any) -> Any:
+        """A config value that must be a plain value: ``default`` when absent or None; an
+        interpolation string (``${eval:...}``, never resolved here) is a
+        :class:`CheckpointError`."""
+        v = self.cfg(dotted, default)
+        if v is None:
+            return default
+        if isinstance(v, str):
+            raise self.error(f"config.{dotted} is {v!r}, which needs the reference's resolvers")
+        return v
+
+    def error(self, message: str) -> CheckpointError:
+        """The one-line error about this file: ``<path>: <message>``."""
+        return CheckpointError(f"{self.path}: {message}")
+
     @property
     def n_heads(self) -> int:
         n = self.cfg("model.n_heads")
@@ -176,31 +182,19 @@ def _torch_load(path: Path) -> tuple[dict, list[str]]:
     return obj, replaced
 
 
-def _detect(path: Path, sd_keys: set[str], extra: list[str], config: dict) -> tuple[str, str]:
-    """(family, repo) from the keys and, for MDLM / Duo / FLM, the config."""
+def _schema(config: dict) -> str:
+    """The config schema a file was written under (a key of :data:`SCHEMAS`): the FLM
+    repository's when its ``algo.backbone`` is ``dit`` and its ``model.type`` ``ddit`` (note:
+    its algo.name is the harness's FLM name too), else the paper harness's."""
     algo = config.get("algo", {}) if isinstance(config, dict) else {}
     model = config.get("model", {}) if isinstance(config, dict) else {}
     flm_schema = (
         isinstance(algo, dict)
         and algo.get("backbone") == "dit"
         and (isinstance(model, dict) and model.get("type") == "ddit")
-    )  # the FLM repository's config (note: its algo.name is also "flm")
-    repo = "flm" if flm_schema else "s-flm"
-    if "backbone.sz" in sd_keys:
-        return "sfm_arch", repo
-    if "backbone.sphere_embed.weight" in sd_keys:
-        return "sfm_dit", repo
-    if "cont_noise_table" in extra:
-        return "candi", repo
-    if "backbone.sigma_map.mlp.0.weight" not in sd_keys:
-        return "ar", repo
-    name = algo.get("name") if isinstance(algo, dict) else None
-    fam = _ALGO_NAMES.get(name) if isinstance(name, str) else None
-    if fam in ("mdlm", "duo", "flm"):
-        return fam, repo
-    if flm_schema:
-        return "flm", repo
-    return "", repo  # MDLM / Duo / FLM share keys: the caller needs --family
+    )
+    harness, flm_repo = SCHEMAS  # the order of the table above
+    return flm_repo if flm_schema else harness
 
 
 def read(path: str | Path, *, family: str | None = None) -> RefFile:
@@ -225,11 +219,13 @@ def read(path: str | Path, *, family: str | None = None) -> RefFile:
     extra = [k for k in sd if "." not in k]
     if not any(k.startswith("backbone.") for k in keys):
         raise CheckpointError(f"{path}: no backbone.* weights in state_dict")
-    fam, repo = _detect(path, keys, extra, config)
+    repo = _schema(config)
+    fam = families.detect(keys, config, repo)
     if family is not None:
-        if family not in FAMILIES:
+        known = families.names()
+        if family not in known:
             raise CheckpointError(
-                f"--family: unknown family {family!r} (known: {', '.join(FAMILIES)})"
+                f"--family: unknown family {family!r} (known: {', '.join(known)})"
             )
         if fam and fam != family:
             raise CheckpointError(
@@ -237,8 +233,13 @@ def read(path: str | Path, *, family: str | None = None) -> RefFile:
             )
         fam = family
     if not fam:
+        tied = families.ambiguous(keys)
+        if not tied:
+            raise CheckpointError(
+                f"{path}: its keys fit none of the known families ({', '.join(families.names())})"
+            )
         raise CheckpointError(
-            f"{path}: MDLM, Duo and FLM checkpoints have the same keys and config.algo.name is "
+            f"{path}: {', '.join(tied)} checkpoints have the same keys and config.algo.name is "
             "unreadable; say which with --family (or family= in Python)"
         )
     backbone = [(k[len("backbone.") :], v) for k, v in sd.items() if k.startswith("backbone.")]
@@ -269,13 +270,9 @@ def read(path: str | Path, *, family: str | None = None) -> RefFile:
                 )
             weights[k] = s
     noise = {k[len("noise.") :]: v for k, v in sd.items() if k.startswith("noise.")}
-    embed_name = next(
-        (n for n in ("vocab_embed.embedding", "sphere_embed.weight") if n in weights), None
-    )
-    if embed_name is None:
-        raise CheckpointError(
-            f"{path}: no input embedding (vocab_embed / sphere_embed) in backbone"
-        )
+    embed_name = families.entry(fam).family.embed
+    if embed_name not in weights:
+        raise CheckpointError(f"{path}: no input embedding ({embed_name}) in a {fam} backbone")
     step = ckpt.get("global_step")
     epoch = ckpt.get("epoch")
     return RefFile(

@@ -145,8 +145,9 @@ class pickle_module:  # noqa: N801 - passed to torch.load as a module
 
 def plain(obj: Any, depth: int = 0) -> Any:
     """A placeholder-laden object as plain Python: an omegaconf ``DictConfig`` / ``ListConfig``
-    becomes a dict / list, a value node its value, an interpolation string stays a string (never
-    resolved). Other placeholders become ``{"__class__": name, ...state}``."""
+    (pickled with its node state, or as a call of its constructor on the content) becomes a dict
+    / list, a value node its value, an interpolation string stays a string (never resolved).
+    Other placeholders become ``{"__class__": name, ...state}``."""
     if depth > 50:
         return None
     if isinstance(obj, Placeholder):
@@ -162,6 +163,13 @@ def plain(obj: Any, depth: int = 0) -> Any:
                 "__class__": obj._qualname,
                 **{k: plain(v, depth + 1) for k, v in state.items() if not str(k).startswith("_")},
             }
+        if (
+            state is None
+            and obj._qualname.startswith("omegaconf.")
+            and obj._args
+            and isinstance(obj._args[0], dict | list)
+        ):  # DictConfig(<content>) / ListConfig(<content>): a config built by its constructor
+            return plain(obj._args[0], depth + 1)  # (bench.checkpoints.export writes these)
         if obj._items:
             return [plain(v, depth + 1) for v in obj._items]
         if obj._dict_items:

@@ -140,3 +140,22 @@ class Task:
     def evaluate(self, samples: Tensor, data: TaskData, group: str) -> list[MetricValue]:
         """Score (N, L) generated ids against ``data``."""
         raise NotImplementedError
+
+    # ------------------------------------------------------------------ optional hooks
+    # None here means "this task has none"; callers test ``is not None``, never hasattr.
+
+    #: ``data_reference(n) -> list[MetricValue]``: a held-out reference point scored like a
+    #: model's samples (OWT: held-out text under the Gen. PPL / entropy scorer). The first job
+    #: that samples a subset writes it once as store rows with ``method = "data"`` and
+    #: ``kind = "reference"`` (bench/cells.py ``reference_rows``); the frontier report draws it.
+    data_reference = None
+    #: ``reference_completions(data) -> Tensor``: the gold completions of ``data`` as (N, L) ids
+    #: when ``data.x`` itself is not what a perfect model writes (program tasks: the gold
+    #: programs); the task conformance suite scores them and expects ``conformance_top``.
+    reference_completions = None
+    #: the task conformance suite's case (tests/bench/data/test_task_conformance.py): a dict of
+    #: TaskConfig fields giving a small, fast instance; a plug-in task declares it to be tested
+    #: like the built-ins (which have theirs in that file's CASES)
+    conformance_config: dict | None = None
+    #: the headline value the gold completions score under ``evaluate`` (1.0: every item right)
+    conformance_top: float = 1.0

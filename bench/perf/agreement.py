@@ -88,7 +88,7 @@ def run(model_list, args, device) -> list[dict]:
         for run_dir in args.runs
     ]  # every folder checked before the (slow) imports below
     from bench.cells import batch_seed, cell_sampler, cell_task, method_backbone, sample_batch
-    from bench.train import load_weights
+    from bench.weights import load_weights
 
     rows = []
     for run_dir, tc, cells in runs:

@@ -1,8 +1,11 @@
 """``python -m bench.report [--results-dir DIR] [--out DIR]``: tables and figures from the store.
 
-The report reads only the results table (:func:`bench.results.read`): what it needs to know about a
-task or a method (headline metric, subset order, whether NFE is a length, ...) is in the rows'
-report columns (:data:`bench.results.REPORT_COLUMNS`); it imports no method and no registry.
+The report reads the results table (:func:`bench.results.read`) and, besides it, exactly two
+things: the training logs its train rows name (``train_log``, for the training curves) and the
+failed-run records :func:`bench.results.failed_runs` lists (for the page's header). What it needs
+to know about a task or a method (headline metric, subset order, whether NFE is a length, the
+training recipe that makes a model, ...) is in the rows' report columns
+(:data:`bench.results.REPORT_COLUMNS`); it imports no method, no registry, no trainer.
 
 Writes to ``<results>/report`` (or ``--out``):
 

@@ -6,13 +6,16 @@ Pairing: rows pair item by item when their ``items_key`` is equal (the same item
 order). A model whose NFE is its generated length (AR) or whose decoding ignores the temperature
 (greedy, top-1; sampled at T = 1 only) is compared in every NFE / temperature group of its subset,
 as the paper's figures draw it (a horizontal line). The Markdown shows, per subset, the group of
-the headline table (largest NFE, temperature closest to 1); the CSV has every group.
+the headline table (largest NFE, temperature closest to 1): first every model against a reference
+model (``--reference-model``; default the highest mean), the differences its CI separates from 0
+first, subsets in the task's order; then every pair (folded on the page). The CSV has every group.
 ``python -m bench.report --power`` prints ``power.md`` as well.
 """
 
 from __future__ import annotations
 
 import itertools
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -95,6 +98,9 @@ def differences(task: str, df: pd.DataFrame) -> pd.DataFrame:
                     temperature=temp,
                     model_a=_name(ga),
                     model_b=_name(gb),
+                    mean_a=float(ga["value"].astype(float).mean()),
+                    mean_b=float(gb["value"].astype(float).mean()),
+                    subset_rank=ga["subset_rank"].iloc[0],
                     metric=str(ga["metric"].iloc[0]),
                     **d,
                 )
@@ -112,9 +118,36 @@ def _headline_group(d: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(keep) if keep else d
 
 
-def differences_markdown(task: str, d: pd.DataFrame) -> str:
-    metric = str(d["metric"].iloc[0]).replace("_", " ")
-    h = _headline_group(d).sort_values(["subset", "diff"], ascending=[True, False])
+def reference_model(h: pd.DataFrame, asked: str | None = None) -> str:
+    """The model the short table compares every other one against: ``asked`` (a label, or a
+    unique part of one), else the one with the highest mean over the headline pairs."""
+    names = sorted(set(h["model_a"]) | set(h["model_b"]))
+    if asked:
+        hit = [n for n in names if n == asked] or [n for n in names if asked in n]
+        if len(hit) == 1:
+            return hit[0]
+        raise ValueError(
+            f"--reference-model {asked!r}: matches {len(hit)} of the models ({'; '.join(names)})"
+        )
+    mean = {}
+    for side, val in (("model_a", "mean_a"), ("model_b", "mean_b")):
+        for name, v in zip(h[side], h[val]):
+            mean.setdefault(name, []).append(v)
+    return max(names, key=lambda n: (np.mean(mean[n]), n))
+
+
+def _order(h: pd.DataFrame) -> pd.DataFrame:
+    """Subsets in the task's order; within one, differences the CI separates from 0 first, the
+    largest first."""
+    rank = pd.to_numeric(h["subset_rank"], errors="coerce").fillna(np.inf)
+    return (
+        h.assign(_r=rank, _z=h["covers_zero"].astype(bool), _d=-h["diff"].abs())
+        .sort_values(["_r", "subset", "_z", "_d"], kind="stable")
+        .drop(columns=["_r", "_z", "_d"])
+    )
+
+
+def _md(h: pd.DataFrame) -> str:
     table = pd.DataFrame(
         {
             "subset": h["subset"],
@@ -131,6 +164,18 @@ def differences_markdown(task: str, d: pd.DataFrame) -> str:
             "CI covers 0": h["covers_zero"].map(lambda c: "yes: no difference shown" if c else ""),
         }
     )
+    if h["p_mcnemar"].isna().all():  # several seeds: McNemar does not apply to any row
+        table = table.drop(columns="McNemar p")
+    return md_table(table)
+
+
+def differences_markdown(task: str, d: pd.DataFrame, reference: str | None = None) -> str:
+    """The headline group's pairs: those with the reference model first (significant ones
+    first, subsets in the task's order), then every pair, folded on the page."""
+    metric = str(d["metric"].iloc[0]).replace("_", " ")
+    h = _order(_headline_group(d))
+    ref = reference_model(h, reference)
+    mine = h[(h["model_a"] == ref) | (h["model_b"] == ref)]
     one = bool(((h["seeds_a"] == 1) & (h["seeds_b"] == 1)).all())
     seeds = (
         "One training seed per model: the interval reflects the items only, not a retrained model."
@@ -138,17 +183,28 @@ def differences_markdown(task: str, d: pd.DataFrame) -> str:
         else "Several training seeds: the interval reflects both items and seeds (with few seeds "
         "it is somewhat narrow: a bootstrap of S seeds keeps (S - 1) / S of their variance)."
     )
+    shown = int((~mine["covers_zero"].astype(bool)).sum())
     return "\n".join(
         [
             f"# {task}: paired differences in {metric} (percentage points)",
             "",
-            f"Every two models scored on the same items at the same subset, NFE and temperature; "
-            f"A is the one with the higher mean. CI: {PAIRED}, 95 %, B = 1000; McNemar p: the "
-            "exact test on the items the two models disagree on (one seed each). A difference "
-            f"whose CI covers 0 is marked. {seeds} Shown: per subset, the largest NFE at the "
-            f"temperature closest to 1; `{task}_differences.csv` has every NFE and temperature.",
+            f"Two models scored on the same items at the same subset, NFE and temperature; A is "
+            f"the one with the higher mean. CI: {PAIRED}, 95 %, B = 1000"
+            + ("; McNemar p: the exact test on the items the two models disagree on" if one else "")
+            + f". A difference whose CI covers 0 is marked. {seeds} Shown: per subset, the "
+            f"largest NFE at the temperature closest to 1; `{task}_differences.csv` has every NFE "
+            "and temperature.",
             "",
-            md_table(table),
+            f"## Against {ref}",
+            "",
+            f"Every model against `{ref}` (the highest mean here; `--reference-model` picks "
+            f"another): {shown} of {len(mine)} differences shown by their CI, listed first.",
+            "",
+            _md(mine),
+            "",
+            f"## All {len(h)} pairs",
+            "",
+            _md(h),
             "",
         ]
     )
@@ -171,6 +227,7 @@ def power_rows(task: str, df: pd.DataFrame) -> pd.DataFrame:
                 diff = decode_outcomes(ra["item_outcomes"]) - decode_outcomes(rb["item_outcomes"])
                 sds.append(float(diff.std(ddof=1)) if len(diff) > 1 else np.nan)
         obs = float(np.nanmedian(sds)) if sds and not np.all(np.isnan(sds)) else np.nan
+        why = _undefined_spread(sds, obs)
         out.append(
             dict(
                 task=task,
@@ -179,15 +236,29 @@ def power_rows(task: str, df: pd.DataFrame) -> pd.DataFrame:
                 seeds=int(one_per_seed(g)["seed"].nunique()),
                 mde_worst=detectable_difference(n, WORST_CASE_SD, alpha=ALPHA, power=POWER),
                 mde_observed=(
-                    np.nan
-                    if np.isnan(obs)
-                    else detectable_difference(n, obs, alpha=ALPHA, power=POWER)
+                    np.nan if why else detectable_difference(n, obs, alpha=ALPHA, power=POWER)
                 ),
+                mde_observed_note=why,
                 sd_observed=obs,
                 pairs=len(sds),
             )
         )
     return pd.DataFrame(out)
+
+
+def _undefined_spread(sds: list[float], obs: float) -> str:
+    """Why the detectable difference at this store's spread is undefined ("" when it is not):
+    no pair to take a spread from, or a spread of 0 (the normal approximation would print a
+    detectable difference of 0, which no test over these items has)."""
+    if not sds:
+        return "undefined: no two models scored the same items"
+    if np.isnan(obs):
+        return "undefined: one item, no spread"
+    if obs > 0:
+        return ""
+    if np.nanmax(sds) == 0:
+        return "undefined: no item differs between any pair"
+    return "undefined: most pairs differ on no item (median spread 0)"
 
 
 def power_markdown(p: pd.DataFrame) -> str:
@@ -198,7 +269,10 @@ def power_markdown(p: pd.DataFrame) -> str:
             "items": p["items"],
             "seeds": p["seeds"],
             "detectable, worst case (pp)": p["mde_worst"].map(pct),
-            "detectable, this store's spread (pp)": p["mde_observed"].map(pct),
+            "detectable, this store's spread (pp)": [
+                why if isinstance(why, str) and why else pct(v)
+                for v, why in zip(p["mde_observed"], p.get("mde_observed_note", [""] * len(p)))
+            ],
             "pairs behind the spread": p["pairs"],
         }
     )
@@ -211,14 +285,23 @@ def power_markdown(p: pd.DataFrame) -> str:
             f"{POWER:g} (normal approximation: (z_0.975 + z_0.8) x sd / sqrt(items)). Worst "
             "case: two uncorrelated models at 50 % (sd of an item's difference sqrt(0.5)); this "
             "store's spread: the median sd of the item differences over the pairs of models "
-            "the store scored on the same items (first seed each). Differences smaller than "
-            "this are not separated by the run, whatever its table shows. Training seeds add "
+            "the store scored on the same items (first seed each); undefined where that spread is "
+            "0 (no pair differs on an item: no spread to size a test by). Differences smaller "
+            "than this are not separated by the run, whatever its table shows. Training seeds add "
             "their own variation on top (the differences tables' seed-aware intervals).",
             "",
             md_table(table),
             "",
         ]
     )
+
+
+def _text(task: str, d: pd.DataFrame, args) -> str:
+    try:
+        return differences_markdown(task, d, getattr(args, "reference_model", None))
+    except ValueError as e:  # a --reference-model that names no model: a usage error
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def _render(sec: Section, df: pd.DataFrame, out: Path, args) -> list[Path]:
@@ -231,9 +314,7 @@ def _render(sec: Section, df: pd.DataFrame, out: Path, args) -> list[Path]:
                     out / f"{task}_differences.csv", lambda t, d=d: d.to_csv(t, index=False)
                 )
             )
-            written.append(
-                atomic.write_text(out / f"{task}_differences.md", differences_markdown(task, d))
-            )
+            written.append(atomic.write_text(out / f"{task}_differences.md", _text(task, d, args)))
         power.append(power_rows(task, df))
     p = pd.concat(power) if power else pd.DataFrame()
     if len(p):
@@ -251,6 +332,13 @@ ITEMS = [
         name="differences",
         render=_render,
         flags=(
+            cli_flag(
+                "--reference-model",
+                metavar="LABEL",
+                help="the model each differences table compares every other one against (a "
+                "model label as the tables print it, or a unique part of one; default: the "
+                "highest mean)",
+            ),
             cli_flag(
                 "--power",
                 action="store_true",

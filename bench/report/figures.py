@@ -55,21 +55,42 @@ def log2_nfe_axis(ax, ticks) -> None:
     ax.xaxis.set_minor_formatter(NullFormatter())
 
 
-def model_style(models) -> dict:
-    """Seaborn line arguments that keep up to 20 models apart: one colour each (``tab10``, or
-    ``tab20`` beyond ten), a marker and a dash pattern each, the legend in name order."""
-    import seaborn as sns
+#: one colour per model, distinct hues: ``tab10``, then black and navy (12; no light / dark pairs
+#: of one hue, as ``tab20`` has); beyond 12 the colours repeat and marker and dash tell apart
+PALETTE = (
+    "#1f77b4",  # blue
+    "#ff7f0e",  # orange
+    "#2ca02c",  # green
+    "#d62728",  # red
+    "#9467bd",  # purple
+    "#8c564b",  # brown
+    "#e377c2",  # pink
+    "#7f7f7f",  # grey
+    "#bcbd22",  # olive
+    "#17becf",  # cyan
+    "#000000",  # black
+    "#000080",  # navy
+)
+#: filled markers, 13 (coprime with the 12 colours and 7 dashes)
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*", "p", "h", "d")
+#: dash patterns (seaborn: segment, gap, ... in line widths; "" solid), 7
+DASHES = ("", (4, 1.5), (1, 1), (3, 1.25, 1.5, 1.25), (5, 1, 1, 1, 1, 1), (8, 2.5), (2, 1, 2, 4))
 
-    models = sorted(models)
-    palette = sns.color_palette("tab10" if len(models) <= 10 else "tab20", len(models))
+
+def model_style(models) -> dict:
+    """Seaborn line arguments that keep models apart: the i-th model in name order gets colour
+    i mod 12 (:data:`PALETTE`: distinct hues), marker i mod 13 and dash i mod 7, so any two of up
+    to 12 models differ in colour and marker, and any two of up to 84 in at least two of colour,
+    marker and dash. A function of the set of names only (not of their order)."""
+    models = sorted(set(models))
     return {
         "hue": "model",
         "hue_order": models,
-        "palette": dict(zip(models, palette)),
+        "palette": {m: PALETTE[i % len(PALETTE)] for i, m in enumerate(models)},
         "style": "model",
         "style_order": models,
-        "markers": True,
-        "dashes": True,
+        "markers": {m: MARKERS[i % len(MARKERS)] for i, m in enumerate(models)},
+        "dashes": {m: DASHES[i % len(DASHES)] for i, m in enumerate(models)},
     }
 
 

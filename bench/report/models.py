@@ -100,6 +100,11 @@ def _suffixes(recipes: dict[str, str], sweeps: dict[str, str]) -> dict[str, str]
     return {r: f"recipe {recipes[r]}" for r in recipes}
 
 
+def flat_recipe(recipe: str) -> dict:
+    """A recipe's settings as ``{"train.steps": 600, "task.grid": 4, ...}`` (lists as JSON)."""
+    return _flat(json.loads(recipe))
+
+
 def recipe_id(recipe: str) -> str:
     """8 hex digits naming a recipe (its JSON's sha256)."""
     return hashlib.sha256(recipe.encode()).hexdigest()[:8]

@@ -8,11 +8,13 @@ Each CSV row: ``table`` (``main`` or an ablation table's name), ``task``, ``meth
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
 
 from bench.report.common import cell_text, flag, md_table, pct
+from bench.report.models import flat_recipe
 from bench.report.uncertainty import paired_difference
 
 PAPER_DIR = Path(__file__).resolve().parents[2] / "results" / "paper"
@@ -44,6 +46,61 @@ def protocol(task: str) -> str:
         if len(hit):
             return str(hit.iloc[0])
     return "see results/paper"
+
+
+def protocol_settings(task: str) -> dict:
+    """The paper's protocol for ``task`` as recipe settings (``protocols.csv`` column
+    ``settings``: ``key=value; ...`` with keys of the flattened recipe, e.g. ``train.steps``, and
+    ``nfe``), values parsed as JSON where they are."""
+    path = PAPER_DIR / "protocols.csv"
+    if not path.is_file():
+        return {}
+    p = pd.read_csv(path, keep_default_na=False)
+    hit = p.loc[p["task"] == task, "settings"] if "settings" in p else []
+    out = {}
+    for part in str(hit.iloc[0]).split(";") if len(hit) else []:
+        if "=" in part:
+            k, v = (x.strip() for x in part.split("=", 1))
+            try:
+                out[k] = json.loads(v)
+            except ValueError:
+                out[k] = v
+    return out
+
+
+def protocol_differences(task: str, best: pd.DataFrame) -> list[str]:
+    """How our headline cells ``best`` depart from the paper's protocol for ``task``
+    (:func:`protocol_settings`): ``"task.grid 4 (paper 9)"``, ...; empty when they match or the
+    paper states none. An imported file's train and backbone settings are the file's own."""
+    want = protocol_settings(task)
+    if not want or not len(best):
+        return []
+    seen: dict[str, set[str]] = {}
+    recipes = best["recipe"].dropna().unique() if "recipe" in best else []
+    for recipe in recipes:
+        flat = flat_recipe(recipe)
+        for k in want:
+            if k == "nfe" or ("import" in flat and k.split(".")[0] in ("train", "backbone")):
+                continue
+            v = flat.get(k, flat.get(_RECORDED.get(k, ""), "unrecorded"))
+            seen.setdefault(k, set()).add(_show(v))
+    if "nfe" in want:
+        nfe = best.loc[~flag(best["nfe_is_length"]), "nfe"].dropna()
+        seen["nfe"] = {_show(int(x)) for x in nfe.unique()}
+    out = []
+    for k, v in want.items():
+        ours = sorted(seen.get(k, set()) - {_show(v)})
+        if ours:
+            out.append(f"{k} {', '.join(ours)} (paper {_show(v)})")
+    return out
+
+
+def _show(v) -> str:
+    return v if isinstance(v, str) else json.dumps(v)
+
+
+#: the recipe keys of a store written before the recipe column (bench.report.models)
+_RECORDED = {"train.steps": "recorded.train_steps", "backbone.size": "recorded.backbone"}
 
 
 def lookup(paper: pd.DataFrame | None, r, subset: str, metric: str) -> float | None:
@@ -87,11 +144,17 @@ def one_recipe(g: pd.DataFrame) -> pd.DataFrame:
 
 
 def ablation_markdown(
-    best: pd.DataFrame, headline: str, subsets: list[str], paper: pd.DataFrame | None
+    best: pd.DataFrame,
+    headline: str,
+    subsets: list[str],
+    paper: pd.DataFrame | None,
+    *,
+    comparable: bool = True,
 ) -> list[str]:
     """One table per non-main table of the paper's CSV (e.g. the S-FLM renorm / schedule
     ablation): the paper's rows in its order, our value beside each where the sweep ran that
-    (method, variant)."""
+    (method, variant). ``comparable``: False when the store's protocol is not the paper's
+    (:func:`protocol_differences`); the title then says the paper columns are not comparable."""
     if paper is None:
         return []
     out = []
@@ -117,6 +180,8 @@ def ablation_markdown(
             table.append(row)
         if table:
             note = "" if any_ours else " (this sweep ran none of these models)"
+            if not comparable:
+                note += " (paper columns: another protocol, not comparable)"
             title = f"## Paper table `{name}`: {headline.replace('_', ' ')} (%){note}"
             out += ["", title, "", md_table(pd.DataFrame(table))]
             out += _versus_first(ours_rows, subsets)

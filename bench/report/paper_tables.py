@@ -12,6 +12,7 @@ import pandas as pd
 from bench import atomic
 from bench.report.common import (
     cell_text,
+    ci_methods,
     flag,
     headline_cells,
     headline_rows,
@@ -20,7 +21,7 @@ from bench.report.common import (
     task_rows,
 )
 from bench.report.items import Artifact
-from bench.report.paper import ours_for, paper_numbers, protocol
+from bench.report.paper import ours_for, paper_numbers, protocol, protocol_differences
 
 
 def best_cells(df: pd.DataFrame, task: str) -> tuple[pd.DataFrame, str]:
@@ -92,11 +93,20 @@ def render_main_table(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> li
             row[f"{sub} (paper)"] = pct(float(g.loc[g["subset"] == sub, "value"].iloc[0]))
         table.append(row)
     _, missing = a.needs(a, df)
+    methods = ci_methods(best)
     head = (
         f"Ours: {name}{_where(best)}, headline metric at the largest NFE of the grid and T "
-        "closest to 1 (%, 95 % CI or mean +- sd over seeds). Paper: its reported numbers "
-        f"({protocol(a.task)}); compare them only where the protocols match."
+        "closest to 1 (%"
+        + (f"; intervals: {'; '.join(methods)}" if methods else "")
+        + f"). Paper: its reported numbers ({protocol(a.task)})."
     )
+    departs = protocol_differences(a.task, best)
+    if departs:  # said before the table, where a reader looks first
+        head = (
+            f"**Not comparable:** this store departs from the paper's protocol "
+            f"({'; '.join(departs)}); the (ours) and (paper) columns measure different things.\n\n"
+            + head
+        )
     return write_table(a, out, pd.DataFrame(table), head, [], missing)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from bench import atomic
@@ -28,7 +29,13 @@ from bench.report.common import (
     subsets,
 )
 from bench.report.items import Section
-from bench.report.paper import ablation_markdown, lookup, paper_numbers, protocol
+from bench.report.paper import (
+    ablation_markdown,
+    lookup,
+    paper_numbers,
+    protocol,
+    protocol_differences,
+)
 
 
 def task_markdown(task: str, df: pd.DataFrame) -> tuple[str, str | None]:
@@ -40,17 +47,30 @@ def task_markdown(task: str, df: pd.DataFrame) -> tuple[str, str | None]:
     subs = subsets(s)
     numbers = paper_numbers(task)
     best = headline_cells(s)
+    h = best[best["metric"] == headline]
+    departs = protocol_differences(task, h) if numbers is not None else []
+    beside = numbers if not departs else None  # the paper's columns only beside a like protocol
+    if numbers is None:
+        about = "ours only: the paper reports no numbers for this task."
+    elif departs:
+        about = (
+            "The paper's numbers are in their own table below: this store's protocol differs "
+            f"from the paper's ({'; '.join(departs)}), so they are not comparable."
+        )
+    else:
+        about = (
+            f"`paper` columns are the S-FLM paper's reported numbers ({protocol(task)}); this "
+            "store's recipe and NFE match the paper's protocol."
+        )
     out = [
         f"# {task}: {headline.replace('_', ' ')} (%)",
         "",
-        "One row per model and decoding, at the largest NFE of the grid and the temperature "
-        "closest to 1 (values in %, 95 % CI in brackets where the evaluator gives one). `paper` "
-        f"columns are the S-FLM paper's reported numbers ({protocol(task)}); ours come "
-        "from whatever this sweep ran, so compare them only when the protocol matches.",
+        "One row per model (training recipe, variant and decoding), at the largest NFE of the "
+        "grid and the temperature closest to 1 (values in %, 95 % CI in brackets where the "
+        f"evaluator gives one). {about}",
         "",
     ]
     table = []
-    h = best[best["metric"] == headline]
     for _model, g in h.groupby("model", sort=True):
         r = g.iloc[0]
         row = {
@@ -63,8 +83,8 @@ def task_markdown(task: str, df: pd.DataFrame) -> tuple[str, str | None]:
         for sub in subs:
             gs = g[g["subset"] == sub]
             row[sub] = cell_text(gs) if len(gs) else ""
-            pv = lookup(numbers, r, sub, headline)
-            if numbers is not None:
+            pv = lookup(beside, r, sub, headline)
+            if beside is not None:
                 row[f"{sub} (paper)"] = "" if pv is None else pct(pv)
         table.append(row)
     out.append(md_table(pd.DataFrame(table)))
@@ -73,13 +93,19 @@ def task_markdown(task: str, df: pd.DataFrame) -> tuple[str, str | None]:
     if len(h) and h["seed"].nunique() <= 1:
         note.append("One training seed per model: intervals cover the items, not retraining.")
     out += ["", " ".join(note)] if note else []
-    out += ablation_markdown(best, headline, subs, numbers)
+    if departs:
+        out += _paper_alone(task, numbers, headline, departs)
+    out += ablation_markdown(best, headline, subs, numbers, comparable=not departs)
     for metric in secondary_metrics(s):
         m = best[best["metric"] == metric]
-        m = m.assign(model=[model_label(r) for _, r in m.iterrows()])
         piv = m.pivot_table(index="model", columns="subset", values="value", aggfunc="mean")
-        piv = piv[[c for c in subs if c in piv.columns]].map(pct).reset_index()
-        out += ["", f"## {metric.replace('_', ' ')} (%)", "", md_table(piv)]
+        piv = piv[[c for c in subs if c in piv.columns]]
+        name = metric.replace("_", " ")
+        if _same_as(piv, h):
+            out += ["", f"## {name} (%)", "", f"Equal to {headline.replace('_', ' ')} in every "
+                    "row of the headline table (not repeated)."]  # fmt: skip
+            continue
+        out += ["", f"## {name} (%)", "", md_table(piv.map(pct).reset_index())]
     full = s[s["metric"] == headline]
     full = full.assign(
         model=[model_label(r) for _, r in full.iterrows()], nfe=full["nfe"].astype(int)
@@ -92,6 +118,39 @@ def task_markdown(task: str, df: pd.DataFrame) -> tuple[str, str | None]:
     title = f"## Every cell of the grid: {headline.replace('_', ' ')} (%){seeds}"
     out += ["", title, "", md_table(piv), ""]
     return "\n".join(out), headline
+
+
+def _same_as(piv: pd.DataFrame, h: pd.DataFrame) -> bool:
+    """Whether a secondary metric's (model x subset) means equal the headline's everywhere."""
+    ref = h.pivot_table(index="model", columns="subset", values="value", aggfunc="mean")
+    ref = ref.reindex(index=piv.index, columns=piv.columns)
+    return bool(len(piv)) and piv.shape == ref.shape and np.allclose(piv, ref, atol=1e-12)
+
+
+def _paper_alone(task: str, numbers: pd.DataFrame, headline: str, departs: list[str]) -> list[str]:
+    """The paper's main-table numbers in a table of their own (its protocol is not ours)."""
+    p = numbers[(numbers["table"] == "main") & (numbers["metric"] == headline)]
+    if not len(p):
+        return []
+    piv = p.pivot_table(
+        index="label", columns="subset", values="value", aggfunc="first", sort=False
+    )
+    piv = piv[list(dict.fromkeys(p["subset"]))].map(pct)
+    piv.columns = [f"{c} (paper)" for c in piv.columns]
+    piv = (
+        piv.reindex(list(dict.fromkeys(p["label"])))
+        .reset_index()
+        .rename(columns={"label": "model"})
+    )
+    return [
+        "",
+        "## The paper's numbers (not comparable with the table above)",
+        "",
+        f"The S-FLM paper's main table ({protocol(task)}). This store departs from that protocol: "
+        f"{'; '.join(departs)}.",
+        "",
+        md_table(piv),
+    ]
 
 
 def _steps(g: pd.DataFrame) -> str:

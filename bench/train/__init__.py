@@ -14,8 +14,8 @@ Its parts, by job:
   divergence check, stop on request, and :func:`fit`;
 - :mod:`bench.train.logs`: training curves (the loggers, ``<run_dir>/logs/metrics.csv``, the
   validation loss);
-- :mod:`bench.train.checkpoints`: resumable checkpoints and ``weights.pt``
-  (:func:`load_weights`).
+- :mod:`bench.train.checkpoints`: resumable checkpoints; ``weights.pt`` is :mod:`bench.weights`'
+  (:func:`load_weights`, re-exported here; reading it imports no Lightning).
 
 Atomic writes are :mod:`bench.atomic`'s; the failure record ``failed.json`` is
 :mod:`bench.failures`'s.
@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from bench.atomic import atomic_torch_save, write_json_atomic
 from bench.failures import FAILED_FILE, write_failure
-from bench.train.checkpoints import load_weights, resume_from
+from bench.train.checkpoints import resume_from
 from bench.train.logs import (
     LOG_DIR,
     LOG_FILE,
@@ -63,6 +63,7 @@ from bench.train.loop import (
     precision_for,
     request_stop,
 )
+from bench.weights import load_weights  # weights.pt: no Lightning there (bench.weights)
 
 __all__ = [
     "FAILED_FILE",

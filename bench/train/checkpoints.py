@@ -7,7 +7,8 @@
   sets damaged ones aside.
 - ``<run_dir>/weights.pt``: what sampling loads (:func:`weights_payload` when training ends,
   :func:`load_weights`): the EMA backbone weights, the method's state, the step count and the
-  caller's metadata.
+  caller's metadata. Both live in :mod:`bench.weights` (which imports no Lightning) and are
+  re-exported here for the trainer.
 """
 
 from __future__ import annotations
@@ -23,7 +24,18 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from bench import atomic
-from bench.method import Method
+from bench.weights import load_weights, weights_payload
+
+__all__ = [
+    "AtomicCheckpointIO",
+    "SaveOnSigterm",
+    "checkpoint_step",
+    "load_weights",
+    "restore_rng",
+    "resume_from",
+    "rng_states",
+    "weights_payload",
+]
 
 # --------------------------------------------------------------------------- RNG states
 
@@ -113,25 +125,5 @@ def resume_from(ckpt_dir: Path) -> tuple[Path, int] | None:
 
 
 # --------------------------------------------------------------------------- weights.pt
-
-
-def weights_payload(
-    backbone: torch.nn.Module, method: Method, steps: int, extra: dict | None = None
-) -> dict:
-    """What ``weights.pt`` holds: ``backbone``'s weights (the EMA ones: the module sampling
-    uses), the method's state, the step count and ``extra`` metadata."""
-    return {
-        "backbone": backbone.state_dict(),
-        "method_state": method.state_dict(),
-        "steps": steps,
-        "extra": extra or {},
-    }
-
-
-def load_weights(method: Method, backbone: torch.nn.Module, path: str | Path) -> dict:
-    """Load what :func:`bench.train.fit` wrote into ``backbone`` (EMA weights) and ``method``;
-    returns metadata."""
-    payload = torch.load(path, map_location="cpu", weights_only=False)
-    backbone.load_state_dict(payload["backbone"])
-    method.load_state_dict(payload["method_state"])
-    return {"steps": payload["steps"], **payload.get("extra", {})}
+# ``weights.pt`` is :mod:`bench.weights`' (no Lightning there, so the importer, the exporter and
+# sampling read it without the trainer); the trainer writes it with the same functions.

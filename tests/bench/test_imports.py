@@ -154,14 +154,21 @@ def test_evaluators_import_no_task():
 def test_text_layer_imports_only_itself():
     """bench.text (tokenizers, the data cache root, offline packages, the reference LM) is the
     layer below both bench.data and bench.evaluate: it imports neither, nor anything else of the
-    packages outside bench.text."""
+    packages outside bench.text but the leaves below every layer (bench.atomic: the build-once
+    cache, importing nothing of the packages)."""
     graph = import_graph()
     text = _layer(graph, "bench.text")
     assert {"bench.text.gpt2", "bench.text.smollm", "bench.text.reference_lm"} <= set(text)
     assert "bench.text.locate" in graph["bench.text.gpt2"]  # the walker sees edges
     assert "bench.text.gpt2" in graph["bench.data.owt"]
+    leaves = {"bench.atomic"}
+    assert not {m: graph[m] for m in leaves if graph[m]}
     outside = {
-        m: sorted(d for d in deps if d != "bench.text" and not d.startswith("bench.text."))
+        m: sorted(
+            d
+            for d in deps
+            if d != "bench.text" and not d.startswith("bench.text.") and d not in leaves
+        )
         for m, deps in text.items()
     }
     assert not {m: d for m, d in outside.items() if d}, outside
@@ -199,3 +206,42 @@ def test_pickled_jobs_reference_importable_modules():
     plan = importlib.import_module("bench.plan")
     for obj in (slurm.TrainJob, slurm.SampleJob, plan.TrainCell, plan.SampleCell):
         assert obj.__module__ not in ("__main__", None) and importlib.import_module(obj.__module__)
+
+
+_WEIGHTS_NO_LIGHTNING = """
+import json, sys, tempfile
+from pathlib import Path
+
+import bench.checkpoints
+from bench.checkpoints import build_model
+from bench.weights import load_weights, save_weights
+
+backbone_cfg = {"size": "cpu-mini", "n_blocks": 1, "d_model": 16, "n_heads": 2, "cond_dim": 8}
+method, backbone = build_model("mdlm", {}, backbone_cfg, 10, 8)
+path = Path(tempfile.mkdtemp()) / "weights.pt"
+save_weights(path, backbone, method, 7, {"note": "x"})
+m2, b2 = build_model("mdlm", {}, backbone_cfg, 10, 8)
+assert load_weights(m2, b2, path) == {"steps": 7, "note": "x"}
+meta = {"method": "mdlm", "family": "mdlm", "options": {}, "backbone": backbone_cfg,
+        "vocab_size": 10, "seq_len": 8}
+(path.parent / "model.json").write_text(json.dumps(meta))
+assert bench.checkpoints.load(str(path.parent)).method.vocab_size == 10  # a model folder
+print("SEEN", sorted(m for m in sys.modules if m.startswith(("lightning", "pytorch_lightning",
+                                                             "bench.train"))))
+"""
+
+
+def test_reading_weights_and_the_importer_import_no_lightning():
+    """``weights.pt`` is bench.weights' (no trainer): ``import bench.checkpoints``, writing and
+    reading a weights file and loading a model folder, in a fresh interpreter, import neither
+    Lightning nor bench.train."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _WEIGHTS_NO_LIGHTNING],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    seen = [ln for ln in proc.stdout.splitlines() if ln.startswith("SEEN ")][-1]
+    assert seen == "SEEN []", seen

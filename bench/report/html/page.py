@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.failures import FAILED_FILE, read_failure
 from bench.report.html import markdown
 from bench.report.html.files import Figure, Group, group, inventory
 from bench.report.html.provenance import SOURCE_FIELDS, Provenance, Resolver
+from bench.results import failed_runs
 
 _NUMBER = re.compile(r"^[-+]?\d[\d,]*(\.\d+)?")
 STORE_WIDE = ("training.md", "training_cost.md", "alpha_star.md")
@@ -39,6 +39,9 @@ class TableView:
     header: list[str]
     rows: list[tuple[list[Cell], Provenance]]
     has_sources: bool
+    #: shown folded (one click opens it): a table under a heading that starts with "All "
+    #: (e.g. every pair of the differences), after the table that matters
+    collapsed: bool = False
 
 
 @dataclass
@@ -62,6 +65,10 @@ class PaperItem:
     docs: list[Doc]
     figures: list[Figure]
     files: list[str]
+
+
+#: a table under a heading that starts with this is drawn folded (the full list behind a summary)
+FOLDED = "All "
 
 
 def anchor(name: str) -> str:
@@ -88,7 +95,8 @@ def doc(out: Path, name: str, task: str | None, res: Resolver, keep=None) -> Doc
             for r, (rp, cells) in zip(body, prov)
         ]
         has = any(rp.sources for _, rp in rows)
-        d.blocks.append((b, TableView(t.header, rows, has)))
+        folded = heading.startswith(FOLDED)
+        d.blocks.append((b, TableView(t.header, rows, has, folded)))
     return d
 
 
@@ -104,12 +112,7 @@ def header(df: pd.DataFrame, results_dir: Path) -> dict:
             sweeps.append({"name": name, "cells": len(g), "file": str(f) if found else ""})
         for sha, g in cells.groupby(cells["git_sha"].fillna(""), sort=True):
             commits.append({"sha": sha or "(none)", "cells": len(g)})
-    failed = []
-    runs = results_dir / "runs"
-    if runs.is_dir():
-        for p in sorted(runs.glob(f"*/{FAILED_FILE}")):
-            info = read_failure(p.parent) or {}
-            failed.append({"run": p.parent.name, "reason": str(info.get("reason", "unknown"))})
+    failed = failed_runs(results_dir)
     corrupt = results_dir / "store" / "corrupt"
     kinds = cells["kind"].value_counts().to_dict() if len(cells) else {}
     return {
@@ -150,7 +153,9 @@ def tasks(out: Path, names: list[str], groups: dict[str, Group], res: Resolver) 
             {
                 "name": t,
                 "anchor": anchor(t),
-                "docs": [doc(out, n, t, res) for n in md],
+                "docs": [doc(out, n, t, res) for n in md[:1]],
+                # after the figures: the differences and any other file of the task
+                "more_docs": [doc(out, n, t, res) for n in md[1:]],
                 "figures": figs,
                 "csv": g.csv,
                 "other": g.other,
@@ -199,6 +204,13 @@ def _paper_groups(names: list[str], labels: list[str]) -> tuple[dict[str, Group]
     return {k: v for k, v in grouped.items() if k}, grouped[""]
 
 
+def _written(task: dict) -> bool:
+    """Whether the folder holds anything of a task's section (a table, figure, file, or training
+    rows)."""
+    keys = ("docs", "more_docs", "figures", "csv", "other", "training")
+    return any(task.get(k) for k in keys)
+
+
 def context(out: Path, df: pd.DataFrame, results_dir: Path) -> dict:
     """Everything the template needs."""
     from bench.report import renderers
@@ -214,9 +226,16 @@ def context(out: Path, df: pd.DataFrame, results_dir: Path) -> dict:
         store_wide.markdown,
         key=lambda n: (n not in STORE_WIDE, STORE_WIDE.index(n) if n in STORE_WIDE else 0, n),
     )
+    # a task the store has but the folder holds nothing of (e.g. only --paper wrote here): no
+    # empty section for it
+    task_views = [t for t in tasks(out, task_names, groups, res) if _written(t)]
     return {
         "head": header(df, results_dir),
-        "tasks": tasks(out, task_names, groups, res),
+        "tasks": task_views,
+        # anything of the report itself (not --paper) in the folder; without it the page says so
+        # instead of showing empty task and store-wide sections
+        "report_written": bool(task_views or store_wide.all_files()),
+        "paper_written": len(paper_files),
         "wide_docs": [doc(out, n, None, res) for n in wide_md],
         "wide_figures": store_wide.figures,
         "wide_files": [*store_wide.csv, *store_wide.other],

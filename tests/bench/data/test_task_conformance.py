@@ -108,7 +108,7 @@ def _case(name: str) -> Case:
     if name in CASES:
         return CASES[name]
     cls = registry.TASKS[name]
-    cfg = getattr(cls, "conformance_config", None)
+    cfg = cls.conformance_config
     assert registry.TASKS.package(name) != BUILTIN and cfg is not None, (
         f"task {name!r} ({registry.TASKS.package(name)}) has no conformance case: add one to "
         "tests/bench/data/test_task_conformance.py::CASES (built-in) or declare conformance_config "
@@ -242,7 +242,7 @@ def _gold_and_wrong(name: str, task, group: str):
         wrong = [_off_by_one(GSM8K_GOLD[0]), *GSM8K_GOLD[1:]]
         return data, _write_programs(task, data, GSM8K_GOLD), _write_programs(task, data, wrong)
     data = task.eval_data(group, EVAL_N)
-    if hasattr(task, "reference_completions"):  # program tasks: gold programs written out
+    if task.reference_completions is not None:  # program tasks: gold programs written out
         gold = task.reference_completions(data)
         tok, pl = task.tokenizer, data.meta["prompt_len"][0]
         ids = gold[0, pl:].tolist()
@@ -269,7 +269,7 @@ def test_gold_outputs_score_the_top_value(name, tmp_path, request):
     for grader in GRADERS.get(name, (None,)):
         over = {"options": {"grader": grader}} if grader else {}
         task = make_task(name, tmp_path, request, **over)
-        metric, top = task.headline_metric, getattr(type(task), "conformance_top", 1.0)
+        metric, top = task.headline_metric, type(task).conformance_top
         for g in task.groups():
             data, gold, wrong = _gold_and_wrong(name, task, g)
             got = {v.metric: v.value for v in task.evaluate(gold, data, g)}

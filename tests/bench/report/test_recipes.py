@@ -243,3 +243,28 @@ def test_old_rows_join_the_recorded_recipe(tmp_path):
     both = with_models(pd.concat([df, new], ignore_index=True))
     m800 = both[(both["method"] == "mdlm") & (both["train_steps"] == 800)]
     assert m800["model_base"].nunique() == 1
+
+
+def test_paper_columns_only_beside_the_papers_protocol(tmp_path):
+    """A 4x4 Sudoku recipe (the quickstart's) gets the paper's 9x9 numbers in a table of their
+    own that names what differs; a recipe at the paper's settings gets them beside ours."""
+    import json
+
+    from bench.report.paper import protocol_differences, protocol_settings
+
+    want = protocol_settings("sudoku")
+    assert want["task.grid"] == 9 and want["train.steps"] == 20000 and want["nfe"] == 180
+    paper = {"task": {"grid": 9}, "joint_subsets": False, "backbone": {"size": "tiny"},
+             "train": {"steps": 20000}}  # fmt: skip
+    qs = {"task": {"grid": 4}, "joint_subsets": True, "backbone": {"size": "cpu-mini"},
+          "train": {"steps": 600}}  # fmt: skip
+    row = {"nfe_is_length": False, "nfe": 180}
+    same = pd.DataFrame([{**row, "recipe": json.dumps(paper)}])
+    assert protocol_differences("sudoku", same) == []
+    other = pd.DataFrame([{**row, "nfe": 16, "recipe": json.dumps(qs)}])
+    diff = protocol_differences("sudoku", other)
+    assert "task.grid 4 (paper 9)" in diff and "nfe 16 (paper 180)" in diff
+    assert "train.steps 600 (paper 20000)" in diff
+    # an imported released file is the paper's own model: its train settings are not ours
+    imp = {**paper, "import": "abc", "train": None, "backbone": {"size": "?"}}
+    assert protocol_differences("sudoku", pd.DataFrame([{**row, "recipe": json.dumps(imp)}])) == []
