@@ -1,7 +1,7 @@
 """Why a training run failed: ``<run folder>/failed.json``.
 
 The trainer (:mod:`bench.train`) writes it when a run stops for good (diverged training) and
-removes it when a new attempt starts; the cell-status model (:mod:`bench.executors.status`)
+removes it when a new attempt starts; the cell-status model (:mod:`bench.executors.cell_status`)
 reads it to show the cell failed with that reason. Kept apart from both so that reading a
 status does not import the trainer.
 """

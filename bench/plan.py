@@ -51,6 +51,8 @@ from bench.config import (
     config_hash,
     is_set,
 )
+from bench.data.base import Task
+from bench.method import Method
 
 # fields that do not change what a cell computes (paths, threads, checkpoint cadence, logging
 # and validation: bench.train runs validation under a forked RNG, the weights are unchanged)
@@ -313,132 +315,234 @@ def _decodings(method, entry: MethodEntry, sweep_decodings: list[str], where: st
     return list(dict.fromkeys(resolved)) or [method.resolve_decoding("default")]
 
 
+@dataclass(frozen=True)
+class _Sweep:
+    """What every method entry of one sweep is planned against: the task, its subsets and the
+    ``sample`` / ``train`` / ``backbone`` sections with the task's defaults filled in."""
+
+    cfg: SweepConfig
+    source: str  # the sweep file, in errors
+    offline_ok: bool
+    task: Task
+    subsets: list[str]  # Sudoku: the difficulties; GSM8K: the test split
+    sample: SampleConfig
+    train: TrainConfig
+    backbone: BackboneConfig
+
+
+@dataclass(frozen=True)
+class _EntryModel:
+    """One ``methods[i]`` entry, validated: the model it trains (or imports) and how it samples."""
+
+    index: int  # i of methods[i]
+    entry: MethodEntry
+    where: str  # ``<sweep>: methods[i]``, in errors
+    method: Method
+    options: dict  # the model's identity: sampling-only options at their defaults
+    sampling: dict  # the sampling-only options that differ from their defaults
+    train: TrainConfig  # the sweep's recipe with the entry's overrides
+    backbone: dict
+    source: dict | None  # an import cell's source (``checkpoint:``), else None
+    vocab_size: int | None
+    decodings: list[str]
+    seeds: list[int]
+    groups: list[list[str]]  # the training subsets of each train cell
+
+    @property
+    def variant(self) -> str:
+        return _variant(self.entry)
+
+
+def _sweep(cfg: SweepConfig, source: str, offline_ok: bool) -> _Sweep:
+    """The task and the sweep's sections, with the task's defaults in the fields the file leaves
+    unset (a sort task's NFE grid stops at its generated length, not at 9x9 Sudoku's 180), checked
+    by the task's own rules (split sizes, files, lengths) before any job."""
+    task = _task(cfg, source)
+    subsets = list(task.groups())
+    defaults = _task_defaults(task, source)
+    sample = _with_defaults(cfg.sample, defaults.get("sample"))
+    train = _with_defaults(cfg.train, defaults.get("train"))
+    backbone = _with_defaults(cfg.backbone, defaults.get("backbone"))
+    try:
+        task.validate_plan(backbone=backbone, train=train, sample=sample)
+    except ValueError as e:  # ConfigError included
+        raise ConfigError(f"{source}: {e}") from None
+    return _Sweep(
+        cfg=cfg,
+        source=source,
+        offline_ok=offline_ok,
+        task=task,
+        subsets=subsets,
+        sample=sample,
+        train=train,
+        backbone=backbone,
+    )
+
+
+def _entry_model(sw: _Sweep, i: int, entry: MethodEntry) -> _EntryModel:
+    """Entry ``methods[i]`` as a validated model: its method and options (an imported
+    checkpoint's from the file), its train recipe, what its jobs would reject (backbone size,
+    schedule: the method's ``validate_plan``), its decodings, seeds and training subsets."""
+    where = f"{sw.source}: methods[{i}]"
+    imported = vocab = None
+    backbone = canonical(sw.backbone)
+    if entry.checkpoint:  # options, sizes and vocabulary from the file
+        sp, file_opts, imported, vocab = _import_facts(entry, sw.task, where, sw.offline_ok)
+        method, opts = _method(entry, sw.task, where, file_opts, vocab)
+        backbone = dict(sp.backbone)
+    else:
+        if entry.family:
+            raise ConfigError(f"{where}.family: only with checkpoint")
+        method, opts = _method(entry, sw.task, where)
+    model_opts, sampling = _split_sampling(method, _identity(method, opts))
+    # per-method train overrides use TrainConfig's own fields and rules
+    train = build(
+        TrainConfig, {**dataclasses.asdict(sw.train), **entry.train}, where=f"{where}.train"
+    )
+    try:
+        method.validate_plan(backbone=BackboneConfig(**backbone), train=train, sample=sw.sample)
+    except ValueError as e:  # ConfigError included
+        msg = str(e)
+        if not imported and msg.startswith(("backbone", "sample")):  # a section at the root
+            raise ConfigError(f"{sw.source}: {msg} (methods[{i}]: {entry.method})") from None
+        raise ConfigError(f"{where}: {msg}") from None
+    if imported:  # one model, whatever the training seeds and subsets: it is not trained
+        seeds, groups = [train.seed], [sw.subsets]
+    else:
+        seeds = list(dict.fromkeys(sw.cfg.seeds)) or [train.seed]
+        groups = [sw.subsets] if sw.cfg.task.train_mix else [[g] for g in sw.subsets]
+    return _EntryModel(
+        index=i,
+        entry=entry,
+        where=where,
+        method=method,
+        options=model_opts,
+        sampling=sampling,
+        train=train,
+        backbone=backbone,
+        source=imported,
+        vocab_size=vocab,
+        decodings=_decodings(method, entry, sw.sample.decoding, where),
+        seeds=seeds,
+        groups=groups,
+    )
+
+
+def _train_id(sw: _Sweep, m: _EntryModel, train: TrainConfig, groups: list[str]) -> str:
+    """A train cell's content hash: task (its semantic fields), training subsets, backbone,
+    method and model options, and the recipe (its semantic fields) or, for an import, the file
+    (its sha256) and the model's vocabulary."""
+    ident = {
+        "task": {k: v for k, v in canonical(sw.cfg.task).items() if k not in _NON_SEMANTIC_TASK},
+        "groups": groups,
+        "backbone": m.backbone,
+        "method": m.entry.method,
+        "options": m.options,
+    }
+    if m.source:  # the file (by its sha256) and the options it is run with
+        ident["import"] = m.source["sha256"] or m.source["checkpoint"]
+        ident["vocab_size"] = m.vocab_size
+    else:
+        ident["train"] = {k: v for k, v in canonical(train).items() if k not in _NON_SEMANTIC_TRAIN}
+    return config_hash(ident)
+
+
+def _train_cells_of(sw: _Sweep, m: _EntryModel) -> list[TrainCell]:
+    """The entry's train cells: one per training seed x training subsets (one for an import)."""
+    cells = []
+    for seed in m.seeds:
+        train = dataclasses.replace(m.train, seed=seed)  # train.seed 0 and seeds [0]: one cell
+        for groups in m.groups:
+            cells.append(
+                TrainCell(
+                    id=_train_id(sw, m, train, groups),
+                    sweep=sw.cfg.name,
+                    results_dir=sw.cfg.results_dir,
+                    task=canonical(sw.cfg.task),
+                    backbone=m.backbone,
+                    train=canonical(train),
+                    method=m.entry.method,
+                    variant=m.variant,
+                    options=m.options,
+                    groups=groups,
+                    source=m.source,
+                    vocab_size=m.vocab_size,
+                )
+            )
+    return cells
+
+
+def _sample_id(tc: TrainCell, m: _EntryModel, s: SampleConfig, subset, nfe, temp, dec) -> str:
+    key = {
+        "train": tc.id,
+        "subset": subset,
+        "nfe": nfe,
+        "temperature": temp,
+        "decoding": dec,
+        "n": s.n_samples,
+        "float64": s.float64,
+        "seed": s.seed,
+    }
+    if m.sampling:  # absent at defaults: the ids sweeps always had
+        key["sampling"] = m.sampling
+    return config_hash(key)
+
+
+def _sample_cells_of(tc: TrainCell, m: _EntryModel, s: SampleConfig) -> list[SampleCell]:
+    """The sample cells entry ``m`` plans on train cell ``tc`` (the entry's own, or one an
+    earlier entry with the same model planned): each evaluation subset x decoding x NFE x
+    temperature (NFE: the generated length, planned as 0, for a method whose NFE it is; one
+    temperature, 1, for a temperature-free decoding)."""
+    cells = []
+    for subset in tc.groups:
+        for dec in m.decodings:
+            nfes = [0] if m.method.nfe_is_length else s.nfe
+            temps = [1.0] if dec in m.method.temperature_free else s.temperature
+            for nfe in nfes:
+                for temp in temps:
+                    cells.append(
+                        SampleCell(
+                            id=_sample_id(tc, m, s, subset, nfe, temp, dec),
+                            train=tc,
+                            subset=subset,
+                            nfe=nfe,
+                            temperature=temp,
+                            decoding=dec,
+                            n_samples=s.n_samples,
+                            batch_size=s.batch_size,
+                            float64=s.float64,
+                            seed=s.seed,
+                            variant=m.variant,
+                            sampling=m.sampling,
+                        )
+                    )
+    return cells
+
+
 def plan(cfg: SweepConfig, source: str = "sweep", *, offline_ok: bool = False) -> Plan:
     """Expand a sweep (``bench.config.load_sweep``) into cells; ``source`` names the file in
     errors. Loads no data and writes nothing; an entry with ``checkpoint:`` reads that file's
     header (memory-mapped) or, for a released file not fetched yet, the catalogue and the hub's
-    metadata. ``offline_ok``: such a file may stay unidentified (no sha256: a dry run offline)."""
+    metadata. ``offline_ok``: such a file may stay unidentified (no sha256: a dry run offline).
+
+    The steps: the task and the sections (:func:`_sweep`), then per method entry its model
+    (:func:`_entry_model`), its train cells (:func:`_train_cells_of`; entries with the same model
+    share the first one's) and the sample cells of each (:func:`_sample_cells_of`)."""
     out = Plan(cfg)
-    task = _task(cfg, source)
-    task_sem = {k: v for k, v in canonical(cfg.task).items() if k not in _NON_SEMANTIC_TASK}
-    subsets = list(task.groups())  # Sudoku: the difficulties; GSM8K: the test split
-    groups_list = [subsets] if cfg.task.train_mix else [[g] for g in subsets]
-    # the task's defaults fill what the file leaves unset (a sort task's NFE grid stops at its
-    # generated length, not at 9x9 Sudoku's 180)
-    defaults = _task_defaults(task, source)
-    s = _with_defaults(cfg.sample, defaults.get("sample"))
-    train_cfg = _with_defaults(cfg.train, defaults.get("train"))
-    backbone_cfg = _with_defaults(cfg.backbone, defaults.get("backbone"))
-    try:  # what the task's jobs would reject (split sizes, files, lengths), before any job
-        task.validate_plan(backbone=backbone_cfg, train=train_cfg, sample=s)
-    except ValueError as e:  # ConfigError included
-        raise ConfigError(f"{source}: {e}") from None
+    sw = _sweep(cfg, source, offline_ok)
     models: dict[str, TrainCell] = {}  # train cell id -> the cell (entries may share one)
     owner: dict[str, int] = {}  # sample cell id -> the methods[] index that planned it
     for i, entry in enumerate(cfg.methods):
-        where = f"{source}: methods[{i}]"
-        imported = vocab = None
-        backbone = canonical(backbone_cfg)
-        if entry.checkpoint:  # options, sizes and vocabulary from the file
-            sp, file_opts, imported, vocab = _import_facts(entry, task, where, offline_ok)
-            method, opts = _method(entry, task, where, file_opts, vocab)
-            backbone = dict(sp.backbone)
-        else:
-            if entry.family:
-                raise ConfigError(f"{where}.family: only with checkpoint")
-            method, opts = _method(entry, task, where)
-        model_opts, sampling = _split_sampling(method, _identity(method, opts))
-        # per-method train overrides use TrainConfig's own fields and rules
-        train0 = build(
-            TrainConfig, {**dataclasses.asdict(train_cfg), **entry.train}, where=f"{where}.train"
-        )
-        try:  # what this method's jobs would reject (backbone size, schedule), before any job
-            method.validate_plan(backbone=BackboneConfig(**backbone), train=train0, sample=s)
-        except ValueError as e:  # ConfigError included
-            msg = str(e)
-            if not imported and msg.startswith(("backbone", "sample")):  # a section at the root
-                raise ConfigError(f"{source}: {msg} (methods[{i}]: {entry.method})") from None
-            raise ConfigError(f"{where}: {msg}") from None
-        decodings = _decodings(method, entry, s.decoding, where)
-        seeds = list(dict.fromkeys(cfg.seeds)) or [train0.seed]
-        if imported:  # one model, whatever the training seeds and subsets: it is not trained
-            seeds, groups_list_i = [train0.seed], [subsets]
-        else:
-            groups_list_i = groups_list
-        for seed, groups in ((sd, g) for sd in seeds for g in groups_list_i):
-            train = dataclasses.replace(
-                train0, seed=seed
-            )  # train.seed 0 and seeds [0] give the same cell
-            train_sem = {k: v for k, v in canonical(train).items() if k not in _NON_SEMANTIC_TRAIN}
-            ident = {
-                "task": task_sem,
-                "groups": groups,
-                "backbone": backbone,
-                "method": entry.method,
-                "options": model_opts,
-            }
-            if imported:  # the file (by its sha256) and the options it is run with
-                ident["import"] = imported["sha256"] or imported["checkpoint"]
-                ident["vocab_size"] = vocab
-            else:
-                ident["train"] = train_sem
-            tid = config_hash(ident)
-            tc = models.get(tid)
-            if tc is None:  # the first entry with this model names its run folder
-                tc = models[tid] = TrainCell(
-                    tid,
-                    cfg.name,
-                    cfg.results_dir,
-                    canonical(cfg.task),
-                    backbone,
-                    canonical(train),
-                    entry.method,
-                    _variant(entry),
-                    model_opts,
-                    groups,
-                    imported,
-                    vocab,
-                )
+        m = _entry_model(sw, i, entry)
+        for new in _train_cells_of(sw, m):
+            tc = models.setdefault(new.id, new)
+            if tc is new:  # the first entry with this model names its run folder
                 out.train_cells.append(tc)
-            for subset in groups:
-                for dec in decodings:
-                    nfes = [0] if method.nfe_is_length else s.nfe
-                    temps = [1.0] if dec in method.temperature_free else s.temperature
-                    for nfe in nfes:
-                        for temp in temps:
-                            key = {
-                                "train": tc.id,
-                                "subset": subset,
-                                "nfe": nfe,
-                                "temperature": temp,
-                                "decoding": dec,
-                                "n": s.n_samples,
-                                "float64": s.float64,
-                                "seed": s.seed,
-                            }
-                            if sampling:  # absent at defaults: the ids sweeps always had
-                                key["sampling"] = sampling
-                            sid = config_hash(key)
-                            if owner.setdefault(sid, i) != i:
-                                raise ConfigError(
-                                    f"{where}: same model, options and sampling as "
-                                    f"methods[{owner[sid]}] (only the variant name differs); "
-                                    "remove one of them"
-                                )
-                            out.sample_cells.append(
-                                SampleCell(
-                                    sid,
-                                    tc,
-                                    subset,
-                                    nfe,
-                                    temp,
-                                    dec,
-                                    s.n_samples,
-                                    s.batch_size,
-                                    s.float64,
-                                    s.seed,
-                                    _variant(entry),
-                                    sampling,
-                                )
-                            )
+            for sc in _sample_cells_of(tc, m, sw.sample):
+                if owner.setdefault(sc.id, m.index) != m.index:
+                    raise ConfigError(
+                        f"{m.where}: same model, options and sampling as methods[{owner[sc.id]}] "
+                        "(only the variant name differs); remove one of them"
+                    )
+                out.sample_cells.append(sc)
     return out

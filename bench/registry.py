@@ -11,10 +11,10 @@ from baselines.candi import CANDI
 from baselines.duo import Duo
 from baselines.flm import FLM
 from baselines.mdlm import MDLM
-from bench.data.arith import ArithTask
-from bench.data.gsm8k import GSM8KTask
-from bench.data.owt import OWTTask
-from bench.data.sudoku import SudokuTask
+from bench.data.owt.task import OWTTask
+from bench.data.program.arith import ArithTask
+from bench.data.program.gsm8k import GSM8KTask
+from bench.data.sudoku.task import SudokuTask
 from bench.data.toy import SortTask
 from bench.plugins import Plugin, PluginError, Registry
 from sflm.method import SFLM

@@ -2,28 +2,19 @@
 per cell, with the log and last error line of a failure) and the ``--dry-run`` plan (the jobs,
 their resources and, on SLURM, an upper bound of the cost).
 
-The statuses themselves are the model of :mod:`bench.executors.status` (store, locks, local and
-SLURM jobs, failures), which the SLURM executor shares; its public names are re-exported here for
-the CLI.
+The statuses themselves are the model of :mod:`bench.executors.cell_status` (store, locks, local
+and SLURM jobs, failures), which the SLURM executor shares.
 """
 
 from __future__ import annotations
 
+from bench.executors.cell_status import STATES, statuses
 from bench.executors.slurm_cluster import chunk_cells, sample_resources, settings, train_resources
 from bench.executors.state import state_dir
-from bench.executors.status import STATES, CellStatus, count_done, statuses
 from bench.plan import Plan
 from bench.results import Store
 
-__all__ = [
-    "STATES",
-    "CellStatus",
-    "count_done",
-    "dry_run",
-    "model_cells",
-    "status_table",
-    "statuses",
-]
+__all__ = ["dry_run", "model_cells", "status_table"]
 
 
 def status_table(p: Plan) -> str:

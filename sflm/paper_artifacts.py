@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from bench import atomic
-from bench.report.common import md_table
+from bench.report.document import Doc, Table
 from bench.report.figures import save_figure
 from bench.report.items import Artifact, cli_flag
 from bench.report.paper import PAPER_DIR
@@ -80,12 +80,18 @@ def render_alpha_crit(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> li
             else ""
         ),
         "",
-        md_table(t),
+        Table(
+            t,
+            paper={"alpha* (paper)"},
+            keys={"vocab", "d", "delta"} & set(t.columns),
+            computed=f"sflm.schedule.alpha_star on the paper's grid; Monte Carlo: {n:,} trials a "
+            "row (sflm.alpha_star.check_alpha_star), no store cell",
+        ),
         "",
     ]
     stem = out / a.label
     atomic.write_with(stem.with_suffix(".csv"), lambda p: t.to_csv(p, index=False))
-    return [atomic.write_text(stem.with_suffix(".md"), "\n".join(text)), stem.with_suffix(".csv")]
+    return [Doc(text).write(stem.with_suffix(".md")), stem.with_suffix(".csv")]
 
 
 def adaptive_runs(results_dir: Path) -> list[dict]:
@@ -211,7 +217,7 @@ def render_schedules(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> lis
     text = [
         f"# {a.label}: {a.title}",
         "",
-        md_table(table),
+        Table(table, keys={"schedule"}, computed="the schedules' definitions (sflm.schedule)"),
         "",
         "Truncated at alpha*: the clean weight is rescaled onto [eps, alpha*] "
         "(`sflm.schedule.TruncatedSchedule`); code time t = 1 - s. Figure: "
@@ -225,7 +231,7 @@ def render_schedules(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> lis
     ]
     atomic.write_with(stem.with_suffix(".csv"), lambda p: pd.DataFrame(data).to_csv(p, index=False))
     return [
-        atomic.write_text(stem.with_suffix(".md"), "\n".join(text)),
+        Doc(text).write(stem.with_suffix(".md")),
         stem.with_suffix(".csv"),
         *save_figure(fig, stem),
     ]

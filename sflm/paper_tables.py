@@ -18,7 +18,13 @@ from bench.report.artifacts import GSM8K_SWEEP, SUDOKU_SWEEP
 from bench.report.common import pct
 from bench.report.items import Artifact
 from bench.report.paper import marks, ours_for, paper_numbers
-from bench.report.paper_tables import best_cells, ours_text, paper_table_needs, write_table
+from bench.report.paper_tables import (
+    best_cells,
+    ours_cells,
+    ours_text,
+    paper_table_needs,
+    write_table,
+)
 
 METHOD = "sflm"
 
@@ -32,11 +38,12 @@ def render_renorm_table(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> 
     keys = {
         g["label"].iloc[0]: k for k, g in p.groupby(["method", "variant", "decoding"], sort=False)
     }
-    table = []
+    table, sources, cells = [], [], {}
     for label in keys:
         if label.endswith(", renorm"):
             continue
         row = {"schedule": label}
+        sources.append(())
         for side, lab in (("without", label), ("with", f"{label}, renorm")):
             if lab not in keys:
                 continue
@@ -44,11 +51,13 @@ def render_renorm_table(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> 
             for sub in subs:
                 pv = p[(p["variant"] == kv) & (p["subset"] == sub)]["value"]
                 row[f"{side} {sub} (ours)"] = ours_text(best, km, kv, kd, sub)
+                cells[(len(table), f"{side} {sub} (ours)")] = ours_cells(best, km, kv, kd, sub)
+                sources[-1] += cells[(len(table), f"{side} {sub} (ours)")]
                 row[f"{side} {sub} (paper)"] = pct(float(pv.iloc[0])) if len(pv) else ""
         table.append(row)
     _, missing = a.needs(a, df)
     head = f"Ours: {name} (exact match %, largest NFE, T = 1). Paper: tab:sfm_renorm."
-    return write_table(a, out, pd.DataFrame(table), head, [], missing)
+    return write_table(a, out, pd.DataFrame(table), head, [], missing, sources=sources, cells=cells)
 
 
 def _alpha_trunc_needs(a: Artifact, df: pd.DataFrame) -> tuple[list[str], list[str]]:
@@ -65,8 +74,9 @@ def render_alpha_trunc(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> l
     """Paper table "Effect of the truncation hyperparameter alpha_trunc" (GSM8K)."""
     best, name = best_cells(df, a.task)
     main = paper_numbers(a.task)
-    table = []
+    table, sources = [], []
     for _, m in marks(a.label).iterrows():
+        sources.append(ours_cells(best, METHOD, m["variant"], m["decoding"], None))
         row = {
             "alpha_trunc (paper, inverted)": m["series"],
             "clean-weight cap": f"{1 - float(m['series']):.3f}",
@@ -98,7 +108,7 @@ def render_alpha_trunc(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> l
         f"Ours: {name}, linear schedule, standard DiT, exact velocity, largest NFE, T = 1 "
         "(%). Paper: tab:sfm_tinygsm_all_schedules (250k steps)."
     )
-    return write_table(a, out, pd.DataFrame(table), head, notes, missing)
+    return write_table(a, out, pd.DataFrame(table), head, notes, missing, sources=sources)
 
 
 ITEMS = [

@@ -15,13 +15,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench import atomic
-from bench.report.common import md_table
+from bench.report.document import Doc, Table
 from bench.report.items import Section, cli_flag
 from sflm import paper_artifacts, paper_tables
 
 
-def alpha_star_markdown(model_alpha: bool = False, n_trials: int = 100_000) -> str:
+def alpha_star_markdown(model_alpha: bool = False, n_trials: int = 100_000) -> Doc:
     """alpha*(delta) (paper eq. alpha-crit) on the paper's grid of |V|, d, delta beside the
     Monte-Carlo probability that the target is the nearest neighbour at that alpha."""
     from sflm.alpha_star import alpha_star_table
@@ -42,7 +41,7 @@ def alpha_star_markdown(model_alpha: bool = False, n_trials: int = 100_000) -> s
             for r in rows
         ]
     )
-    return "\n".join(
+    return Doc(
         [
             "# alpha*(delta) vs Monte Carlo",
             "",
@@ -56,7 +55,12 @@ def alpha_star_markdown(model_alpha: bool = False, n_trials: int = 100_000) -> s
             "angle, union bound) undershoots; `python -m bench.report --alpha-model` adds the "
             "alpha that solves the condition exactly (`sflm.alpha_star.alpha_star_model`).",
             "",
-            md_table(t),
+            Table(
+                t,
+                keys={"vocab", "d", "delta"},
+                computed=f"sflm.alpha_star on the paper's |V| x d x delta grid, {n_trials:,} "
+                "Monte-Carlo trials a row; written because the store has S-FLM rows",
+            ),
             "",
         ]
     )
@@ -66,7 +70,7 @@ def _render(sec: Section, df: pd.DataFrame, out: Path, args) -> list[Path]:
     if not (df["method"] == "sflm").any():
         return []
     text = alpha_star_markdown(model_alpha=getattr(args, "alpha_model", False))
-    return [atomic.write_text(out / "alpha_star.md", text)]
+    return [text.write(out / "alpha_star.md")]
 
 
 ITEMS = [

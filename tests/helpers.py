@@ -110,7 +110,7 @@ def tinygsm_rows() -> list[dict]:
 
 def tinygsm_options(**kw):
     """``TinyGSMOptions`` reading :data:`TINYGSM_FIXTURE`, ``max_len`` 160 unless given."""
-    from bench.data.tinygsm import TinyGSMOptions
+    from bench.data.program.tinygsm import TinyGSMOptions
 
     return TinyGSMOptions(data_files=[str(TINYGSM_FIXTURE)], **{"max_len": 160, **kw})
 
@@ -354,7 +354,7 @@ def owt_task(corpus: str, data_dir: str, **opts):
     """The ``owt`` task on a stand-in ``corpus`` at a CPU size: L = 32, 40 held-out documents,
     one tokenising process, seed 3 (``opts`` override task options)."""
     from bench.config import TaskConfig
-    from bench.data.owt import OWTTask
+    from bench.data.owt.task import OWTTask
 
     cfg = TaskConfig(
         name="owt",

@@ -1,4 +1,4 @@
-"""Data utilities: ``python -m bench.data tinygsm --stats`` (bench/data/stats.py).
+"""Data utilities: ``python -m bench.data tinygsm --stats`` (bench/data/program/length_stats.py).
 
 Examples (offline: the test fixture or the generated stand-in, each labelled as such)::
 
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=0,
         metavar="N",
-        help="N generated CPU stand-in problems (bench/data/arith.py)",
+        help="N generated CPU stand-in problems (bench/data/program/arith.py)",
     )
     t.add_argument("--seed", type=int, default=0, help="stand-in seed (default 0)")
     t.add_argument(
@@ -55,11 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--json", metavar="OUT", help="also write the statistics as JSON")
     args = ap.parse_args(argv)
 
-    from bench.data import stats
-    from bench.data.tinygsm import NEWLINE_SEPARATOR, REFERENCE_SEPARATOR
+    from bench.data.program import length_stats
+    from bench.data.program.tinygsm import NEWLINE_SEPARATOR, REFERENCE_SEPARATOR
 
     names = tuple(n.strip() for n in args.tokenizers.split(",") if n.strip())
-    bad = [n for n in names if n not in stats.TOKENIZERS]
+    bad = [n for n in names if n not in length_stats.TOKENIZERS]
     if bad or not names:
         print(f"error: --tokenizers: unknown {bad or names} (known: smollm, gpt2)", file=sys.stderr)
         return 2
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     sep = REFERENCE_SEPARATOR if args.separator == "reference" else NEWLINE_SEPARATOR
     try:
-        result = stats.run(
+        result = length_stats.run(
             data_files=args.data_files,
             standin=args.standin,
             seed=args.seed,
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             msg += " (here: --data-files FILE... or --standin N)"
         print(f"error: {msg}", file=sys.stderr)
         return 2
-    print(stats.format_stats(result))
+    print(length_stats.format_stats(result))
     if args.json:
         atomic.write_text(args.json, json.dumps(result, indent=2) + "\n")
         print(f"\nwrote {args.json}")

@@ -64,7 +64,7 @@ def nfe_grid(lo: int, hi: int) -> list[int]:
 
 
 class Task:
-    """Base class; see bench/data/sudoku.py for the reference implementation."""
+    """Base class; see bench/data/sudoku/task.py for the reference implementation."""
 
     name: str = ""
     vocab_size: int = 0

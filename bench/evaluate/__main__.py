@@ -4,7 +4,7 @@ An evaluator is an object (usually a module) with ``CLI_HELP``, ``add_arguments(
 ``run(args) -> int`` (its exit status): the built-in ones are in :data:`EVALUATORS`, other
 packages add theirs as entry points of the group ``sflm_bench.evaluators`` (:mod:`bench.plugins`;
 a clash or a failed import is one line naming the package, exit 2). Usage errors exit 2 with a
-single line on stderr (:mod:`bench.evaluate.cli`: raise its ``UsageError``, return
+single line on stderr (:mod:`bench.evaluate.usage`: raise its ``UsageError``, return
 ``usage_exit(prog, error)``).
 """
 
@@ -13,12 +13,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench.evaluate import genppl_cli, gsm8k
-from bench.evaluate.cli import PROG, usage_exit
+from bench.evaluate import gsm8k
+from bench.evaluate.genppl import command as genppl
+from bench.evaluate.usage import PROG, usage_exit
 
 EVALUATORS = {
     "gsm8k": gsm8k,
-    "genppl": genppl_cli,
+    "genppl": genppl,
 }
 
 

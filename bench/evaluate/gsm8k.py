@@ -9,7 +9,7 @@ JaeyeonKim01/PUMA):
   ``SyntaxError`` line. Unlike the reference we first cut the continuation at the first EOS
   (token or string): a fixed-length diffusion canvas keeps generating after it, and a second
   ``def simple_math_problem`` in the run-on text must not replace the first.
-- execution: :mod:`bench.evaluate.sandbox` (a fresh interpreter per program; the reference
+- execution: :mod:`bench.evaluate.sandbox.runner` (a fresh interpreter per program; the reference
   ``exec``\\ s in-process with restricted builtins; we allow the whole standard library, so
   programs using ``fractions`` or ``datetime`` count, and nothing outside it is importable).
 - answer (:func:`grade`): the return value must be a number (``bool`` is not); a float within
@@ -18,7 +18,7 @@ JaeyeonKim01/PUMA):
   returns ``None`` the reference parses stdout ("answer is/=/: N", "#### N", else the last
   number): kept as ``stdout_fallback`` (default on), with ``value_source`` = "stdout".
 - gold (:func:`parse_gold`): the number after ``####``, commas and ``$`` stripped.
-- accuracy: percentile bootstrap (:mod:`bench.evaluate.stats`).
+- accuracy: percentile bootstrap (:mod:`bench.evaluate.bootstrap`).
 
 That is ``grader: standard``. ``grader: reference`` (:mod:`bench.evaluate.gsm8k_reference`)
 reproduces the harness's verdict instead: the whole canvas as input, its extraction, its
@@ -41,10 +41,10 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 from bench.evaluate import gsm8k_reference
-from bench.evaluate.cli import PROG as EVALUATE_PROG
-from bench.evaluate.cli import UsageError, check_out_dir, read_json_lines, usage_exit
-from bench.evaluate.sandbox import STATUSES, ExecResult, Sandbox, SandboxConfig, SandboxError
-from bench.evaluate.stats import PAPER_RESAMPLES, bootstrap_accuracy
+from bench.evaluate.bootstrap import PAPER_RESAMPLES, bootstrap_accuracy
+from bench.evaluate.sandbox.runner import STATUSES, ExecResult, Sandbox, SandboxConfig, SandboxError
+from bench.evaluate.usage import PROG as EVALUATE_PROG
+from bench.evaluate.usage import UsageError, check_out_dir, read_json_lines, usage_exit
 
 DEFAULT_EOS = ("<|endoftext|>",)
 GRADERS = ("standard", "reference")  # this module's grader; the paper harness's

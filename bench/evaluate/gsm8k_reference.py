@@ -225,7 +225,7 @@ def run_program(src: str) -> tuple[str, str, str, str]:
 
 
 def child_source() -> str:
-    """This module's text, for the sandboxed child (see :mod:`bench.evaluate.sandbox_child`)."""
+    """This module's text, for the sandboxed child (see :mod:`bench.evaluate.sandbox.child`)."""
     with open(__file__, encoding="utf-8") as f:
         return f.read()
 

@@ -1,7 +1,7 @@
 """What an evaluator returns: one :class:`MetricValue` per scored quantity.
 
-Task evaluators (:meth:`bench.data.base.Task.evaluate`, :mod:`bench.data.sudoku_metrics`,
-:mod:`bench.evaluate.gsm8k` through :class:`bench.data.program_task.ProgramTask`) return lists of
+Task evaluators (:meth:`bench.data.base.Task.evaluate`, :mod:`bench.data.sudoku.score`,
+:mod:`bench.evaluate.gsm8k` through :class:`bench.data.program.task.ProgramTask`) return lists of
 them; :mod:`bench.cells` turns each into a row of the results store.
 """
 

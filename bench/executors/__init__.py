@@ -6,7 +6,7 @@
   :mod:`bench.executors.slurm_cluster` asks the cluster (settings, job sizes, squeue / sacct,
   logs) and :mod:`bench.executors.state` remembers what was submitted (state file, driver lock).
 
-:mod:`bench.executors.status` says where every cell stands (store, locks, local and SLURM jobs,
+:mod:`bench.executors.cell_status` says where every cell stands (store, locks, local and SLURM jobs,
 failures): the SLURM executor submits from it, the CLI's views (:mod:`bench.status`) print it.
 
 Every job runs the functions of :mod:`bench.cells`.

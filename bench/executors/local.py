@@ -37,7 +37,6 @@ from pathlib import Path
 from tqdm import tqdm
 
 from bench import atomic, locks
-from bench.cells import run_train_then_samples
 from bench.executors import log_dir
 from bench.executors.state import load_state, save_state, state_dir
 from bench.plan import Plan, SampleCell, TrainCell
@@ -146,6 +145,8 @@ def execute(p: Plan, kind: str, progress: bool = True, started: list | None = No
 
 def _execute_debug(p: Plan, todo, progress: bool) -> list[str]:
     import submitit
+
+    from bench.cells import run_train_then_samples  # the trainer (Lightning): only to run jobs
 
     ex = submitit.DebugExecutor(folder=str(log_dir(p.cfg) / "%j"))
     failures = []

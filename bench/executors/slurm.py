@@ -13,7 +13,7 @@
   that ``squeue`` still shows (SLURM treats a dependency on a job it has forgotten as met);
 - what was submitted (cell id -> job id) is kept in ``<results>/sweeps/<name>/state.json``
   (:mod:`bench.executors.state`: atomic writes; one driver at a time per sweep, by ``flock``).
-  A re-run asks ``squeue`` / ``sacct`` about the recorded jobs (:mod:`bench.executors.status`),
+  A re-run asks ``squeue`` / ``sacct`` about the recorded jobs (:mod:`bench.executors.cell_status`),
   leaves running, pending and done cells alone and resubmits what failed or vanished. The store
   holds one file per cell, so it ends with one row per (cell, metric) however often the driver
   is killed and re-run;
@@ -41,9 +41,9 @@ import submitit
 from submitit.helpers import Checkpointable
 from tqdm import tqdm
 
-from bench.cells import run_samples, run_train
 from bench.config import ConfigError, ExecutorConfig
 from bench.executors import log_dir
+from bench.executors.cell_status import STATES, CellStatus, statuses
 from bench.executors.slurm_cluster import (
     chunk_cells,
     sample_resources,
@@ -52,10 +52,8 @@ from bench.executors.slurm_cluster import (
     train_resources,
 )
 from bench.executors.state import DriverLock, load_state, save_state, state_dir
-from bench.executors.status import STATES, CellStatus, statuses
 from bench.plan import Plan, SampleCell, TrainCell
 from bench.results import Store, provenance_sha
-from bench.train import TrainingInterrupted, request_stop
 
 _ROOT = Path(__file__).resolve().parents[2]  # the repository: jobs import bench from here
 
@@ -70,6 +68,10 @@ class TrainJob(Checkpointable):
         self.cell, self.threads = cell, threads
 
     def __call__(self) -> str:
+        # the trainer (Lightning) is imported in the job, not by the driver that submits it
+        from bench.cells import run_train
+        from bench.train import TrainingInterrupted, request_stop
+
         submitit_handler = signal.getsignal(signal.SIGUSR2)
         signal.signal(signal.SIGUSR2, request_stop)  # save at the next step boundary, not mid-step
         try:
@@ -98,6 +100,8 @@ class SampleJob(Checkpointable):
         self.threads = threads
 
     def __call__(self, cells: list[SampleCell]) -> int:
+        from bench.cells import run_samples
+
         return run_samples(cells, self.threads, progress=False)
 
 

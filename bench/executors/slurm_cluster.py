@@ -16,8 +16,6 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from submitit.core.utils import JobPaths
-
 from bench.config import ConfigError, ExecutorConfig, build
 
 ENV_PREFIX = "SFLM_SLURM_"
@@ -210,6 +208,8 @@ def scancel(job_ids: list[str]) -> None:
 
 def log_paths(state: dict, job: str) -> list[Path]:
     """The stderr file of every task of a recorded job (``state``: the sweep state file)."""
+    from submitit.core.utils import JobPaths  # submitit: only where a SLURM job was recorded
+
     base = job.split("_")[0]
     info = state["jobs"].get(base, {})
     folder = info.get("folder")

@@ -1,7 +1,7 @@
 """Speed and memory benchmarks: ``python -m bench.perf [train|sample|velocity ...]``.
 
 Targets and timings live here, not in tests. Each benchmark is one module, found by name in the
-table :data:`bench.perf.cli.BENCHMARKS` (a new benchmark is a new module plus one line there);
+table :data:`bench.perf.suite.BENCHMARKS` (a new benchmark is a new module plus one line there);
 each runs on CPU or GPU (``--device``; bf16 autocast on CUDA unless ``--precision 32``):
 
 - ``train`` (:mod:`bench.perf.train`): optimizer steps/s of every paper model relative to the
@@ -15,18 +15,21 @@ each runs on CPU or GPU (``--device``; bf16 autocast on CUDA unless ``--precisio
 - ``arcache`` (opt-in, :mod:`bench.perf.arcache`): AR generation with the KV cache vs
   re-reading the prefix, same weights and prompts;
 - ``genppl`` (opt-in, :mod:`bench.perf.genppl`): tokens/s of the Gen. PPL scorer.
+- ``startup`` (opt-in, :mod:`bench.perf.startup`): wall seconds of ``python -m bench.sweep
+  --help / --list / --status / --dry-run`` and ``python -m bench.report`` on a small store,
+  each a fresh process (docs/measurements/startup.md).
 
 The models (labels, opt-in fast paths) and ``--scale`` presets are :mod:`bench.perf.models`';
 timing, memory and batch helpers :mod:`bench.perf.common`'s; the flags and the output
-:mod:`bench.perf.cli`'s. Results print as a table and are written atomically to ``--out``
+:mod:`bench.perf.suite`'s. Results print as a table and are written atomically to ``--out``
 (JSON) when given.
 """
 
 from __future__ import annotations
 
 from bench.perf.agreement import agreement_cells, token_agreement
-from bench.perf.cli import BENCHES, BENCHMARKS, main
 from bench.perf.models import BARE, FAST_PATHS, MODELS, SCALES, VARIANTS
+from bench.perf.suite import BENCHES, BENCHMARKS, main
 
 __all__ = [
     "BARE",

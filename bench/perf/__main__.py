@@ -1,7 +1,7 @@
-"""``python -m bench.perf``: :func:`bench.perf.cli.main`."""
+"""``python -m bench.perf``: :func:`bench.perf.suite.main`."""
 
 import sys
 
-from bench.perf.cli import main
+from bench.perf.suite import main
 
 sys.exit(main())

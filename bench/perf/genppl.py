@@ -1,9 +1,10 @@
 """``genppl`` (opt-in): tokens/s of the Gen. PPL scorer.
 
-The scorer is :func:`bench.evaluate.genppl.score_prepared` (what ``python -m bench.evaluate
-genppl`` runs) with ``--genppl-ref`` (default the offline ``smollm2-135m``) on ``--genppl-n``
-synthetic samples of ``--genppl-len`` uniform random ids of the reference LM's own vocabulary
-(no retokenisation: the model's time only), after one untimed short batch.
+The scorer is :func:`bench.evaluate.genppl.score.score_prepared` (what
+``python -m bench.evaluate genppl`` runs) with ``--genppl-ref`` (default the offline
+``smollm2-135m``) on ``--genppl-n`` synthetic samples of ``--genppl-len`` uniform random ids of
+the reference LM's own vocabulary (no retokenisation: the model's time only), after one untimed
+short batch.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def add_arguments(group) -> None:
 
 
 def run(model_list, args, device) -> list[dict]:
-    from bench.evaluate import genppl
+    from bench.evaluate.genppl import evaluator as genppl
 
     try:
         ref = genppl.load_reference(args.genppl_ref, device=device)

@@ -67,10 +67,10 @@ def _token_lengths(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> list[
     SmolLM-135M (:func:`bench.data.stats.run`: offline on ``--tokenlen-n`` generated stand-in
     problems, labelled as such), medians beside the paper's TinyGSM 204 / 180."""
     try:
-        from bench.data.length_figure import token_length_figure
-        from bench.data.stats import run as length_stats
+        from bench.data.program.length_figure import token_length_figure
+        from bench.data.program.length_stats import run as length_stats
     except ImportError as e:
-        raise RuntimeError(f"bench.data.stats unavailable ({e})") from e
+        raise RuntimeError(f"bench.data.program.length_stats unavailable ({e})") from e
     st = length_stats(standin=getattr(args, "tokenlen_n", None) or 2000)
     fig, data = token_length_figure(st, marks(a.label))
     stem = out / a.label

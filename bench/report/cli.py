@@ -13,6 +13,7 @@ from bench import atomic
 from bench.plugins import PluginError
 from bench.report import html, renderers
 from bench.report.common import rows
+from bench.report.document import Doc
 from bench.report.figures import figures
 from bench.report.paper_cli import paper_arguments, paper_main
 from bench.report.tables import task_markdown
@@ -90,10 +91,10 @@ def _report(args) -> int:
         if all(r.fraction for r in extra):
             text, headline = task_markdown(task, filled)
         else:  # not a fraction (OWT's Gen. PPL): the kind writes the page and its files
-            text, headline = f"# {task}\n", None
+            text, headline = Doc([f"# {task}"]), None
         for r in extra:
             text += r.markdown(task, filled, args)
-        atomic.write_text(out / f"{task}.md", text)
+        text.write(out / f"{task}.md")
         written.append(out / f"{task}.md")
         if headline:
             written += figures(task, filled, headline, out)

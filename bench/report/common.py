@@ -122,13 +122,23 @@ def ci_methods(g: pd.DataFrame) -> list[str]:
     return sorted({m for m in found if m})
 
 
+def at_headline(
+    s: pd.DataFrame, keys: list[str], *, nfe: bool = True, temperature: bool = True
+) -> pd.DataFrame:
+    """The headline rule, for every table, figure and difference: per ``keys`` group, the rows
+    at the largest NFE (``nfe``) and, among those, the temperature closest to 1
+    (``temperature``); every training seed's row at that point is kept."""
+    if not len(s):
+        return s
+    s = s.copy()
+    s["_n"] = pd.to_numeric(s["nfe"], errors="coerce").fillna(-1) if nfe else 0
+    s["_t"] = (s["temperature"].astype(float) - 1.0).abs() if temperature else 0
+    g = s.groupby(keys, dropna=False, sort=False)
+    s = s[s["_n"] == g["_n"].transform("max")]
+    s = s[s["_t"] == s.groupby(keys, dropna=False, sort=False)["_t"].transform("min")]
+    return s.drop(columns=["_n", "_t"])
+
+
 def headline_cells(s: pd.DataFrame) -> pd.DataFrame:
-    """Per (model, subset): the rows at the largest NFE and the temperature closest to 1."""
-    s = prepared(s).copy()
-    s["_tdist"] = (s["temperature"].astype(float) - 1.0).abs()
-    keys = ["model", "subset", "metric"]
-    order = s.sort_values(["nfe", "_tdist"], ascending=[False, True])
-    best = order.groupby(keys, dropna=False).head(1)
-    # every training seed's row at that (NFE, T)
-    at = keys + ["nfe", "temperature"]
-    return s.merge(best[at], on=at).drop(columns="_tdist")
+    """Per (model, subset, metric): the rows at the headline point (:func:`at_headline`)."""
+    return at_headline(prepared(s), ["model", "subset", "metric"])

@@ -23,7 +23,8 @@ import pandas as pd
 
 from bench import atomic
 from bench.evaluate.paired import PAIRED, WORST_CASE_SD, decode_outcomes, detectable_difference
-from bench.report.common import flag, md_table, metric_with_rank, model_label, pct, rows
+from bench.report.common import at_headline, flag, metric_with_rank, model_label, pct, rows
+from bench.report.document import Doc, Table, ids
 from bench.report.items import Section, cli_flag
 from bench.report.uncertainty import one_per_seed, paired_difference
 
@@ -98,6 +99,8 @@ def differences(task: str, df: pd.DataFrame) -> pd.DataFrame:
                     temperature=temp,
                     model_a=_name(ga),
                     model_b=_name(gb),
+                    cells_a=ids(ga["cell_id"]),
+                    cells_b=ids(gb["cell_id"]),
                     mean_a=float(ga["value"].astype(float).mean()),
                     mean_b=float(gb["value"].astype(float).mean()),
                     subset_rank=ga["subset_rank"].iloc[0],
@@ -109,13 +112,8 @@ def differences(task: str, df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _headline_group(d: pd.DataFrame) -> pd.DataFrame:
-    """Per subset, the rows at the largest NFE and the temperature closest to 1."""
-    keep = []
-    for _, g in d.groupby("subset", sort=True):
-        g = g[g["nfe"] == g["nfe"].max()]
-        dist = (g["temperature"] - 1.0).abs()
-        keep.append(g[dist == dist.min()])
-    return pd.concat(keep) if keep else d
+    """Per subset, the pairs at the headline point (:func:`bench.report.common.at_headline`)."""
+    return at_headline(d, ["subset"])
 
 
 def reference_model(h: pd.DataFrame, asked: str | None = None) -> str:
@@ -147,7 +145,7 @@ def _order(h: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _md(h: pd.DataFrame) -> str:
+def _md(h: pd.DataFrame, *, folded: bool = False) -> Table:
     table = pd.DataFrame(
         {
             "subset": h["subset"],
@@ -166,10 +164,18 @@ def _md(h: pd.DataFrame) -> str:
     )
     if h["p_mcnemar"].isna().all():  # several seeds: McNemar does not apply to any row
         table = table.drop(columns="McNemar p")
-    return md_table(table)
+    sources = [ids([*a, *b]) for a, b in zip(h["cells_a"], h["cells_b"])]
+    return Table(
+        table,
+        sources,
+        keys={"subset", "NFE", "T", "A", "B"},
+        ci_method=PAIRED,
+        folded=folded,
+        caption="every pair" if folded else "",
+    )
 
 
-def differences_markdown(task: str, d: pd.DataFrame, reference: str | None = None) -> str:
+def differences_markdown(task: str, d: pd.DataFrame, reference: str | None = None) -> Doc:
     """The headline group's pairs: those with the reference model first (significant ones
     first, subsets in the task's order), then every pair, folded on the page."""
     metric = str(d["metric"].iloc[0]).replace("_", " ")
@@ -184,7 +190,7 @@ def differences_markdown(task: str, d: pd.DataFrame, reference: str | None = Non
         "it is somewhat narrow: a bootstrap of S seeds keeps (S - 1) / S of their variance)."
     )
     shown = int((~mine["covers_zero"].astype(bool)).sum())
-    return "\n".join(
+    return Doc(
         [
             f"# {task}: paired differences in {metric} (percentage points)",
             "",
@@ -204,7 +210,7 @@ def differences_markdown(task: str, d: pd.DataFrame, reference: str | None = Non
             "",
             f"## All {len(h)} pairs",
             "",
-            _md(h),
+            _md(h, folded=True),
             "",
         ]
     )
@@ -241,6 +247,7 @@ def power_rows(task: str, df: pd.DataFrame) -> pd.DataFrame:
                 mde_observed_note=why,
                 sd_observed=obs,
                 pairs=len(sds),
+                cells=ids(g["cell_id"]),
             )
         )
     return pd.DataFrame(out)
@@ -261,7 +268,7 @@ def _undefined_spread(sds: list[float], obs: float) -> str:
     return "undefined: most pairs differ on no item (median spread 0)"
 
 
-def power_markdown(p: pd.DataFrame) -> str:
+def power_markdown(p: pd.DataFrame) -> Doc:
     table = pd.DataFrame(
         {
             "task": p["task"],
@@ -276,7 +283,8 @@ def power_markdown(p: pd.DataFrame) -> str:
             "pairs behind the spread": p["pairs"],
         }
     )
-    return "\n".join(
+    sources = list(p["cells"]) if "cells" in p else None
+    return Doc(
         [
             "# How many items are enough",
             "",
@@ -290,13 +298,13 @@ def power_markdown(p: pd.DataFrame) -> str:
             "than this are not separated by the run, whatever its table shows. Training seeds add "
             "their own variation on top (the differences tables' seed-aware intervals).",
             "",
-            md_table(table),
+            Table(table, sources, keys={"task", "subset"}),
             "",
         ]
     )
 
 
-def _text(task: str, d: pd.DataFrame, args) -> str:
+def _text(task: str, d: pd.DataFrame, args) -> Doc:
     try:
         return differences_markdown(task, d, getattr(args, "reference_model", None))
     except ValueError as e:  # a --reference-model that names no model: a usage error
@@ -309,19 +317,20 @@ def _render(sec: Section, df: pd.DataFrame, out: Path, args) -> list[Path]:
     for task in sorted(df["task"].dropna().unique()):
         d = differences(task, df)
         if len(d):
+            csv = d.drop(columns=["cells_a", "cells_b"])  # the page's sources, not results
             written.append(
                 atomic.write_with(
-                    out / f"{task}_differences.csv", lambda t, d=d: d.to_csv(t, index=False)
+                    out / f"{task}_differences.csv", lambda t, d=csv: d.to_csv(t, index=False)
                 )
             )
-            written.append(atomic.write_text(out / f"{task}_differences.md", _text(task, d, args)))
+            written.append(_text(task, d, args).write(out / f"{task}_differences.md"))
         power.append(power_rows(task, df))
     p = pd.concat(power) if power else pd.DataFrame()
     if len(p):
         text = power_markdown(p)
-        written.append(atomic.write_text(out / "power.md", text))
+        written.append(text.write(out / "power.md"))
         if getattr(args, "power", False):
-            print(text)
+            print(text.markdown(), end="")
     elif getattr(args, "power", False):
         print("power: no sample rows with per-item outcomes in the store")
     return written

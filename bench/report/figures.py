@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench import atomic
-from bench.report.common import model_label, rows, subsets
+from bench.report.common import at_headline, model_label, rows, subsets
 from bench.report.uncertainty import pool_seeds
 
 #: what :func:`save_figure` writes: SVG (the report page's, sharp at any zoom), PNG (its
@@ -154,8 +154,7 @@ def figures(task: str, df: pd.DataFrame, metric: str, out: Path) -> list[Path]:
     written = []
     sns.set_theme(style="whitegrid", context="paper", font_scale=1.1)
     # metric vs NFE at T closest to 1 (AR, whose NFE is the length, appears as a single marker)
-    s["_tdist"] = (s["temperature"].astype(float) - 1).abs()
-    at1 = s[s["_tdist"] == s.groupby("model")["_tdist"].transform("min")]
+    at1 = at_headline(s, ["model"], nfe=False)
     g = _panels(
         sns,
         at1,
@@ -171,7 +170,7 @@ def figures(task: str, df: pd.DataFrame, metric: str, out: Path) -> list[Path]:
         log2_nfe_axis(ax, ticks)
     written += save_figure(g.figure, out / f"{task}_{metric}_vs_nfe")
     if s["temperature"].nunique() > 1:
-        top = s[s["nfe"] == s.groupby("model")["nfe"].transform("max")]
+        top = at_headline(s, ["model"], temperature=False)
         g = _panels(
             sns,
             top,

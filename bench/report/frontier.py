@@ -36,10 +36,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench import atomic
 from bench.evaluate import degenerate as dg
-from bench.evaluate.stats import SAMPLES_CI_METHOD as CI_METHOD
-from bench.report.common import md_table
+from bench.evaluate.bootstrap import SAMPLES_CI_METHOD as CI_METHOD
+from bench.report.document import Doc, Table, ids
 from bench.report.frontier_data import (  # noqa: F401 - the frontier's API, re-exported
     DATA_METHOD,
     ENTROPY,
@@ -94,6 +93,7 @@ def scalar_table(c: pd.DataFrame, window: Window) -> pd.DataFrame:
                     SCALAR_COL: _scalar_text(sc),
                     "cells in window": f"{sc.in_window}/{sc.cells}",
                     "degenerate cells": f"{sc.degenerate}/{sc.cells}",
+                    SOURCES: ids(x for cs in g["cells"] for x in cs),
                 }
             )
     t = pd.DataFrame(out)
@@ -112,7 +112,13 @@ def pareto_table(c: pd.DataFrame, window: Window) -> pd.DataFrame:
     for nfe in nfe_panels(c):
         par = pareto_cells(c, nfe, window).sort_values(["curve", "temperature"])
         names = ", ".join(_cell_name(r) for _, r in par.iterrows())
-        out.append({"NFE": nfe, "Pareto-optimal cells (healthy, in the window)": names or "none"})
+        out.append(
+            {
+                "NFE": nfe,
+                "Pareto-optimal cells (healthy, in the window)": names or "none",
+                SOURCES: ids(x for cs in par["cells"] for x in cs),
+            }
+        )
     return pd.DataFrame(out)
 
 
@@ -151,14 +157,29 @@ def cell_table(c: pd.DataFrame, window: Window) -> pd.DataFrame:
             "n": cells["n"],
             "degenerate": [_degenerate_text(r) for _, r in cells.iterrows()],
             "in window": ["yes" if w else "no" for w in window.contains(cells["H"], cells["PPL"])],
+            SOURCES: list(cells["cells"]) if "cells" in cells else [()] * len(cells),
         }
     )
 
 
-def frontier_markdown(task: str, c: pd.DataFrame, window: Window) -> str:
+#: the column of :func:`scalar_table`, :func:`pareto_table` and :func:`cell_table` holding each
+#: row's store cells (the page's provenance; not shown)
+SOURCES = "_cells"
+
+
+def _table(t: pd.DataFrame, keys: set[str]) -> Table:
+    """A frontier table as report data: its rows' cells from the :data:`SOURCES` column."""
+    if not len(t):
+        return Table(t)
+    return Table(t.drop(columns=SOURCES), list(t[SOURCES]), keys=keys)
+
+
+def frontier_markdown(task: str, c: pd.DataFrame, window: Window, note: str = "") -> Doc:
     data = data_point(c)
     stand_in = next((s for s in c["stand_in_for"] if s), "")
     out = [f"# {task}: Gen. PPL / entropy frontier", ""]
+    if note:  # the window was widened (effective_window)
+        out += [note, ""]
     if stand_in:
         out += [
             f"Task `{task}` is trained and scored on a stand-in corpus, not {stand_in}: "
@@ -197,11 +218,16 @@ def frontier_markdown(task: str, c: pd.DataFrame, window: Window) -> str:
         out += ["No held-out data point in the store.", ""]
     sc = scalar_table(c, window)
     if len(sc):
-        out += ["## Gen. PPL at the data's entropy (per model and NFE)", "", md_table(sc), ""]
+        out += [
+            "## Gen. PPL at the data's entropy (per model and NFE)",
+            "",
+            _table(sc, {"model", "NFE"}),
+            "",
+        ]
         out += ["## Pareto-optimal cells (per NFE panel)", ""]
-        out += [md_table(pareto_table(c, window)), ""]
-    out += ["## Every cell", "", md_table(cell_table(c, window)), ""]
-    return "\n".join(out)
+        out += [_table(pareto_table(c, window), {"NFE"}), ""]
+    out += ["## Every cell", "", _table(cell_table(c, window), {"model", "NFE", "T"}), ""]
+    return Doc(out)
 
 
 def effective_window(c: pd.DataFrame, window: Window) -> tuple[Window, str]:
@@ -237,12 +263,8 @@ def _files(task: str, df: pd.DataFrame, out: Path, args=None) -> list[Path]:
         return []
     w = getattr(args, "frontier_window", None)
     window, note = effective_window(c, Window(*w) if w else Window())
-    text = frontier_markdown(task, c, window)
-    if note:
-        text = text.replace("\n\n", f"\n\n{note}\n\n", 1)
-    return [atomic.write_text(out / f"{task}_frontier.md", text)] + frontier_figures(
-        task, c, out, window
-    )
+    text = frontier_markdown(task, c, window, note)
+    return [text.write(out / f"{task}_frontier.md")] + frontier_figures(task, c, out, window)
 
 
 ITEMS = [

@@ -185,6 +185,7 @@ def frontier_cells(task: str, df: pd.DataFrame) -> pd.DataFrame:
         out.append(
             {
                 "curve": "data (held-out)" if is_data else _curve_label(first),
+                "cells": tuple(dict.fromkeys(g["cell_id"])) if "cell_id" in g else (),
                 "method": first["method"],
                 "decoding": first["decoding"],
                 "nfe": None if pd.isna(first["nfe"]) else int(first["nfe"]),

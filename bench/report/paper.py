@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.report.common import cell_text, flag, md_table, pct
+from bench.report.common import cell_text, flag, pct
+from bench.report.document import Table, ids
 from bench.report.models import flat_recipe
 from bench.report.uncertainty import paired_difference
 
@@ -161,12 +162,13 @@ def ablation_markdown(
     best = best[best["metric"] == headline]
     for name in [t for t in dict.fromkeys(paper["table"]) if t != "main"]:
         p = paper[(paper["table"] == name) & (paper["metric"] == headline)]
-        table, any_ours, ours_rows = [], False, []
+        table, any_ours, ours_rows, sources, cells = [], False, [], [], {}
         for (method, variant, decoding), g in p.groupby(
             ["method", "variant", "decoding"], sort=False
         ):
             ours = ours_for(best, method, variant, decoding)
             ours_rows.append((g["label"].iloc[0], ours))
+            sources.append(ids(ours["cell_id"]))
             row = {
                 "paper row": g["label"].iloc[0],
                 "model": f"{method}/{variant}" + (f" ({decoding})" if decoding else ""),
@@ -175,6 +177,7 @@ def ablation_markdown(
                 o = ours[ours["subset"] == sub]
                 any_ours |= bool(len(o))
                 row[sub] = cell_text(o) if len(o) else ""
+                cells[(len(table), sub)] = ids(o["cell_id"])
                 pv = g[g["subset"] == sub]
                 row[f"{sub} (paper)"] = pct(float(pv["value"].iloc[0])) if len(pv) else ""
             table.append(row)
@@ -183,7 +186,10 @@ def ablation_markdown(
             if not comparable:
                 note += " (paper columns: another protocol, not comparable)"
             title = f"## Paper table `{name}`: {headline.replace('_', ' ')} (%){note}"
-            out += ["", title, "", md_table(pd.DataFrame(table))]
+            frame = pd.DataFrame(table)
+            paper_cols = {c for c in frame.columns if c.endswith("(paper)")}
+            t = Table(frame, sources, cells, paper=paper_cols, keys={"paper row", "model"})
+            out += ["", title, "", t]
             out += _versus_first(ours_rows, subsets)
     return out
 
@@ -195,11 +201,14 @@ def _versus_first(ours_rows: list, subsets: list[str]) -> list[str]:
     if len(ran) < 2:
         return []
     base_label, base = ran[0]
-    table = []
+    table, sources, cells = [], [], {}
     for label, o in ran[1:]:
         row = {"paper row": label}
+        sources.append(ids([*o["cell_id"], *base["cell_id"]]))
         for sub in subsets:
-            d = paired_difference(o[o["subset"] == sub], base[base["subset"] == sub])
+            a, b = o[o["subset"] == sub], base[base["subset"] == sub]
+            cells[(len(table), sub)] = ids([*a["cell_id"], *b["cell_id"]])
+            d = paired_difference(a, b)
             row[sub] = (
                 ""
                 if d is None
@@ -214,5 +223,5 @@ def _versus_first(ours_rows: list, subsets: list[str]) -> list[str]:
         f"Ours minus `{base_label}` (percentage points, paired 95 % CI over the same items and "
         "the seeds of each row):",
         "",
-        md_table(pd.DataFrame(table)),
+        Table(pd.DataFrame(table), sources, cells, keys={"paper row"}),
     ]

@@ -16,10 +16,10 @@ from bench.report.common import (
     flag,
     headline_cells,
     headline_rows,
-    md_table,
     pct,
     task_rows,
 )
+from bench.report.document import Doc, Table, ids
 from bench.report.items import Artifact
 from bench.report.paper import ours_for, paper_numbers, protocol, protocol_differences
 
@@ -60,20 +60,47 @@ def ours_text(best: pd.DataFrame, m: str, v: str, d: str, sub: str | None) -> st
     return cell_text(o) if len(o) else ""
 
 
+def ours_cells(best: pd.DataFrame, m: str, v: str, d: str, sub: str | None) -> tuple[str, ...]:
+    """The store cells behind :func:`ours_text` (the same rows)."""
+    if not len(best):
+        return ()
+    o = ours_for(best, m, v, d)
+    return ids(o["cell_id"] if sub is None else o.loc[o["subset"] == sub, "cell_id"])
+
+
 def write_table(
-    a: Artifact, out: Path, table: pd.DataFrame, head: str, notes: list[str], missing: list[str]
+    a: Artifact,
+    out: Path,
+    table: pd.DataFrame,
+    head: str,
+    notes: list[str],
+    missing: list[str],
+    *,
+    sources=None,
+    cells=None,
+    computed: str = "",
 ) -> list[Path]:
-    """``<label>.md`` (title, ``head``, the table, notes, missing cells) and ``<label>.csv``."""
-    text = [f"# {a.label}: {a.title}", "", head, "", md_table(table), ""]
+    """``<label>.md`` (title, ``head``, the table, notes, missing cells) and ``<label>.csv``.
+    ``sources`` / ``cells``: the store cells per row / per (row, column) entry (the page's
+    provenance); columns ending ``(paper)`` or starting ``paper `` are the paper's numbers; the
+    first column names the row."""
+    t = Table(
+        table,
+        sources,
+        cells or {},
+        paper={
+            c for c in table.columns if str(c).endswith("(paper)") or str(c).startswith("paper ")
+        },
+        keys={table.columns[0]} if len(table.columns) else set(),
+        computed=computed,
+    )
+    text = Doc([f"# {a.label}: {a.title}", "", head, "", t, ""])
     text += [f"- {n}" for n in notes]
     if missing:
         text += ["", "Missing cells (not in the store): " + "; ".join(missing)]
     stem = out / a.label
     atomic.write_with(stem.with_suffix(".csv"), lambda t: table.to_csv(t, index=False))
-    return [
-        atomic.write_text(stem.with_suffix(".md"), "\n".join(text) + "\n"),
-        stem.with_suffix(".csv"),
-    ]
+    return [text.write(stem.with_suffix(".md")), stem.with_suffix(".csv")]
 
 
 def render_main_table(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> list[Path]:
@@ -84,12 +111,14 @@ def render_main_table(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> li
     best, name = best_cells(df, a.task)
     paper_subs = list(dict.fromkeys(p["subset"]))
     our_subs = sorted(best["subset"].dropna().unique()) if len(best) else []
-    table = []
+    table, sources, cells = [], [], {}
     for (m, v, d), g in p.groupby(["method", "variant", "decoding"], sort=False):
         row = {"model": g["label"].iloc[0]}
+        sources.append(ours_cells(best, m, v, d, None))
         for sub in paper_subs:
             ours_sub = sub if sub in our_subs or len(our_subs) != 1 else our_subs[0]
             row[f"{sub} (ours)"] = ours_text(best, m, v, d, ours_sub)
+            cells[(len(table), f"{sub} (ours)")] = ours_cells(best, m, v, d, ours_sub)
             row[f"{sub} (paper)"] = pct(float(g.loc[g["subset"] == sub, "value"].iloc[0]))
         table.append(row)
     _, missing = a.needs(a, df)
@@ -107,7 +136,7 @@ def render_main_table(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> li
             f"({'; '.join(departs)}); the (ours) and (paper) columns measure different things.\n\n"
             + head
         )
-    return write_table(a, out, pd.DataFrame(table), head, [], missing)
+    return write_table(a, out, pd.DataFrame(table), head, [], missing, sources=sources, cells=cells)
 
 
 def _where(best: pd.DataFrame) -> str:

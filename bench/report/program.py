@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.report.common import flag, md_table, metric_with_rank, model_label, pct, rows
+from bench.report.common import flag, metric_with_rank, model_label, pct, rows
+from bench.report.document import Doc, Table, ids
 from bench.report.figures import log2_nfe_axis, save_figure
 from bench.report.items import TaskSection
 from bench.report.uncertainty import pool_seeds
@@ -35,7 +36,12 @@ def _program_rows(task: str, df: pd.DataFrame) -> pd.DataFrame:
     old = s[~has].copy()
     if old["seed"].nunique() > 1:
         old["model"] = old["model"] + " seed " + old["seed"].fillna(0).astype(int).astype(str)
-    old = old.assign(seeds=1, items=old["n"], ci_method=old.get("ci_method"))
+    old = old.assign(
+        seeds=1,
+        items=old["n"],
+        ci_method=old.get("ci_method"),
+        cells=[(c,) for c in old["cell_id"]],
+    )
     s = pd.concat([pool_seeds(s[has], ["model", "subset", "nfe", "temperature"]), old])
     s["length_bound"] = flag(s["nfe_is_length"])
     s["t_free"] = flag(s["temperature_free"])
@@ -89,21 +95,25 @@ def program_task_markdown(task: str, df: pd.DataFrame, args=None) -> str:
     grid = sorted(s.loc[~s["length_bound"], "nfe"].unique())
     for temp in sorted(s["temperature"].unique(), reverse=True):
         at = _with_t_free(s, temp)
-        table = []
+        table, sources, cells = [], [], {}
         for model, g in at.groupby("model", sort=True):
             row = {"model": model}
+            sources.append(ids(c for cs in g["cells"] for c in cs))
             for nfe in grid:
                 hit = g[(g["nfe"] == nfe) & ~g["length_bound"]]
                 row[f"NFE {nfe}"] = cell(hit.iloc[0]) if len(hit) else ""
+                cells[(len(table), f"NFE {nfe}")] = ids(hit.iloc[0]["cells"]) if len(hit) else ()
             lb = g[g["length_bound"]]
             if len(lb):
                 row["length"] = f"{cell(lb.iloc[0])} ({int(lb.iloc[0]['nfe'])})"
+                cells[(len(table), "length")] = ids(lb.iloc[0]["cells"])
             table.append(row)
         table = pd.DataFrame(table)
         if "length" not in table:
             table["length"] = ""
-        out += ["", f"### T = {temp:g}", "", md_table(table.fillna(""))]
-    return "\n".join(out) + "\n"
+        t = Table(table.fillna(""), sources, cells, keys={"model"}, ci_method=methods)
+        out += ["", f"### T = {temp:g}", "", t]
+    return Doc(out)
 
 
 def program_task_figure(task: str, df: pd.DataFrame, out: Path, args=None) -> list[Path]:

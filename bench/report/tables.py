@@ -14,12 +14,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench import atomic
 from bench.report.common import (
     cell_text,
     ci_methods,
     headline_cells,
-    md_table,
     metric_with_rank,
     model_label,
     pct,
@@ -28,6 +26,7 @@ from bench.report.common import (
     seeds_items,
     subsets,
 )
+from bench.report.document import Doc, Table, by_key, ids
 from bench.report.items import Section
 from bench.report.paper import (
     ablation_markdown,
@@ -38,12 +37,14 @@ from bench.report.paper import (
 )
 
 
-def task_markdown(task: str, df: pd.DataFrame) -> tuple[str, str | None]:
+def task_markdown(task: str, df: pd.DataFrame) -> tuple[Doc, str | None]:
     """``<task>.md`` and the task's headline metric (None when the store has no row of it)."""
     s = rows(df, task)
     headline = metric_with_rank(s, 0)
     if headline is None:
-        return f"# {task}\n\nNo sample row of the task's headline metric in the store.\n", None
+        return Doc(
+            [f"# {task}", "", "No sample row of the task's headline metric in the store."]
+        ), None
     subs = subsets(s)
     numbers = paper_numbers(task)
     best = headline_cells(s)
@@ -62,7 +63,8 @@ def task_markdown(task: str, df: pd.DataFrame) -> tuple[str, str | None]:
             f"`paper` columns are the S-FLM paper's reported numbers ({protocol(task)}); this "
             "store's recipe and NFE match the paper's protocol."
         )
-    out = [
+    out = Doc()
+    out += [
         f"# {task}: {headline.replace('_', ' ')} (%)",
         "",
         "One row per model (training recipe, variant and decoding), at the largest NFE of the "
@@ -70,9 +72,10 @@ def task_markdown(task: str, df: pd.DataFrame) -> tuple[str, str | None]:
         f"evaluator gives one). {about}",
         "",
     ]
-    table = []
+    table, sources, cells = [], [], {}
     for _model, g in h.groupby("model", sort=True):
         r = g.iloc[0]
+        sources.append(ids(g["cell_id"]))
         row = {
             "model": model_label(r),
             "nfe": ", ".join(str(int(v)) for v in sorted(g["nfe"].dropna().unique())),
@@ -83,12 +86,24 @@ def task_markdown(task: str, df: pd.DataFrame) -> tuple[str, str | None]:
         for sub in subs:
             gs = g[g["subset"] == sub]
             row[sub] = cell_text(gs) if len(gs) else ""
+            cells[(len(table), sub)] = ids(gs["cell_id"])
             pv = lookup(beside, r, sub, headline)
             if beside is not None:
                 row[f"{sub} (paper)"] = "" if pv is None else pct(pv)
         table.append(row)
-    out.append(md_table(pd.DataFrame(table)))
     methods = ci_methods(h)
+    frame = pd.DataFrame(table)
+    out.append(
+        Table(
+            frame,
+            sources,
+            cells,
+            paper={c for c in frame.columns if c.endswith("(paper)")},
+            keys={"model", "nfe", "T"},
+            caption=f"{headline.replace('_', ' ')} (%) per model and subset",
+            ci_method="; ".join(methods),
+        )
+    )
     note = [f"Intervals (95 %): {'; '.join(methods)}."] if methods else []
     if len(h) and h["seed"].nunique() <= 1:
         note.append("One training seed per model: intervals cover the items, not retraining.")
@@ -105,19 +120,20 @@ def task_markdown(task: str, df: pd.DataFrame) -> tuple[str, str | None]:
             out += ["", f"## {name} (%)", "", f"Equal to {headline.replace('_', ' ')} in every "
                     "row of the headline table (not repeated)."]  # fmt: skip
             continue
-        out += ["", f"## {name} (%)", "", md_table(piv.map(pct).reset_index())]
+        frame = piv.map(pct).reset_index()
+        src, per = by_key(frame, m, ["model"], cell_col="subset")
+        out += ["", f"## {name} (%)", "", Table(frame, src, per, keys={"model"})]
     full = s[s["metric"] == headline]
-    full = full.assign(
-        model=[model_label(r) for _, r in full.iterrows()], nfe=full["nfe"].astype(int)
-    )
+    full = full.assign(nfe=full["nfe"].astype(int))
     piv = full.pivot_table(
         index=["model", "nfe", "temperature"], columns="subset", values="value", aggfunc="mean"
     )
     piv = piv[[c for c in subs if c in piv.columns]].map(pct).reset_index()
+    src, per = by_key(piv, full, ["model", "nfe", "temperature"], cell_col="subset")
     seeds = " (mean over training seeds)" if s["seed"].nunique() > 1 else ""
     title = f"## Every cell of the grid: {headline.replace('_', ' ')} (%){seeds}"
-    out += ["", title, "", md_table(piv), ""]
-    return "\n".join(out), headline
+    out += ["", title, "", Table(piv, src, per, keys={"model", "nfe", "temperature"}), ""]
+    return out, headline
 
 
 def _same_as(piv: pd.DataFrame, h: pd.DataFrame) -> bool:
@@ -127,7 +143,7 @@ def _same_as(piv: pd.DataFrame, h: pd.DataFrame) -> bool:
     return bool(len(piv)) and piv.shape == ref.shape and np.allclose(piv, ref, atol=1e-12)
 
 
-def _paper_alone(task: str, numbers: pd.DataFrame, headline: str, departs: list[str]) -> list[str]:
+def _paper_alone(task: str, numbers: pd.DataFrame, headline: str, departs: list[str]) -> list:
     """The paper's main-table numbers in a table of their own (its protocol is not ours)."""
     p = numbers[(numbers["table"] == "main") & (numbers["metric"] == headline)]
     if not len(p):
@@ -149,7 +165,7 @@ def _paper_alone(task: str, numbers: pd.DataFrame, headline: str, departs: list[
         f"The S-FLM paper's main table ({protocol(task)}). This store departs from that protocol: "
         f"{'; '.join(departs)}.",
         "",
-        md_table(piv),
+        Table(piv, paper=set(piv.columns) - {"model"}, keys={"model"}),
     ]
 
 
@@ -159,27 +175,30 @@ def _steps(g: pd.DataFrame) -> str:
     return ", ".join(str(x) for x in sorted(v))
 
 
-def training_markdown(df: pd.DataFrame) -> str:
+def training_markdown(df: pd.DataFrame) -> Doc:
     """``training.md``: train throughput, final loss and size of every model (one row per
     training recipe and seed: ``model`` names the recipe where a method has several)."""
     t = rows(df, kind="train")
     if not len(t):
-        return "# Training\n\nNo training rows.\n"
+        return Doc(["# Training", "", "No training rows."])
     idx = ["task", "model_base", "backbone", "subset", "seed"]
     t = t.assign(seed=t["seed"].fillna(0).astype(int))
     piv = t.pivot_table(index=idx, columns="metric", values="value", aggfunc="first").reset_index()
     steps = t.groupby(idx)["train_steps"].max().reset_index()
-    piv = piv.merge(steps, on=idx).rename(columns={"model_base": "model"})
+    piv = piv.merge(steps, on=idx)
+    src, _ = by_key(piv, t, idx)
+    piv = piv.rename(columns={"model_base": "model"})
     for c in ("train_steps_per_s", "train_final_loss"):
         if c in piv:
             piv[c] = piv[c].map(lambda v: f"{v:.3g}")
     if "n_params" in piv:
         piv["n_params"] = piv["n_params"].map(lambda v: f"{int(v):,}")
-    return "# Training\n\n" + md_table(piv) + "\n"
+    keys = {"task", "model", "backbone", "subset", "seed"}
+    return Doc(["# Training", "", Table(piv, src, keys=keys)])
 
 
 def _training(sec: Section, df: pd.DataFrame, out: Path, args) -> list[Path]:
-    return [atomic.write_text(out / "training.md", training_markdown(df))]
+    return [training_markdown(df).write(out / "training.md")]
 
 
 ITEMS = [Section(name="training", render=_training)]

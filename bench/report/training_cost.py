@@ -28,7 +28,8 @@ from pathlib import Path
 import pandas as pd
 
 from bench import atomic
-from bench.report.common import md_table, rows
+from bench.report.common import rows
+from bench.report.document import Doc, Table, ids
 from bench.report.items import Artifact, Section
 from bench.report.paper import PAPER_DIR, one_recipe
 
@@ -95,6 +96,7 @@ def runs(df: pd.DataFrame) -> pd.DataFrame:
                 "recipe_id": r["recipe_id"],
                 "created_at": r["created_at"],
                 "cell": r["train_cell"] if pd.notna(r["train_cell"]) else r["config_hash"],
+                "cell_id": r["cell_id"],
                 "steps": steps,
                 "steps_per_s": sps,
                 "wall_s": float(r["wall_s"]) if pd.notna(r["wall_s"]) else float("nan"),
@@ -160,8 +162,10 @@ def cost_table(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, list[str],
                 for t in left:
                     picked[(len(models) + len(extra) - 1, t)] = g2[g2["task"] == t]
     table, tidy, have, miss = [], [], [], []
+    sources, cells = [], {}  # the train cells behind each row and entry (the page's provenance)
     for i, (label, m, variants) in enumerate(models + extra):
         row = {"model": label}
+        sources.append(ids(c for (j, _t), g in picked.items() if j == i for c in g["cell_id"]))
         paper_row = i < len(models)
         for qhead, field, pmetric in QUANTITIES:
             for head, task, pt in cols:
@@ -177,6 +181,7 @@ def cost_table(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, list[str],
                     if len(g) > 1 and field == "steps_per_s":
                         text += f" ({len(g)} runs)"
                 row[f"{qhead} {head}"] = text
+                cells[(i, f"{qhead} {head}")] = ids(g["cell_id"]) if g is not None else ()
                 if pt is not None and paper_row:  # one paper column per paper task
                     pcol = f"{qhead} {PAPER_TASKS[pt]} (paper)"
                     pv = p[
@@ -218,10 +223,12 @@ def cost_table(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, list[str],
                         int(pp["gpus"].iloc[0]),
                     )
             tidy.append(rec)
-    return pd.DataFrame(table), pd.DataFrame(tidy), have, miss
+    frame = pd.DataFrame(table)
+    frame.attrs.update(sources=sources, cells=cells)
+    return frame, pd.DataFrame(tidy), have, miss
 
 
-def markdown(df: pd.DataFrame, title: str) -> tuple[str, pd.DataFrame]:
+def markdown(df: pd.DataFrame, title: str) -> tuple[Doc, pd.DataFrame]:
     table, tidy, _have, miss = cost_table(df)
     r = runs(df)
     units = set(r["unit"]) if len(r) else set()
@@ -247,10 +254,17 @@ def markdown(df: pd.DataFrame, title: str) -> tuple[str, pd.DataFrame]:
         )
     if not len(r):
         notes.append("The store has no train rows: only the paper's numbers are shown.")
-    text = [f"# {title}", "", md_table(table.fillna("")), ""] + [f"- {n}" for n in notes]
+    t = Table(
+        table.fillna(""),
+        table.attrs["sources"],
+        table.attrs["cells"],
+        paper={c for c in table.columns if c.endswith("(paper)")},
+        keys={"model"},
+    )
+    text = Doc([f"# {title}", "", t, ""] + [f"- {n}" for n in notes])
     if miss:
         text += ["", "Not in the store: " + "; ".join(miss)]
-    return "\n".join(text) + "\n", tidy
+    return text, tidy
 
 
 def _section(sec: Section, df: pd.DataFrame, out: Path, args) -> list[Path]:
@@ -258,14 +272,14 @@ def _section(sec: Section, df: pd.DataFrame, out: Path, args) -> list[Path]:
         return []
     text, tidy = markdown(df, "Training cost (paper table tab:training-cost)")
     atomic.write_with(out / "training_cost.csv", lambda t: tidy.to_csv(t, index=False))
-    return [atomic.write_text(out / "training_cost.md", text), out / "training_cost.csv"]
+    return [text.write(out / "training_cost.md"), out / "training_cost.csv"]
 
 
 def _render(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> list[Path]:
     text, tidy = markdown(df, f"{a.label}: {a.title}")
     stem = out / a.label
     atomic.write_with(stem.with_suffix(".csv"), lambda t: tidy.to_csv(t, index=False))
-    return [atomic.write_text(stem.with_suffix(".md"), text), stem.with_suffix(".csv")]
+    return [text.write(stem.with_suffix(".md")), stem.with_suffix(".csv")]
 
 
 def _needs(a: Artifact, df: pd.DataFrame) -> tuple[list[str], list[str]]:

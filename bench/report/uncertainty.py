@@ -121,12 +121,13 @@ def pool_seeds(s: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """One row per ``keys`` group (a cell over its training seeds): the first row's columns with
     ``value`` / ``ci_low`` / ``ci_high`` from :func:`cell_summary` (the mean and the two-level
     interval; empty bounds when the seeds carry no outcomes) and ``seeds``, ``items``,
-    ``ci_method``."""
+    ``ci_method``, ``cells`` (the store cells pooled)."""
     out = []
     for _, g in s.groupby(keys, sort=False, dropna=False):
         c = cell_summary(g)
         r = g.iloc[0].copy()
         r["value"], r["ci_low"], r["ci_high"] = c["value"], c["low"], c["high"]
         r["seeds"], r["items"], r["ci_method"] = c["seeds"], c["items"], c["method"]
+        r["cells"] = tuple(dict.fromkeys(g["cell_id"])) if "cell_id" in g else ()
         out.append(r)
-    return pd.DataFrame(out) if out else s.assign(seeds=[], items=[], ci_method=[])
+    return pd.DataFrame(out) if out else s.assign(seeds=[], items=[], ci_method=[], cells=[])

@@ -1,4 +1,4 @@
-"""A character tokenizer for the CPU stand-in of the program tasks (bench/data/arith.py).
+"""A character tokenizer for the CPU stand-in of the program tasks (bench/data/program/arith.py).
 
 :class:`CharTokenizer`: one id per character of a fixed alphabet plus PAD / BOS / EOS, and
 optionally a fixed list of multi-character pieces (whole words, ``"\n    "``) matched greedily,

@@ -11,7 +11,7 @@ numbers are not comparable to GPT-2-large tables; every row names the reference 
 ``smollm2-135m``.
 
 Weights load in bf16 on GPU and fp32 on CPU. The result is a :class:`RefLM`: the model, its
-tokenizer, its context length and the ids the scorer needs (:mod:`bench.evaluate.genppl`).
+tokenizer, its context length and the ids the scorer needs (:mod:`bench.evaluate.genppl.evaluator`).
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ Its parts, by job:
   divergence check, stop on request, and :func:`fit`;
 - :mod:`bench.train.logs`: training curves (the loggers, ``<run_dir>/logs/metrics.csv``, the
   validation loss);
-- :mod:`bench.train.checkpoints`: resumable checkpoints; ``weights.pt`` is :mod:`bench.weights`'
-  (:func:`load_weights`, re-exported here; reading it imports no Lightning).
+- :mod:`bench.train.resume`: resumable checkpoints and RNG states; ``weights.pt`` is
+  :mod:`bench.weights`' (:func:`bench.weights.load_weights`; reading it imports no Lightning).
 
 Atomic writes are :mod:`bench.atomic`'s; the failure record ``failed.json`` is
 :mod:`bench.failures`'s.
@@ -26,19 +26,17 @@ pure function of (seed, step), so a run stopped at step k and resumed reaches th
 weights as an uninterrupted run.
 
 Divergence: a non-finite loss stops the run with :class:`TrainingDiverged` (one line naming the
-run folder and step) and ``<run_dir>/failed.json`` (:func:`write_failure`). The check costs no
-host sync per step: each step folds ``isfinite(loss)`` into a flag on the device, which is read
-every :data:`NONFINITE_CHECK_EVERY` steps and before every checkpoint save (which also checks
-that the trained and EMA weights are finite). A save that finds a non-finite state is refused,
-so ``ckpt/last.ckpt`` stays the last good checkpoint (from a step at or before the bad one);
-the run may compute up to NONFINITE_CHECK_EVERY - 1 steps past the bad one before it stops.
+run folder and step) and ``<run_dir>/failed.json`` (:func:`bench.failures.write_failure`). The
+check costs no host sync per step: each step folds ``isfinite(loss)`` into a flag on the device,
+which is read every :data:`NONFINITE_CHECK_EVERY` steps and before every checkpoint save (which
+also checks that the trained and EMA weights are finite). A save that finds a non-finite state
+is refused, so ``ckpt/last.ckpt`` stays the last good checkpoint (from a step at or before the
+bad one); the run may compute up to NONFINITE_CHECK_EVERY - 1 steps past the bad one before it
+stops.
 """
 
 from __future__ import annotations
 
-from bench.atomic import atomic_torch_save, write_json_atomic
-from bench.failures import FAILED_FILE, write_failure
-from bench.train.checkpoints import resume_from
 from bench.train.logs import (
     LOG_DIR,
     LOG_FILE,
@@ -63,10 +61,9 @@ from bench.train.loop import (
     precision_for,
     request_stop,
 )
-from bench.weights import load_weights  # weights.pt: no Lightning there (bench.weights)
+from bench.train.resume import resume_from
 
 __all__ = [
-    "FAILED_FILE",
     "LOG_DIR",
     "LOG_FILE",
     "NONFINITE_CHECK_EVERY",
@@ -76,11 +73,9 @@ __all__ = [
     "TrainResult",
     "TrainingDiverged",
     "TrainingInterrupted",
-    "atomic_torch_save",
     "ema_avg_fn",
     "fit",
     "heldout_for",
-    "load_weights",
     "log_interval",
     "log_path",
     "make_adamw",
@@ -90,6 +85,4 @@ __all__ = [
     "resume_from",
     "trim_log",
     "val_interval",
-    "write_failure",
-    "write_json_atomic",
 ]

@@ -173,11 +173,14 @@ class Validation(Callback):
     """``val_loss``: the method's training objective on fixed held-out examples, with the EMA
     weights (those sampling uses), logged every ``every`` steps and at the last step.
 
-    What the number is, per method (each method's ``loss``, token mean over the loss mask): MDLM,
-    Duo, FLM and CANDI: their NELBO, an upper bound on the negative log-likelihood per token
-    (nats), estimated with one draw of times and noise; AR: the exact NLL per token; S-FLM: its
-    training loss, which is not a likelihood bound. The draws come from a fixed seed, the same at
-    every pass, so successive values differ by the weights only.
+    What the number is, per method, is the method's
+    :meth:`~bench.method.Method.loss_kind_for` its options (each method's ``loss``, token mean
+    over the loss mask, in nats): AR: the exact NLL; MDLM and Duo: their NELBO, an upper bound on
+    the NLL (``loss_type: low_var``: not a bound), estimated with one draw of times and noise;
+    FLM, S-FLM and CANDI pure Gaussian: an unweighted cross-entropy of the clean tokens; CANDI
+    hybrid: a cross-entropy weighted as MDLM's NELBO with Gaussian-noised inputs; none of these
+    last is a likelihood bound. The draws come from a fixed seed, the same at every pass, so
+    successive values differ by the weights only.
 
     It must not change training: it runs under ``torch.random.fork_rng`` (CPU and every CUDA
     device) with the numpy and python RNG states restored, without gradients, with the modules in

@@ -4,7 +4,7 @@ The data stream (:class:`StepBatches`: batch k is a pure function of (seed, k)),
 (:func:`make_adamw`, warm-up then constant LR), the EMA (:func:`ema_avg_fn`), the step with its
 divergence check, the stop-on-request of a SLURM pre-timeout signal (:func:`request_stop`), and
 :func:`fit`, which assembles the Lightning trainer with the loggers of :mod:`bench.train.logs`
-and the checkpointing of :mod:`bench.train.checkpoints`.
+and the checkpointing of :mod:`bench.train.resume`.
 """
 
 from __future__ import annotations
@@ -26,15 +26,6 @@ from bench.config import TrainConfig
 from bench.data.base import TaskData
 from bench.failures import FAILED_FILE, write_failure
 from bench.method import Batch, Method, antithetic_times
-from bench.train.checkpoints import (
-    AtomicCheckpointIO,
-    SaveOnSigterm,
-    checkpoint_step,
-    restore_rng,
-    resume_from,
-    rng_states,
-    weights_payload,
-)
 from bench.train.logs import (
     Validation,
     log_interval,
@@ -43,6 +34,15 @@ from bench.train.logs import (
     trim_log,
     val_interval,
 )
+from bench.train.resume import (
+    AtomicCheckpointIO,
+    SaveOnSigterm,
+    checkpoint_step,
+    restore_rng,
+    resume_from,
+    rng_states,
+)
+from bench.weights import weights_payload
 
 
 def make_adamw(params, *, device, clip_under_amp: bool = False, **kw) -> torch.optim.AdamW:

@@ -146,7 +146,8 @@ def test_evaluators_import_no_task():
     one task lives with that task in bench.data."""
     graph = import_graph()
     evaluate = _layer(graph, "bench.evaluate")
-    assert "bench.text.reference_lm" in graph["bench.evaluate.genppl"]  # the walker sees edges
+    # the walker sees edges
+    assert "bench.text.reference_lm" in graph["bench.evaluate.genppl.evaluator"]
     bad = {m: sorted(d for d in deps if d.startswith("bench.data")) for m, deps in evaluate.items()}
     assert not {m: d for m, d in bad.items() if d}, bad
 
@@ -160,7 +161,7 @@ def test_text_layer_imports_only_itself():
     text = _layer(graph, "bench.text")
     assert {"bench.text.gpt2", "bench.text.smollm", "bench.text.reference_lm"} <= set(text)
     assert "bench.text.locate" in graph["bench.text.gpt2"]  # the walker sees edges
-    assert "bench.text.gpt2" in graph["bench.data.owt"]
+    assert "bench.text.gpt2" in graph["bench.data.owt.task"]
     leaves = {"bench.atomic"}
     assert not {m: graph[m] for m in leaves if graph[m]}
     outside = {

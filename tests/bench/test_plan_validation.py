@@ -38,7 +38,7 @@ methods: [{{method: mdlm}}]
 """
 
 #: (sweep override, the key the one error line must name): values today's planner accepted and
-#: a job rejected (its own code: bench/backbones/dit.py, bench/data/*.py, sflm/, baselines/)
+#: a job rejected (its own code: bench/backbones/dit.py, bench/data/, sflm/, baselines/)
 BAD = [
     # DiT size presets (resolve_size, in every build_backbone)
     ("backbone: {size: cpu-tiny}", "backbone.size: unknown size 'cpu-tiny'"),
@@ -82,7 +82,7 @@ BAD = [
         "task: {name: gsm8k, options: {tinygsm_data_files: [tinygsm.txt]}}",
         "task.options.tinygsm_data_files: tinygsm: data_files must share one of",
     ),
-    # OWT's stand-in corpus (owt_blocks.file_documents, when the data is prepared)
+    # OWT's stand-in corpus (bench.data.owt.blocks.file_documents, when the data is prepared)
     ("task: {name: owt, options: {corpus: corpus.csv}}", "task.options.corpus: 'corpus.csv'"),
 ]
 

@@ -139,11 +139,11 @@ def test_seeds_replicate_models_and_the_report_averages_them(tmp_path):
 
 
 def test_status_model_stands_apart_from_its_views_and_the_trainer():
-    """The cell-status model (bench.executors.status) loads neither the trainer nor Lightning,
+    """The cell-status model (bench.executors.cell_status) loads neither the trainer nor Lightning,
     and the SLURM executor loads the model, not the CLI's views (bench.status)."""
     code = (
         "import sys\n"
-        "import bench.executors.status\n"
+        "import bench.executors.cell_status\n"
         "heavy = ('lightning', 'bench.train', 'bench.status')\n"
         "print(sorted(m for m in heavy if m in sys.modules))\n"
         "import bench.executors.slurm\n"

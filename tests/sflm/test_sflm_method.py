@@ -270,7 +270,8 @@ def test_adaptive_state_travels_in_the_method_state_dict():
 def test_adaptive_schedule_through_the_trainer_checkpoint(tmp_path):
     """Lightning fit -> weights.pt and last.ckpt carry the refitted schedule."""
     from bench.data.toy import sort_data
-    from bench.train import fit, load_weights
+    from bench.train import fit
+    from bench.weights import load_weights
 
     m, net = adaptive_method()
     cfg = sort_train_config(

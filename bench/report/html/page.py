@@ -3,10 +3,12 @@ section per task (its headline table and other tables, its figures, its training
 training runs), the store-wide tables, the paper items with their ``--list`` status, and every
 other file of the folder.
 
-Every table comes from a Markdown file the report wrote (:mod:`~bench.report.html.markdown`),
-every figure from the folder (:mod:`~bench.report.html.files`); the store is read only for the
-header, the paper items' status and each number's provenance
-(:mod:`~bench.report.html.provenance`).
+Every table comes as data from the report file that holds it (its page copy,
+:func:`bench.report.document.read_page_data`: values, and the store cells of each row and
+entry), every figure from the folder (:mod:`~bench.report.html.files`); the store is read only
+for the header, the paper items' status and the records of each number's cells
+(:mod:`~bench.report.html.provenance`). A Markdown file without a page copy (written by another
+tool) is linked, not shown.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.report.html import markdown
+from bench.report.document import read_page_data
 from bench.report.html.files import Figure, Group, group, inventory
-from bench.report.html.provenance import SOURCE_FIELDS, Provenance, Resolver
+from bench.report.html.inline import Segment, inline
+from bench.report.html.provenance import SOURCE_FIELDS, Provenance, Sources
 from bench.results import failed_runs
 
 _NUMBER = re.compile(r"^[-+]?\d[\d,]*(\.\d+)?")
@@ -39,18 +42,32 @@ class TableView:
     header: list[str]
     rows: list[tuple[list[Cell], Provenance]]
     has_sources: bool
-    #: shown folded (one click opens it): a table under a heading that starts with "All "
-    #: (e.g. every pair of the differences), after the table that matters
+    #: shown folded (one click opens it): the table says so (e.g. every pair of the
+    #: differences, after the comparisons that matter)
     collapsed: bool = False
+    caption: str = ""
+
+
+@dataclass
+class Block:
+    """A page block: ``heading`` (``level``, ``inline``), ``paragraph`` (``inline``), ``list``
+    (``items``: one inline list per bullet) or ``table`` (its :class:`TableView`)."""
+
+    kind: str
+    level: int = 0
+    inline: list[Segment] = field(default_factory=list)
+    items: list[list[Segment]] = field(default_factory=list)
 
 
 @dataclass
 class Doc:
-    """One Markdown file as page blocks (tables as :class:`TableView`)."""
+    """One report file as page blocks (tables as :class:`TableView`); ``missing``: it has no
+    page copy (the page links the file instead)."""
 
     name: str
     anchor: str
-    blocks: list[tuple[markdown.Block, TableView | None]] = field(default_factory=list)
+    blocks: list[tuple[Block, TableView | None]] = field(default_factory=list)
+    missing: bool = False
 
 
 @dataclass
@@ -67,37 +84,47 @@ class PaperItem:
     files: list[str]
 
 
-#: a table under a heading that starts with this is drawn folded (the full list behind a summary)
-FOLDED = "All "
-
-
 def anchor(name: str) -> str:
     """An HTML id for a file or a task (letters, digits, ``-``, ``_``)."""
     return "f-" + re.sub(r"[^A-Za-z0-9_-]", "-", name)
 
 
-def doc(out: Path, name: str, task: str | None, res: Resolver, keep=None) -> Doc:
-    """``out/name`` parsed, each table with its provenance (``keep(header, row)``: rows to
-    show; default all)."""
+def doc(out: Path, name: str, res: Sources, keep=None) -> Doc:
+    """Report file ``out/name`` as page blocks from its page copy, each table with the
+    provenance of its rows and entries (``keep(header, row)``: rows to show; default all)."""
     d = Doc(name, anchor(name))
-    heading = ""
-    for b in markdown.parse((out / name).read_text(encoding="utf-8", errors="replace")):
-        if b.kind == "heading":
-            heading = b.text
-        if b.kind != "table":
-            d.blocks.append((b, None))
-            continue
-        t = b.table
-        body = [r for r in t.rows if keep is None or keep(t.header, r)]
-        prov = res.table(task, heading, t.header, body)
-        rows = [
-            ([Cell(x, p.summary(), bool(_NUMBER.match(x))) for x, p in zip(r, cells)], rp)
-            for r, (rp, cells) in zip(body, prov)
-        ]
-        has = any(rp.sources for _, rp in rows)
-        folded = heading.startswith(FOLDED)
-        d.blocks.append((b, TableView(t.header, rows, has, folded)))
+    blocks = read_page_data(out / name)
+    if blocks is None:
+        d.missing = True
+        return d
+    for b in blocks:
+        kind = b.get("kind")
+        if kind == "heading":
+            d.blocks.append(
+                (Block("heading", level=int(b["level"]), inline=inline(b["text"])), None)
+            )
+        elif kind == "paragraph":
+            d.blocks.append((Block("paragraph", inline=inline(b["text"])), None))
+        elif kind == "list":
+            d.blocks.append((Block("list", items=[inline(x) for x in b["items"]]), None))
+        elif kind == "table":
+            d.blocks.append((Block("table"), _table_view(b, res, keep)))
     return d
+
+
+def _table_view(t: dict, res: Sources, keep) -> TableView:
+    header = list(t["header"])
+    rows = []
+    for i, r in enumerate(t["rows"]):
+        if keep is not None and not keep(header, r):
+            continue
+        cells = [
+            Cell(x, res.provenance(t, i, h).summary(), bool(_NUMBER.match(x)))
+            for h, x in zip(header, r)
+        ]
+        rows.append((cells, res.row(t, i)))
+    has = any(p.sources for _, p in rows)
+    return TableView(header, rows, has, bool(t.get("folded")), str(t.get("caption", "")))
 
 
 def header(df: pd.DataFrame, results_dir: Path) -> dict:
@@ -135,7 +162,7 @@ def _task_keep(task: str):
     return keep
 
 
-def tasks(out: Path, names: list[str], groups: dict[str, Group], res: Resolver) -> list[dict]:
+def tasks(out: Path, names: list[str], groups: dict[str, Group], res: Sources) -> list[dict]:
     """Per task: its Markdown (``<task>.md`` first: the headline table leads), figures (training
     curves last), CSV files, and its rows of ``training.md``."""
     result = []
@@ -145,7 +172,7 @@ def tasks(out: Path, names: list[str], groups: dict[str, Group], res: Resolver) 
         figs = sorted(g.figures, key=lambda f: (f.stem == f"{t}_training_curves", f.stem))
         training = None
         if "training.md" in groups[""].markdown:
-            training = doc(out, "training.md", None, res, keep=_task_keep(t))
+            training = doc(out, "training.md", res, keep=_task_keep(t))
             training.blocks = [(b, tv) for b, tv in training.blocks if tv is not None]
             if not any(tv.rows for _, tv in training.blocks):
                 training = None
@@ -153,9 +180,9 @@ def tasks(out: Path, names: list[str], groups: dict[str, Group], res: Resolver) 
             {
                 "name": t,
                 "anchor": anchor(t),
-                "docs": [doc(out, n, t, res) for n in md[:1]],
+                "docs": [doc(out, n, res) for n in md[:1]],
                 # after the figures: the differences and any other file of the task
-                "more_docs": [doc(out, n, t, res) for n in md[1:]],
+                "more_docs": [doc(out, n, res) for n in md[1:]],
                 "figures": figs,
                 "csv": g.csv,
                 "other": g.other,
@@ -165,10 +192,9 @@ def tasks(out: Path, names: list[str], groups: dict[str, Group], res: Resolver) 
     return result
 
 
-def paper_items(out: Path, df: pd.DataFrame, paper: dict[str, Group], res: Resolver) -> list:
+def paper_items(out: Path, df: pd.DataFrame, paper: dict[str, Group], res: Sources) -> list:
     """Every paper label (the registry's order) with its status and what it wrote."""
     from bench.report import renderers
-    from bench.report.common import task_rows
 
     items = []
     for label, a in renderers.paper_artifacts().items():
@@ -177,10 +203,6 @@ def paper_items(out: Path, df: pd.DataFrame, paper: dict[str, Group], res: Resol
         except Exception as e:  # a plug-in's check that fails: shown, the page goes on
             status, have, miss = f"unknown ({type(e).__name__}: {e})", [], []
         g = paper.get(label, Group())
-        task = None
-        if a.task and len(df):
-            _s, name = task_rows(df, a.task)
-            task = str(_s["task"].iloc[0]) if len(_s) else a.task
         items.append(
             PaperItem(
                 label=label,
@@ -190,7 +212,7 @@ def paper_items(out: Path, df: pd.DataFrame, paper: dict[str, Group], res: Resol
                 status=status,
                 have=have,
                 missing=miss,
-                docs=[doc(out, n, task, res) for n in g.markdown],
+                docs=[doc(out, n, res) for n in g.markdown],
                 figures=g.figures,
                 files=[*g.csv, *g.other],
             )
@@ -215,7 +237,7 @@ def context(out: Path, df: pd.DataFrame, results_dir: Path) -> dict:
     """Everything the template needs."""
     from bench.report import renderers
 
-    res = Resolver(df)
+    res = Sources(df)
     top, paper_files = inventory(out)
     task_names = sorted(str(t) for t in df["task"].dropna().unique()) if len(df) else []
     groups = group(top, task_names)
@@ -236,11 +258,11 @@ def context(out: Path, df: pd.DataFrame, results_dir: Path) -> dict:
         # instead of showing empty task and store-wide sections
         "report_written": bool(task_views or store_wide.all_files()),
         "paper_written": len(paper_files),
-        "wide_docs": [doc(out, n, None, res) for n in wide_md],
+        "wide_docs": [doc(out, n, res) for n in wide_md],
         "wide_figures": store_wide.figures,
         "wide_files": [*store_wide.csv, *store_wide.other],
         "paper": paper_items(out, df, paper, res),
         "paper_rest": paper_rest,
-        "paper_rest_docs": [doc(out, n, None, res) for n in paper_rest.markdown],
+        "paper_rest_docs": [doc(out, n, res) for n in paper_rest.markdown],
         "source_fields": SOURCE_FIELDS,
     }

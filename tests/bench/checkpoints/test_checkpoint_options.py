@@ -22,7 +22,7 @@ from torch import nn
 
 from bench import registry
 from bench.config import ConfigError, TaskConfig
-from bench.evaluate import genppl as G
+from bench.evaluate.genppl import evaluator as G
 from bench.method import Batch
 
 EOT = 50256
@@ -225,7 +225,7 @@ def test_flm_sampler_uses_the_cap_order(order, monkeypatch):
 
 @pytest.fixture(scope="module")
 def gpt2(tmp_path_factory):
-    from bench.data.gpt2 import load_gpt2_tokenizer
+    from bench.text.gpt2 import load_gpt2_tokenizer
 
     return load_gpt2_tokenizer("whisper", str(tmp_path_factory.mktemp("sflm-data")))
 
@@ -305,7 +305,7 @@ def test_ids_above_the_added_pad_are_one_line_errors(gpt2, ref_same):
 
 
 def test_owt_evaluate_accepts_pad_and_refuses_larger_ids(tmp_path, gpt2, ref_same):
-    from bench.data.owt import OWTTask
+    from bench.data.owt.task import OWTTask
 
     corpus = tmp_path / "c.txt"
     corpus.write_text("the river city.\n")

@@ -13,11 +13,11 @@ from helpers import tinygsm_bpe, tinygsm_options, tinygsm_rows
 
 from bench.atomic import CacheBuildError
 from bench.config import ConfigError, TaskConfig
-from bench.data import tinygsm
-from bench.data.arith import TEMPLATES, ArithTask, generate, is_heldout
-from bench.data.gsm8k import GSM8KTask, load_gsm8k_test
-from bench.data.program_task import decode_continuations
-from bench.evaluate.sandbox import STATUSES
+from bench.data.program import tinygsm
+from bench.data.program.arith import TEMPLATES, ArithTask, generate, is_heldout
+from bench.data.program.gsm8k import GSM8KTask, load_gsm8k_test
+from bench.data.program.task import decode_continuations
+from bench.evaluate.sandbox.runner import STATUSES
 from bench.text.char import CharTokenizer
 
 ROWS = tinygsm_rows()

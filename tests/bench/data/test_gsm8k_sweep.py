@@ -105,7 +105,7 @@ def test_report_gsm8k_section_and_paper_numbers(tmp_path):
     ]
     for i, r in enumerate(rows):
         store.write_cell(f"c{i}", [r])
-    text = report.program_task_markdown("gsm8k", store.read())
+    text = str(report.program_task_markdown("gsm8k", store.read()))
     t1, t01 = text.split("### T = 1\n")[1].split("### T = 0.1\n")
     assert "| mdlm (ancestral) | 5.0 [4.0, 6.0] | 17.1 [15.0, 19.0] |  |" in t1
     assert "| mdlm (ancestral) | 20.0 [18.0, 22.0] | 33.0 [30.0, 36.0] |  |" in t01
@@ -164,7 +164,7 @@ def test_sweep_files_plan(monkeypatch):
 
 
 def test_gsm8k_tokenizer_unavailable_is_a_config_error(tmp_path):
-    from bench.data.gsm8k import GSM8KTask
+    from bench.data.program.gsm8k import GSM8KTask
 
     cfg = TaskConfig(
         name="gsm8k", options={"tokenizer": "no/such-tokenizer", "tokenizer_source": "gguf"}

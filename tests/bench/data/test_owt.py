@@ -1,4 +1,4 @@
-"""The OWT task (bench/data/owt.py, its block cache bench/data/owt_blocks.py) and the offline
+"""The OWT task (bench/data/owt/task.py, its block cache bench/data/owt/blocks.py) and the offline
 GPT-2 tokenizer (bench/text/gpt2.py)."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from genppl_tiny import tiny_gpt2
 from helpers import owt_cache_copy, owt_corpus, owt_task
 
 from bench.config import ConfigError, TaskConfig
-from bench.data import owt, owt_blocks
+from bench.data.owt import blocks as owt_blocks
+from bench.data.owt import task as owt
 from bench.text import gpt2 as gpt2_mod
 from bench.text.gpt2 import load_gpt2_tokenizer
 
@@ -180,7 +181,7 @@ def test_eval_canvas_is_all_masked(owt_standin):
 
 
 def test_evaluate_and_data_reference(owt_standin, offline_tok):
-    from bench.evaluate.genppl import GenPPL, wrap_model
+    from bench.evaluate.genppl.evaluator import GenPPL, wrap_model
 
     task = _task(*owt_standin, bootstrap=50)  # bootstrap is not in the cache key: reads it
     ref = wrap_model(tiny_gpt2(50257, n_positions=64, eos=EOT), offline_tok, "tiny", device="cpu")

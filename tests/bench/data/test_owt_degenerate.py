@@ -1,6 +1,7 @@
 """The OWT task's rows carry the fraction of degenerate samples with its interval
-(bench/data/owt.py through bench/evaluate/genppl.py; bench/evaluate/degenerate.py): a collapsed
-generator's cell is all degenerate, the held-out data's none."""
+(bench/data/owt/task.py through bench/evaluate/genppl/evaluator.py;
+bench/evaluate/degenerate.py): a collapsed generator's cell is all degenerate, the held-out
+data's none."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ EOT = 50256
 
 
 def test_owt_rows_carry_the_degenerate_fraction(owt_standin):
-    from bench.evaluate.genppl import GenPPL, wrap_model
+    from bench.evaluate.genppl.evaluator import GenPPL, wrap_model
 
     corpus, data_dir = owt_standin
     tok = load_gpt2_tokenizer("whisper", data_dir)
@@ -45,7 +46,7 @@ def test_owt_rows_carry_the_degenerate_fraction(owt_standin):
 def test_owt_cells_of_empty_samples(owt_standin, n_empty, flagged):
     """Samples that end at once (BOS then end-of-text) score nothing: degenerate, and the cell
     is flagged from half of its samples on."""
-    from bench.evaluate.genppl import GenPPL, wrap_model
+    from bench.evaluate.genppl.evaluator import GenPPL, wrap_model
 
     corpus, data_dir = owt_standin
     tok = load_gpt2_tokenizer("whisper", data_dir)

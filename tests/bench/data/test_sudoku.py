@@ -1,5 +1,5 @@
 """Sudoku generator, token layout, cache and evaluator
-(bench/data/sudoku*.py, bench/evaluate/sudoku.py)."""
+(bench/data/sudoku/)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import torch
 
 from bench.atomic import CacheBuildError
 from bench.config import ConfigError, TaskConfig
-from bench.data import sudoku as S
-from bench.data import sudoku_splits
-from bench.data.sudoku_metrics import evaluate_sudoku, valid_grids
+from bench.data.sudoku import splits as sudoku_splits
+from bench.data.sudoku import task as S
+from bench.data.sudoku.score import evaluate_sudoku, valid_grids
 
 # --------------------------------------------------------------------------- independent solvers
 

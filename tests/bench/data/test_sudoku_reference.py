@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 
 from bench.config import ConfigError, TaskConfig
-from bench.data import sudoku_reference as R
-from bench.data.sudoku import SudokuTask
-from bench.data.sudoku_format import encode
-from bench.data.sudoku_solver import count_solutions
+from bench.data.sudoku import reference as R
+from bench.data.sudoku.format import encode
+from bench.data.sudoku.solver import count_solutions
+from bench.data.sudoku.task import SudokuTask
 
 SMALL = {  # (difficulty, n_train, n_valid, seed) -> (train sha256, valid sha256)
     ("easy", 40, 10, 7): (
@@ -135,7 +135,7 @@ def test_token_layout_is_the_reference_and_the_tasks(tmp_path):
     tokens = R.reference_tokens(p, s)
     assert tokens.shape == (10, 180)
     assert " ".join(map(str, tokens[0])) == SMALL_FIRST
-    # the task's sequences (bench.data.sudoku_format.encode) are these very ids
+    # the task's sequences (bench.data.sudoku.format.encode) are these very ids
     assert np.array_equal(encode(p, s)[0].numpy(), tokens.astype(np.int64))
 
 

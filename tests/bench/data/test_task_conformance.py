@@ -67,7 +67,7 @@ def _gsm8k_options(request, **kw):
 
 
 def _make_gsm8k(cfg, request):
-    from bench.data.gsm8k import GSM8KTask
+    from bench.data.program.gsm8k import GSM8KTask
 
     return GSM8KTask(cfg, tokenizer=_smollm(request))  # the session's one GGUF read
 

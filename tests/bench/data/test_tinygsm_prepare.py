@@ -17,7 +17,8 @@ from helpers import tinygsm_bpe, tinygsm_options, tinygsm_rows
 
 from bench import atomic
 from bench.config import TaskConfig
-from bench.data import stats, tinygsm
+from bench.data.program import length_stats as stats
+from bench.data.program import tinygsm
 from bench.text.char import CharTokenizer
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -41,8 +42,8 @@ def test_the_reference_separator_is_backslash_n():
     else:  # what the reference's Hydra config system reads
         assert OmegaConf.create(line).separator == tinygsm.REFERENCE_SEPARATOR
     assert tinygsm.TinyGSMOptions().separator == tinygsm.REFERENCE_SEPARATOR
-    from bench.data.arith import ArithTask
-    from bench.data.gsm8k import GSM8KTask
+    from bench.data.program.arith import ArithTask
+    from bench.data.program.gsm8k import GSM8KTask
 
     assert GSM8KTask.Options().separator == tinygsm.REFERENCE_SEPARATOR
     assert ArithTask.Options().separator == tinygsm.NEWLINE_SEPARATOR
@@ -97,7 +98,7 @@ def test_a_length_at_the_limit_is_kept_with_newline_dropped_with_reference(tmp_p
 
 
 def test_gsm8k_prompts_end_with_the_separator(tmp_path, bpe):
-    from bench.data.gsm8k import GSM8KTask
+    from bench.data.program.gsm8k import GSM8KTask
 
     f = tmp_path / "test.jsonl"
     f.write_text(

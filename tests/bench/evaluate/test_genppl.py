@@ -1,4 +1,4 @@
-"""Gen. PPL / unigram entropy (bench/evaluate/genppl.py) against direct transformers
+"""Gen. PPL / unigram entropy (bench/evaluate/genppl/evaluator.py) against direct transformers
 computations on tiny local models, and the ``genppl`` CLI's bad inputs and resume."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 import torch
 from genppl_tiny import byte_tokenizer, tiny_gpt2
 
-from bench.evaluate import genppl as G
 from bench.evaluate.__main__ import main
+from bench.evaluate.genppl import evaluator as G
 
 TEXT = (
     "The city council met on Tuesday to discuss the new budget. Several members argued that "

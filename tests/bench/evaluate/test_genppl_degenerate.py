@@ -1,6 +1,6 @@
 """Degenerate samples (bench/evaluate/degenerate.py) as the Gen. PPL scorer records them
-(bench/evaluate/genppl.py, genppl_score.py), and the scorer's bootstrap intervals: they cover
-the value and shrink with more samples."""
+(bench/evaluate/genppl/evaluator.py, score.py), and the scorer's bootstrap intervals: they
+cover the value and shrink with more samples."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from genppl_tiny import tiny_gpt2
 
 from bench.evaluate import degenerate as dg
-from bench.evaluate import genppl as G
+from bench.evaluate.genppl import evaluator as G
 
 TEXT = (
     "The city council met on Tuesday to discuss the new budget. Several members argued that "

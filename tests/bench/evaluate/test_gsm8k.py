@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from bench.evaluate.__main__ import main
+from bench.evaluate.bootstrap import bootstrap_accuracy, paired_bootstrap_difference
 from bench.evaluate.gsm8k import (
     answers_match,
     extract_program,
@@ -21,8 +22,7 @@ from bench.evaluate.gsm8k import (
     parse_gold,
     parse_stdout_answer,
 )
-from bench.evaluate.sandbox import ExecResult
-from bench.evaluate.stats import bootstrap_accuracy, paired_bootstrap_difference
+from bench.evaluate.sandbox.runner import ExecResult
 
 ROOT = Path(__file__).resolve().parents[3]
 HOSTILE = ROOT / "tests" / "fixtures" / "gsm8k_hostile"

@@ -28,7 +28,7 @@ from bench.evaluate.gsm8k import (
     extract_program,
     parse_gold,
 )
-from bench.evaluate.sandbox import Sandbox, SandboxConfig
+from bench.evaluate.sandbox.runner import Sandbox, SandboxConfig
 
 EOS = DEFAULT_EOS[0]
 F = "def simple_math_problem():\n"

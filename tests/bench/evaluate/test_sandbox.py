@@ -19,16 +19,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench.evaluate import sandbox_levels
 from bench.evaluate.gsm8k import grade
-from bench.evaluate.sandbox import (
+from bench.evaluate.sandbox import levels as sandbox_levels
+from bench.evaluate.sandbox.result import interpret
+from bench.evaluate.sandbox.runner import (
     STATUSES,
     ExecResult,
     Sandbox,
     SandboxConfig,
     SandboxError,
 )
-from bench.evaluate.sandbox_result import interpret
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "gsm8k_hostile"
 GOLD = 42

@@ -212,7 +212,7 @@ def test_sweep_end_to_end_ddp_survives_driver_sigkill(tmp_path, results):
     from bench import registry
     from bench.config import BackboneConfig
     from bench.sweep import main
-    from bench.train import load_weights
+    from bench.weights import load_weights
 
     sweep = write_sweep(tmp_path, results, "e2e", train={"devices": 2, "steps": 20})
     since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 1))
@@ -385,12 +385,11 @@ def test_cancelled_training_is_failed_and_rerun_resumes_it(tmp_path, results):
     assert 0 < saved < 300, "no checkpoint saved on SIGTERM"
 
     from bench import status
+    from bench.executors.cell_status import statuses
 
     p = sweep_cells(sweep)
     # the array waiting on the cancelled job is cancelled by SLURM (kill-on-invalid-dep)
-    wait_until(
-        lambda: all(s.state == "failed" for s in status.statuses(p)), 60, "both cells failed"
-    )
+    wait_until(lambda: all(s.state == "failed" for s in statuses(p)), 60, "both cells failed")
     table = status.status_table(p)
     lines = table.splitlines()
     train_line = next(i for i, ln in enumerate(lines) if ln.startswith("failed   train"))

@@ -7,7 +7,7 @@ import pytest
 from genppl_tiny import byte_tokenizer, tiny_gpt2
 
 from bench import perf, registry
-from bench.evaluate import genppl as G
+from bench.evaluate.genppl import evaluator as G
 
 ARCACHE = ["arcache", "--size", "cpu-mini", "--vocab", "12", "--ar-len", "16", "--device", "cpu"]
 

@@ -122,7 +122,7 @@ def test_program_table_pools_seeds_that_carry_outcomes(tmp_path):
         r = _rows("mdlm", seed, p, rng=rng)[0]
         r.update(task="gsm8k", metric="accuracy", subset="test", ci_method="percentile bootstrap")
         s.write_cell(f"g{seed}", [r])
-    text = program_task_markdown("gsm8k", read(tmp_path))
+    text = str(program_task_markdown("gsm8k", read(tmp_path)))
     rows = [ln for ln in text.splitlines() if ln.startswith("| mdlm")]
     assert len(rows) == 1 and "seed" not in rows[0]
     assert "2 training seeds x 200 problems" in text and "two-level" in text

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from bench.evaluate import degenerate as dg
-from bench.evaluate.genppl_score import summarize
+from bench.evaluate.genppl.score import summarize
 from bench.report import frontier as F
 from bench.report import frontier_data as FD
 from bench.results import Store, read

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from bench.report import main
-from bench.report.html import markdown
+from bench.report.document import read_page_data
 from bench.results import Store, sample_columns, task_columns
 
 #: a store string with markup in it: the page must show it as text, never as markup
@@ -24,7 +24,7 @@ HOSTILE = "<img src=x onerror=\"document.title='pwned'\">&amp;"
 
 
 def _sudoku_rows(method_cls, variant, decoding, subset, nfe, temp, seed, value, sha="abc1234"):
-    from bench.data.sudoku import SudokuTask
+    from bench.data.sudoku.task import SudokuTask
 
     return [
         {
@@ -56,7 +56,7 @@ def _sudoku_rows(method_cls, variant, decoding, subset, nfe, temp, seed, value, 
 
 def _train_rows(root: Path, method: str, variant: str, seed: int, steps=600, sweep="quickstart"):
     """A train cell and its training log (loss and val_loss every 50 steps)."""
-    from bench.data.sudoku import SudokuTask
+    from bench.data.sudoku.task import SudokuTask
 
     run = f"runs/{method}-{variant}-{seed}"
     log = root / run / "logs" / "metrics.csv"
@@ -144,12 +144,15 @@ class _Page(HTMLParser):
                 "sortable": "sortable" in a.get("class", ""),
                 "header": [],
                 "rows": 0,
+                "body": [],  # per row: (text, title) per cell
                 "article": self.articles[-1] if self.articles else "",
             }
             self._table.append(t)
             self.tables.append(t)
         if tag == "tr" and self._table and self._stack.count("tbody") >= 1:
-            self._table[-1]["rows"] += 1 if self._stack[-1] == "tbody" else 0
+            if self._stack[-1] == "tbody":
+                self._table[-1]["rows"] += 1
+                self._table[-1]["body"].append([])
         if tag in ("td", "th"):
             self._cell = [a.get("title", ""), ""]
         self._stack.append(tag)
@@ -168,6 +171,8 @@ class _Page(HTMLParser):
                 self._table[-1]["header"].append(self._cell[1].strip())
             elif self._cell[0]:
                 self.titles.append((self._cell[1].strip(), self._cell[0]))
+            if tag == "td" and self._table and self._table[-1]["body"]:
+                self._table[-1]["body"][-1].append((self._cell[1].strip(), self._cell[0]))
             self._cell = None
 
     def handle_data(self, data):
@@ -186,14 +191,18 @@ def local_refs(page: _Page) -> set[str]:
 
 
 def check_page(out: Path) -> _Page:
-    """Every file of ``out`` is on the page, every link resolves, every Markdown table is a
-    page table with the same header and as many rows."""
+    """Every file of ``out`` is on the page, every link resolves, every table of a report file is
+    a page table with the same header and as many rows, and every entry of every table that is
+    not a label (model, subset, NFE, ...) shows where it comes from on hover: its store cells,
+    the paper, or what computed it."""
     page = parse_page(out / "index.html")
     refs = local_refs(page)
     files = {
         str(p.relative_to(out))
         for p in out.rglob("*")
-        if p.is_file() and p.name != "index.html" and not p.name.startswith(".")
+        if p.is_file()
+        and p.name != "index.html"
+        and not any(x.startswith(".") for x in p.relative_to(out).parts)  # the page's data
     }
     assert files, "the report wrote no files"
     assert files <= refs, f"files the page does not show: {sorted(files - refs)}"
@@ -202,14 +211,22 @@ def check_page(out: Path) -> _Page:
     anchors = {t["article"] for t in page.tables}
     for md in sorted(out.rglob("*.md")):
         name = str(md.relative_to(out))
-        want = [b.table for b in markdown.parse(md.read_text()) if b.kind == "table"]
+        data = read_page_data(md)
+        assert data is not None, f"{name}: written without its page data"
+        want = [b for b in data if b["kind"] == "table"]
         art = "f-" + re.sub(r"[^A-Za-z0-9_-]", "-", name)
         assert art in anchors or not want, f"{name}: no table on the page"
         got = [t for t in page.tables if t["article"] == art and t["sortable"]]
-        assert [t["header"][: len(w.header)] for t, w in zip(got, want)] == [
-            w.header for w in want
+        assert [t["header"][: len(w["header"])] for t, w in zip(got, want)] == [
+            w["header"] for w in want
         ], name
-        assert [t["rows"] for t in got] == [len(w.rows) for w in want], name
+        assert [t["rows"] for t in got] == [len(w["rows"]) for w in want], name
+        for t, w in zip(got, want):
+            for row in t["body"]:
+                for h, (text, title) in zip(t["header"], row):
+                    if h in w["keys"] or h == "source" or not text:
+                        continue
+                    assert title, f"{name}: {h!r} of row {row[0][0]!r} shows no provenance"
     # figures: the SVG first, the PNG as the image element's fallback
     for svg in out.rglob("*.svg"):
         rel = str(svg.relative_to(out))
@@ -272,8 +289,8 @@ def _program_and_frontier_store(root: Path) -> Path:
     and temperatures) and a frontier task (OWT), sample rows only."""
     from baselines.ar import AR
     from baselines.mdlm import MDLM
-    from bench.data.arith import ArithTask
-    from bench.data.owt import OWTTask
+    from bench.data.owt.task import OWTTask
+    from bench.data.program.arith import ArithTask
     from sflm.method import SFLM
 
     s = Store(root)
@@ -390,15 +407,40 @@ def test_no_html_flag_and_open(tmp_path, monkeypatch, capsys):
     assert len(err) == 1 and err[0].startswith("note: no web browser found")
 
 
-def test_markdown_reader_keeps_text_and_tables():
-    blocks = markdown.parse(
-        "# t: x\n\nSome `code` and [a link](b.md) <b>.\n\n| a | b |\n|---|---|\n| 1 | x |\n"
-        "| 2 |\n\n- one\n- two `c`\n"
+def test_report_files_are_written_with_their_data():
+    """A report file is written once as data: its Markdown and the page's blocks are views of
+    the same Doc, tables keep their values and sources, prose keeps code spans and links."""
+    import json
+    import tempfile
+
+    import pandas as pd
+
+    from bench.report.document import Doc, Table
+    from bench.report.html.inline import inline
+
+    t = Table(
+        pd.DataFrame({"model": ["m", "n"], "easy": ["1.0", "2.0"], "easy (paper)": ["3", ""]}),
+        [("c1", "c2"), ("c3",)],
+        {(0, "easy"): ("c2",)},
+        paper={"easy (paper)"},
+        keys={"model"},
     )
-    assert [b.kind for b in blocks] == ["heading", "paragraph", "table", "list"]
-    assert [s.kind for s in blocks[1].inline] == ["text", "code", "text", "link", "text"]
-    assert blocks[1].inline[-1].text == " <b>."  # kept as text: the template escapes it
-    assert blocks[2].table.header == ["a", "b"] and blocks[2].table.rows == [["1", "x"], ["2", ""]]
+    d = Doc(["# t: x", "", "Some `code` and [a link](b.md) <b>.", "", t, "", "- one", "- two `c`"])
+    assert "| m | 1.0 | 3 |" in d.markdown()
+    assert t.cell_sources(0, "easy") == ("c2",) and t.cell_sources(1, "easy") == ("c3",)
+    assert t.cell_sources(0, "easy (paper)") == () and t.cell_sources(0, "model") == ()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = d.write(Path(tmp) / "x.md")
+        blocks = read_page_data(path)
+        assert path.read_text() == d.markdown()
+    assert [b["kind"] for b in blocks] == ["heading", "paragraph", "table", "list"]
+    assert blocks[2]["sources"] == [["c1", "c2"], ["c3"]] and blocks[2]["rows"][1][1] == "2.0"
+    assert json.dumps(blocks)  # plain data
+    segs = inline(blocks[1]["text"])
+    assert [s.kind for s in segs] == ["text", "code", "text", "link", "text"]
+    assert segs[-1].text == " <b>."  # kept as text: the template escapes it
+    with pytest.raises(ValueError):
+        Table(pd.DataFrame({"a": [1, 2]}), [("c",)])  # a source list per row, or none
 
 
 def test_figures_are_svg_too_and_reproducible(tmp_path):
@@ -427,8 +469,8 @@ def test_token_length_bins_come_from_the_data():
     whole-token bins from numpy's ``auto`` width."""
     import pandas as pd
 
-    from bench.data.length_figure import length_bins, token_length_figure
-    from bench.data.stats import length_stats
+    from bench.data.program.length_figure import length_bins, token_length_figure
+    from bench.data.program.length_stats import length_stats
 
     rng = np.random.default_rng(0)
     lengths = rng.normal(60, 8, 2000).round().astype(int)
@@ -456,26 +498,36 @@ def test_token_length_bins_come_from_the_data():
         length_bins([], [])
 
 
-def test_provenance_follows_the_tables_keys(tmp_path):
-    """A program table under ``T = 0.1``: each NFE column names that NFE's cell at T = 0.1, the
-    ``length`` column the autoregressive cell; a paired-differences row names both models'
-    cells (the one marked ``NFE = length`` at its own NFE)."""
-    from bench.report.html.provenance import Resolver
+def test_provenance_follows_the_tables_data(tmp_path):
+    """The program table under ``T = 0.1``: each NFE column names that NFE's cell at T = 0.1,
+    the ``length`` column the autoregressive cell (at its own NFE). Read from the page data the
+    report wrote: no label or header is matched to find them (the differences tables' rows, each
+    naming both models' cells, are walked by ``check_page``)."""
+    from bench.report.html.provenance import Sources
     from bench.results import read
 
     _program_and_frontier_store(tmp_path)
-    res = Resolver(read(tmp_path))
-    head = ["model", "NFE 8", "NFE 32", "length"]
-    rows = [["mdlm (ancestral)", "24.0", "26.0", ""], ["ar (greedy)", "", "", "21.0 (64)"]]
-    (p0, cells0), (p1, cells1) = res.table("arith_standin", "T = 0.1", head, rows)
+    assert main(["--results-dir", str(tmp_path), "--no-html"]) == 0
+    out = tmp_path / "report"
+    res = Sources(read(tmp_path))
 
     def ids(p):
         return [s["cell_id"] for s in p.sources]
 
-    assert ids(cells0[1]) == ["p4"] and ids(cells0[2]) == ["p6"] and ids(p0) == ["p4", "p6"]
-    assert ids(cells0[3]) == [] and ids(cells1[3]) == ["p2"]
-    head = ["subset", "NFE", "T", "A", "B", "A - B (pp)"]
-    row = ["test", "32", "1", "ar (greedy), NFE = length", "mdlm (ancestral)", "1.0"]
-    [(p, cells)] = res.table("arith_standin", "differences", head, [row])
-    assert sorted(ids(cells[5])) == ["p1", "p5"] and ids(cells[0]) == []
-    assert "1 seed(s) x 128 items" in cells[5].summary()
+    blocks = read_page_data(out / "arith_standin.md")
+    heads = [b for b in blocks if b["kind"] == "heading"]
+    tables = [b for b in blocks if b["kind"] == "table"]
+    at01 = next(
+        t for h, t in zip([b for b in blocks], blocks[1:])
+        if h["kind"] == "heading" and h["text"] == "T = 0.1" and t["kind"] == "table"
+    )  # fmt: skip
+    assert heads and tables
+    rows = {r[0]: i for i, r in enumerate(at01["rows"])}
+    i, j = rows["mdlm (ancestral)"], rows["ar (greedy)"]
+    assert ids(res.provenance(at01, i, "NFE 8")) == ["p4"]
+    assert ids(res.provenance(at01, i, "NFE 32")) == ["p6"]
+    assert ids(res.row(at01, i)) == ["p4", "p6"]
+    assert ids(res.provenance(at01, j, "length")) == ["p2"]
+    assert ids(res.provenance(at01, i, "model")) == []
+    p = res.provenance(at01, j, "length")
+    assert "1 seed(s) x 128 items" in p.summary()

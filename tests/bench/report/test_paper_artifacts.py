@@ -47,9 +47,9 @@ def _store(root, gsm8k_cls=None):
     from baselines.duo import Duo
     from baselines.flm import FLM
     from baselines.mdlm import MDLM
-    from bench.data.gsm8k import GSM8KTask
-    from bench.data.owt import OWTTask
-    from bench.data.sudoku import SudokuTask
+    from bench.data.owt.task import OWTTask
+    from bench.data.program.gsm8k import GSM8KTask
+    from bench.data.sudoku.task import SudokuTask
     from sflm.method import SFLM
 
     task = gsm8k_cls or GSM8KTask
@@ -162,7 +162,7 @@ def _fake_run(root):
 
 @pytest.fixture
 def fake_token_lengths(monkeypatch):
-    mod = types.ModuleType("bench.data.stats")
+    mod = types.ModuleType("bench.data.program.length_stats")
 
     def run(standin=0, **k):
         hist = {"edges": [0, 32, 64], "counts": [3, 5], "bin_width": 32}
@@ -175,7 +175,7 @@ def fake_token_lengths(monkeypatch):
         }
 
     mod.run = run
-    monkeypatch.setitem(sys.modules, "bench.data.stats", mod)
+    monkeypatch.setitem(sys.modules, "bench.data.program.length_stats", mod)
 
 
 def test_every_label_is_written_with_its_series(tmp_path, fake_token_lengths):
@@ -233,7 +233,7 @@ def test_every_label_is_written_with_its_series(tmp_path, fake_token_lengths):
 
 def test_missing_cells_are_drawn_with_a_note_and_listed(tmp_path, capsys):
     from baselines.mdlm import MDLM
-    from bench.data.arith import ArithTask
+    from bench.data.program.arith import ArithTask
 
     Store(tmp_path).write_cell(
         "m", _rows(ArithTask, MDLM, "base", "ancestral", "heldout", 8, 1.0, {"accuracy": 0.3})

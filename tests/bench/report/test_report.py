@@ -118,7 +118,7 @@ def test_program_task_table_keeps_every_training_seed(tmp_path):
                 }
             ],
         )
-    text = report.program_task_markdown("gsm8k", report.read(tmp_path))
+    text = str(report.program_task_markdown("gsm8k", report.read(tmp_path)))
     rows = [ln for ln in text.splitlines() if ln.startswith("| mdlm")]
     assert (
         len(rows) == 2
@@ -188,8 +188,8 @@ def test_report_of_synthetic_store_imports_no_method_registry_or_torch(tmp_path)
 
     from baselines.ar import AR
     from baselines.mdlm import MDLM
-    from bench.data.gsm8k import GSM8KTask
-    from bench.data.sudoku import SudokuTask
+    from bench.data.program.gsm8k import GSM8KTask
+    from bench.data.sudoku.task import SudokuTask
 
     s = Store(tmp_path)
     for sub in (
@@ -381,8 +381,8 @@ def test_cells_write_the_report_columns_of_their_task_and_method_instances(tmp_p
     from helpers import make_method
 
     from bench import cells
-    from bench.data.gsm8k import GSM8KTask
-    from bench.data.sudoku import SudokuTask
+    from bench.data.program.gsm8k import GSM8KTask
+    from bench.data.sudoku.task import SudokuTask
     from bench.evaluate.metrics import MetricValue
 
     tc = SimpleNamespace(

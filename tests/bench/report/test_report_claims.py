@@ -194,7 +194,7 @@ def test_power_says_why_a_zero_spread_gives_no_detectable_difference(tmp_path):
         s.write_cell(m, [outcome_row(m, 0, np.zeros(50, dtype=int))])
     p = power_rows("sudoku", read(tmp_path))
     assert p["pairs"].iloc[0] == 3 and np.isnan(p["mde_observed"].iloc[0])
-    text = power_markdown(p)
+    text = str(power_markdown(p))
     row = next(ln for ln in text.splitlines() if ln.startswith("| sudoku"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert "undefined: no item differs between any pair" in cells

@@ -34,9 +34,9 @@ def _train_cell(task_cls, method, variant, steps, sps, seed=0):
 
 @pytest.fixture
 def store(tmp_path):
-    from bench.data.arith import ArithTask
-    from bench.data.owt import OWTTask
-    from bench.data.sudoku import SudokuTask
+    from bench.data.owt.task import OWTTask
+    from bench.data.program.arith import ArithTask
+    from bench.data.sudoku.task import SudokuTask
 
     s = Store(tmp_path)
     cells = [

