@@ -80,11 +80,24 @@ def discover(kind: str) -> list[Plugin]:
     return out
 
 
+def _resolve(spec: Any) -> Any:
+    """A built-in given by import path (``"module:attr"`` / ``"module"``), imported; else as is."""
+    if not isinstance(spec, str):
+        return spec
+    import importlib
+
+    mod, _, attr = spec.partition(":")
+    obj = importlib.import_module(mod)
+    return getattr(obj, attr) if attr else obj
+
+
 class Registry(Mapping):
     """name -> implementation: the built-ins plus the plug-ins of one group, loaded on first use.
 
-    ``builtins``: name -> object; ``name_of(obj)``: the name an object declares (a method's or
-    task's ``name``), which must equal its entry point's name; ``check(plugin)`` raises
+    ``builtins``: name -> object, or its import path (``"package.module:attr"``, or
+    ``"package.module"`` for a module), imported on first use like a plug-in (so a registry is
+    cheap to import); ``name_of(obj)``: the name an object declares (a method's or task's
+    ``name``), which must equal its entry point's name; ``check(plugin)`` raises
     :class:`PluginError` for an object of the wrong kind."""
 
     def __init__(
@@ -103,7 +116,7 @@ class Registry(Mapping):
 
     def _load(self) -> dict[str, Any]:
         if self._items is None:
-            items = dict(self._builtins)
+            items = {n: _resolve(v) for n, v in self._builtins.items()}
             source = {n: BUILTIN for n in items}
             for p in discover(self.kind):
                 if self._check is not None:

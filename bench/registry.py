@@ -1,23 +1,14 @@
-"""Name -> implementation: the built-in methods and tasks (one line each), plus those installed
-packages add through entry points (:mod:`bench.plugins`; docs/adding-a-method.md).
+"""Name -> implementation: every built-in method, task and evaluator (one line each, by import
+path: importing this module imports none of them), plus those installed packages add through
+entry points (:mod:`bench.plugins`; docs/adding-a-method.md, docs/adding-a-task.md). The
+report's built-in items are registered the same way in :mod:`bench.report.renderers`.
 
 Nothing else in the tree dispatches on a method name.
 """
 
 from __future__ import annotations
 
-from baselines.ar import AR
-from baselines.candi import CANDI
-from baselines.duo import Duo
-from baselines.flm import FLM
-from baselines.mdlm import MDLM
-from bench.data.owt.task import OWTTask
-from bench.data.program.arith import ArithTask
-from bench.data.program.gsm8k import GSM8KTask
-from bench.data.sudoku.task import SudokuTask
-from bench.data.toy import SortTask
 from bench.plugins import Plugin, PluginError, Registry
-from sflm.method import SFLM
 
 
 def _is_subclass(base_path: str):
@@ -38,7 +29,14 @@ def _is_subclass(base_path: str):
 #: ``sflm_bench.methods``; bench.plugins)
 METHODS = Registry(
     "methods",
-    {cls.name: cls for cls in (AR, MDLM, CANDI, Duo, FLM, SFLM)},
+    {
+        "ar": "baselines.ar:AR",
+        "mdlm": "baselines.mdlm:MDLM",
+        "candi": "baselines.candi:CANDI",
+        "duo": "baselines.duo:Duo",
+        "flm": "baselines.flm:FLM",
+        "sflm": "sflm.method:SFLM",
+    },
     name_of=lambda cls: getattr(cls, "name", None),
     check=_is_subclass("bench.method.Method"),
 )
@@ -46,9 +44,32 @@ METHODS = Registry(
 #: task name -> class (group ``sflm_bench.tasks``)
 TASKS = Registry(
     "tasks",
-    {cls.name: cls for cls in (SudokuTask, SortTask, ArithTask, GSM8KTask, OWTTask)},
+    {
+        "sudoku": "bench.data.sudoku.task:SudokuTask",
+        "sort": "bench.data.toy:SortTask",
+        "arith_standin": "bench.data.program.arith:ArithTask",
+        "gsm8k": "bench.data.program.gsm8k:GSM8KTask",
+        "owt": "bench.data.owt.task:OWTTask",
+    },
     name_of=lambda cls: getattr(cls, "name", None),
     check=_is_subclass("bench.data.base.Task"),
+)
+
+
+def _evaluator(p: Plugin) -> None:
+    missing = [a for a in ("CLI_HELP", "add_arguments", "run") if not hasattr(p.obj, a)]
+    if missing:
+        raise PluginError(
+            f"plug-in {p.name!r} of package {p.package}: {p.value} has no {missing[0]}"
+        )
+
+
+#: evaluator name -> module with ``CLI_HELP``, ``add_arguments(parser)``, ``run(args) -> int``
+#: (``python -m bench.evaluate <name>``; group ``sflm_bench.evaluators``)
+EVALUATORS = Registry(
+    "evaluators",
+    {"gsm8k": "bench.evaluate.gsm8k", "genppl": "bench.evaluate.genppl.command"},
+    check=_evaluator,
 )
 
 

@@ -9,7 +9,9 @@ Every file of OLD must exist in NEW with the same bytes, except:
   columns NEW adds (e.g. report columns) are listed, not compared;
 - ``training.md``: its steps/s column is a timing; the rest of each line must match;
 - PDFs: compared by their content streams (what is drawn), so a ``/CreationDate`` (reports
-  made before the report dropped it carry one) and the offsets it shifts do not count.
+  made before the report dropped it carry one) and the offsets it shifts do not count;
+- ``index.html`` and the page's data (``.page/``): a view of the other files, stamped with the
+  time it was written; present in NEW, not compared.
 
 Prints one line per difference and exits 1 if there is any, 0 otherwise, 2 on usage errors.
 """
@@ -22,6 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
+PAGE_DATA = ".page"
 TIMING_COLUMNS = {"wall_s", "git_sha", "created_at"}
 TIMING_METRICS = {"train_steps_per_s"}
 
@@ -79,6 +82,8 @@ def main(argv: list[str]) -> int:
         g = new / rel
         if not g.is_file():
             diffs.append(f"{rel}: missing in NEW")
+        elif rel.name == "index.html" or PAGE_DATA in rel.parts:
+            continue  # the page: rendered from the files compared here
         elif rel.name == "results.csv":
             diffs += _csv_diffs(f, g)
         elif rel.name == "training.md":

@@ -1,9 +1,10 @@
 """``python -m bench.evaluate <evaluator> ...``: one subcommand per evaluator.
 
 An evaluator is an object (usually a module) with ``CLI_HELP``, ``add_arguments(parser)`` and
-``run(args) -> int`` (its exit status): the built-in ones are in :data:`EVALUATORS`, other
-packages add theirs as entry points of the group ``sflm_bench.evaluators`` (:mod:`bench.plugins`;
-a clash or a failed import is one line naming the package, exit 2). Usage errors exit 2 with a
+``run(args) -> int`` (its exit status): the built-in ones are declared with the other built-ins in
+:data:`bench.registry.EVALUATORS`, other packages add theirs as entry points of the group
+``sflm_bench.evaluators`` (:mod:`bench.plugins`; a clash or a failed import is one line naming
+the package, exit 2). Usage errors exit 2 with a
 single line on stderr (:mod:`bench.evaluate.usage`: raise its ``UsageError``, return
 ``usage_exit(prog, error)``).
 """
@@ -13,14 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench.evaluate import gsm8k
-from bench.evaluate.genppl import command as genppl
 from bench.evaluate.usage import PROG, usage_exit
-
-EVALUATORS = {
-    "gsm8k": gsm8k,
-    "genppl": genppl,
-}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -29,17 +23,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def evaluators():
-    """Built-in evaluators, then those of installed packages (entry points)."""
-    from bench.plugins import PluginError, Registry
+    """Built-in evaluators, then those of installed packages (:data:`bench.registry.EVALUATORS`)."""
+    from bench.registry import EVALUATORS
 
-    def check(p):
-        missing = [a for a in ("CLI_HELP", "add_arguments", "run") if not hasattr(p.obj, a)]
-        if missing:
-            raise PluginError(
-                f"plug-in {p.name!r} of package {p.package}: {p.value} has no {missing[0]}"
-            )
-
-    return Registry("evaluators", EVALUATORS, check=check)
+    return EVALUATORS
 
 
 def main(argv: list[str] | None = None) -> int:
