@@ -196,7 +196,7 @@ def reference_rows(task, c: SampleCell, store: Store) -> None:
     """A task with a held-out reference point (``task.data_reference(n)``: OWT scores held-out
     text like samples) gets one store cell of it per (task config, subset, n): rows with
     ``method = "data"`` and ``kind = "reference"`` (not a model's sample cell: the generic
-    tables skip it; bench/report/frontier.py draws it), written once by the first job that
+    tables skip it; bench/report/frontier/section.py draws it), written once by the first job that
     samples that subset."""
     fn = task.data_reference  # an optional hook (bench/data/base.py): None when the task has none
     if fn is None:

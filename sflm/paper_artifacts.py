@@ -23,7 +23,7 @@ from bench import atomic
 from bench.report.document import Doc, Table
 from bench.report.figures import save_figure
 from bench.report.items import Artifact, cli_flag
-from bench.report.paper import PAPER_DIR
+from bench.report.paper.numbers import PAPER_DIR
 
 #: (task, |V|, d) of the schedules figure's truncations: Sudoku's 12 tokens with the tiny DiT,
 #: GSM8K's SmolLM-135M vocabulary + [PAD] with the small DiT

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.report.artifacts import GSM8K_SWEEP, SUDOKU_SWEEP
 from bench.report.common import pct
 from bench.report.items import Artifact
-from bench.report.paper import marks, ours_for, paper_numbers
-from bench.report.paper_tables import (
+from bench.report.paper.catalogue import GSM8K_SWEEP, SUDOKU_SWEEP
+from bench.report.paper.numbers import marks, ours_for, paper_numbers
+from bench.report.paper.tables import (
     best_cells,
     ours_cells,
     ours_text,

@@ -31,7 +31,8 @@ Writes to ``<results>/report`` (or ``--out``):
   the store has S-FLM rows, ``sflm/report.py``): alpha*(delta) on the paper's grid beside the
   Monte-Carlo probability that the target is the nearest neighbour there;
 - ``--paper`` / ``--figure LABEL`` / ``--list``: the paper's tables and figures by label under
-  ``<out>/paper`` (:mod:`~bench.report.paper_cli`, catalogue :mod:`~bench.report.artifacts`).
+  ``<out>/paper`` (:mod:`~bench.report.paper.command`, catalogue
+  :mod:`~bench.report.paper.catalogue`).
 
 Everything above is a report item (:mod:`~bench.report.items`: ``Section``, ``TaskSection``,
 ``Artifact``, each with its own flags), collected by :mod:`~bench.report.renderers` from the
@@ -40,11 +41,12 @@ modules that define them and from installed packages.
 Modules: :mod:`~bench.report.cli` (the command), :mod:`~bench.report.items` (the protocol),
 :mod:`~bench.report.renderers` (the registry), :mod:`~bench.report.tables` (generic per-task
 Markdown, training table), :mod:`~bench.report.figures` (generic figures, ``save_figure``),
-:mod:`~bench.report.program` (the ``program`` kind), :mod:`~bench.report.frontier` (the
+:mod:`~bench.report.program` (the ``program`` kind), :mod:`~bench.report.frontier.section` (the
 ``frontier`` kind), :mod:`~bench.report.training_cost`, :mod:`~bench.report.curves` (store-wide
-sections), :mod:`~bench.report.paper` (the paper's numbers), :mod:`~bench.report.paper_curves`,
-:mod:`~bench.report.paper_tables`, :mod:`~bench.report.frontier_paper` (paper figures and tables
-by label), :mod:`~bench.report.common` (formatting and row selection).
+sections), :mod:`~bench.report.paper.numbers` (the paper's numbers),
+:mod:`~bench.report.paper.curves`, :mod:`~bench.report.paper.tables`,
+:mod:`~bench.report.frontier.paper` (paper figures and tables by label),
+:mod:`~bench.report.common` (formatting and row selection).
 """
 
 from bench.report.cli import main

@@ -15,7 +15,7 @@ from bench.report import html, renderers
 from bench.report.common import rows
 from bench.report.document import Doc
 from bench.report.figures import figures
-from bench.report.paper_cli import paper_arguments, paper_main
+from bench.report.paper.command import paper_arguments, paper_main
 from bench.report.tables import task_markdown
 from bench.results import read
 

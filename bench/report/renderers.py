@@ -14,7 +14,7 @@ Names (a section's, a task section's, a paper label) are unique across all packa
 an entry point that is not a list of items, or a flag two items declare differently is a
 :class:`~bench.plugins.PluginError` naming the package (exit 2). Order: sections and task
 sections run built-in first, then the packages' (by package and entry-point name); paper labels
-follow the catalogue's :data:`bench.report.artifacts.LABELS`, other labels after them.
+follow the catalogue's :data:`bench.report.paper.catalogue.LABELS`, other labels after them.
 """
 
 from __future__ import annotations
@@ -23,16 +23,10 @@ import argparse
 
 from bench.plugins import BUILTIN as BUILTIN_PACKAGE
 from bench.plugins import PluginError, discover
-from bench.report import (
-    artifacts,
-    curves,
-    differences,
-    frontier,
-    program,
-    tables,
-    training_cost,
-)
+from bench.report import curves, differences, program, tables, training_cost
+from bench.report.frontier import section as frontier
 from bench.report.items import Artifact, ReportItem, Section, TaskSection
+from bench.report.paper import catalogue as artifacts
 
 #: the built-in items, in the order they run
 BUILTIN: tuple[ReportItem, ...] = (
@@ -122,8 +116,8 @@ def task_sections(kind: str) -> list[TaskSection]:
 
 
 def paper_artifacts() -> dict[str, Artifact]:
-    """label -> artifact, in the catalogue's order (:data:`bench.report.artifacts.LABELS`), the
-    labels it does not list after them in the order they register."""
+    """label -> artifact, in the catalogue's order (:data:`bench.report.paper.catalogue.LABELS`),
+    the labels it does not list after them in the order they register."""
     found = [x for x in items() if isinstance(x, Artifact)]
     rank = {label: i for i, label in enumerate(artifacts.LABELS)}
     found.sort(key=lambda a: rank.get(a.label, len(rank)))  # stable: the rest keep their order

@@ -28,7 +28,7 @@ from bench.report.common import (
 )
 from bench.report.document import Doc, Table, by_key, ids
 from bench.report.items import Section
-from bench.report.paper import (
+from bench.report.paper.numbers import (
     ablation_markdown,
     lookup,
     paper_numbers,

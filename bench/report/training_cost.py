@@ -31,7 +31,7 @@ from bench import atomic
 from bench.report.common import rows
 from bench.report.document import Doc, Table, ids
 from bench.report.items import Artifact, Section
-from bench.report.paper import PAPER_DIR, one_recipe
+from bench.report.paper.numbers import PAPER_DIR, one_recipe
 
 LABEL = "tab-training-cost"
 #: catalogue data: the paper's task columns: store task (or the task its CPU stand-in replaces)

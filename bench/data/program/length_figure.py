@@ -1,8 +1,8 @@
 """The paper's token-length figure (``fig-tokenlen-smollm-gpt2``) drawn from the statistics of
 :func:`bench.data.program.length_stats.run`: one histogram per tokenizer (GPT-2, SmolLM-135M) of
 the tokenised lengths (``[BOS] question separator program [EOS]``), our median, and the paper's
-TinyGSM medians as dashed lines. The report's artifact (:mod:`bench.report.artifacts`) computes
-the statistics and writes the files; this module only draws.
+TinyGSM medians as dashed lines. The report's artifact (:mod:`bench.report.paper.catalogue`)
+computes the statistics and writes the files; this module only draws.
 
 Bins come from the data, edges at half tokens so that each bar holds whole lengths
 (:func:`length_bins`): one bar per length when the lengths span fewer than 64 tokens, else

@@ -19,7 +19,7 @@ scored by a pretrained reference LM (GPT-2 large) and by its unigram entropy.
   why it is (``empty``: nothing before the first end-of-text; ``repeated``: one token over the
   whole sample; ``low_entropy``: unigram entropy below ln 2 nats) or is ``""``; the cell value
   ``degenerate_fraction`` is the fraction of such samples (a cell with half or more is flagged
-  degenerate by the frontier report, :mod:`bench.report.frontier`).
+  degenerate by the frontier report, :mod:`bench.report.frontier.section`).
 - Bootstrap 95 % percentile intervals over samples (:mod:`bench.evaluate.bootstrap`, seeded;
   ``scipy.stats.bootstrap``, ``method="percentile"``) for Gen. PPL, pooled Gen. PPL, entropy and
   the degenerate fraction; the pooled value resamples (nll, n) pairs jointly.

@@ -156,7 +156,7 @@ def test_sweep_files_plan(monkeypatch):
     assert {s.temperature for s in p.sample_cells} == {1.0, 0.1}
     sarch = {s.decoding for s in p.sample_cells if s.train.variant == "sarch"}
     # the paper's S-arch panels: exact, stochastic and the top-k grid, all on one trained model
-    from bench.report.artifacts import TOPK_GRID
+    from bench.report.paper.catalogue import TOPK_GRID
 
     assert sarch == {"exact", "stochastic", *(f"top{k}" for k in TOPK_GRID)}
     assert len({s.train.id for s in p.sample_cells if s.train.variant == "sarch"}) == 1

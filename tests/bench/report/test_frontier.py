@@ -1,4 +1,4 @@
-"""The Gen. PPL / entropy frontier report (bench/report/frontier.py): window, Pareto points,
+"""The Gen. PPL / entropy frontier report (bench/report/frontier/section.py): window, Pareto points,
 interpolation at the data's entropy, and the files it writes from a synthetic store."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from bench.report import frontier as F
+from bench.report.frontier import section as F
 from bench.results import Store
 
 

@@ -1,5 +1,5 @@
-"""Degenerate cells in the frontier report (bench/report/frontier.py, frontier_data.py,
-frontier_draw.py, frontier_paper.py): labelled, drawn as crosses, never Pareto-optimal, never in
+"""Degenerate cells in the frontier report (bench/report/frontier/: section.py, data.py,
+draw.py, paper.py): labelled, drawn as crosses, never Pareto-optimal, never in
 a scalar; older rows without the metric judged from their stored entropy; and the scalar's
 interval (covers the value, shrinks with more samples)."""
 
@@ -11,8 +11,8 @@ import pytest
 
 from bench.evaluate import degenerate as dg
 from bench.evaluate.genppl.score import summarize
-from bench.report import frontier as F
-from bench.report import frontier_data as FD
+from bench.report.frontier import data as FD
+from bench.report.frontier import section as F
 from bench.results import Store, read
 
 
@@ -242,7 +242,7 @@ def test_panels_draw_degenerate_cells_as_crosses_with_error_bars(tmp_path):
 
 
 def test_paper_figure_csv_carries_the_flag_and_intervals(tmp_path):
-    from bench.report.frontier_paper import FrontierFigure, render_frontier
+    from bench.report.frontier.paper import FrontierFigure, render_frontier
 
     s = Store(tmp_path / "st")
     s.write_cell("m", _rows("mdlm", "default", 32, 1.0, 5.0, 80.0, frac=0.0))

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from bench.report import artifacts, main, renderers
-from bench.report.paper_curves import CurveFigure
+from bench.report.paper.curves import CurveFigure
 from bench.results import Store, sample_columns
 
 NFES = (8, 32)

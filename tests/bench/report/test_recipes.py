@@ -250,7 +250,7 @@ def test_paper_columns_only_beside_the_papers_protocol(tmp_path):
     own that names what differs; a recipe at the paper's settings gets them beside ours."""
     import json
 
-    from bench.report.paper import protocol_differences, protocol_settings
+    from bench.report.paper.numbers import protocol_differences, protocol_settings
 
     want = protocol_settings("sudoku")
     assert want["task.grid"] == 9 and want["train.steps"] == 20000 and want["nfe"] == 180

@@ -1,5 +1,5 @@
-"""The OWT frontier's numbers from store rows (:mod:`bench.report.frontier` writes the report):
-one row per cell (:func:`frontier_cells`), the visible window, Pareto points and the scalar
+"""The OWT frontier's numbers from store rows (:mod:`bench.report.frontier.section` writes the
+report): one row per cell (:func:`frontier_cells`), the visible window, Pareto points and the scalar
 "Gen. PPL at the data's entropy" with its interval (:func:`curve_scalar`).
 
 Degenerate cells (:mod:`bench.evaluate.degenerate`: half or more of the samples empty after the

@@ -1,7 +1,7 @@
 """The paper's Gen. PPL / entropy frontier figures by label (``fig-owt-pareto-main``: NFE 32 and
 1024; ``fig-appendix-owt-pareto-all``: every NFE), drawn from the cells of
-:mod:`bench.report.frontier` with its panels (:mod:`bench.report.frontier_draw`: 95 % intervals as
-error bars, degenerate cells as crosses and never ringed Pareto-optimal): a
+:mod:`bench.report.frontier.section` with its panels (:mod:`bench.report.frontier.draw`: 95 %
+intervals as error bars, degenerate cells as crosses and never ringed Pareto-optimal): a
 :class:`FrontierFigure` names the NFEs it shows (a panel the store lacks reads "missing cells").
 ``<label>.csv``: every drawn cell, with its intervals (``H_lo`` / ``H_hi``, ``PPL_lo`` /
 ``PPL_hi``), ``degenerate_fraction`` and ``degenerate`` flag."""
@@ -16,10 +16,10 @@ from pathlib import Path
 import pandas as pd
 
 from bench import atomic
-from bench.report import frontier as fr
 from bench.report.common import rows
 from bench.report.figures import save_figure
-from bench.report.frontier_draw import figure_legend
+from bench.report.frontier import section as fr
+from bench.report.frontier.draw import figure_legend
 from bench.report.items import Artifact
 
 #: the NFEs of the paper's frontier sweep: what a figure of every NFE needs

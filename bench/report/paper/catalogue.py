@@ -8,10 +8,10 @@ is ``fig-x`` here and names the files: ``<out>/paper/<label>.pdf`` / ``.png`` fo
 what is missing. Numbers the paper gives only in its text (``results/paper/marks.csv``) are
 drawn as dashed reference marks.
 
-Each part lives with its owner: accuracy-vs-NFE curves in :mod:`bench.report.paper_curves`
-(a new GSM8K-style figure is one :class:`~bench.report.paper_curves.CurveFigure` here with its
-panels), main tables in :mod:`bench.report.paper_tables`, the OWT frontier figures in
-:mod:`bench.report.frontier_paper`, the token-length figure in :mod:`bench.data.length_figure`,
+Each part lives with its owner: accuracy-vs-NFE curves in :mod:`bench.report.paper.curves`
+(a new GSM8K-style figure is one :class:`~bench.report.paper.curves.CurveFigure` here with its
+panels), main tables in :mod:`bench.report.paper.tables`, the OWT frontier figures in
+:mod:`bench.report.frontier.paper`, the token-length figure in :mod:`bench.data.length_figure`,
 the training-cost table in :mod:`bench.report.training_cost`, S-FLM's tables in ``sflm/`` (its
 entry point). :data:`ITEMS` is this catalogue's built-in labels; :data:`LABELS` the order in
 which ``--list`` and ``--paper`` go through the paper's labels (items of other packages follow
@@ -27,11 +27,11 @@ import pandas as pd
 
 from bench import atomic
 from bench.report.figures import save_figure
-from bench.report.frontier_paper import FrontierFigure
+from bench.report.frontier.paper import FrontierFigure
 from bench.report.items import Artifact, cli_flag
-from bench.report.paper import marks
-from bench.report.paper_curves import CurveFigure, Panel, Series
-from bench.report.paper_tables import paper_table_needs, render_main_table
+from bench.report.paper.curves import CurveFigure, Panel, Series
+from bench.report.paper.numbers import marks
+from bench.report.paper.tables import paper_table_needs, render_main_table
 
 #: the top-k grid of the appendix figure (the paper does not list its k; "k >= 10 plateau");
 #: sweeps/gsm8k_nfe.yaml samples the S-arch model with exactly these decodings

@@ -18,7 +18,7 @@ from bench.report.document import Table, ids
 from bench.report.models import flat_recipe
 from bench.report.uncertainty import paired_difference
 
-PAPER_DIR = Path(__file__).resolve().parents[2] / "results" / "paper"
+PAPER_DIR = Path(__file__).resolve().parents[3] / "results" / "paper"
 
 
 def paper_numbers(task: str) -> pd.DataFrame | None:

@@ -1,9 +1,9 @@
-"""The OWT frontier's panels (:mod:`bench.report.frontier`, :mod:`bench.report.frontier_paper`):
-x = unigram entropy (nats), y = Gen. PPL (log), one curve per (model, decoding) ordered by
-temperature, every cell with its 95 % intervals as error bars on both axes, temperature-free
-decodings as single diamonds, degenerate cells as crosses (``<curve> (degenerate)``: never
-ringed, never joined to their curve), the Pareto-optimal healthy cells ringed, the held-out
-data as a star."""
+"""The OWT frontier's panels (:mod:`bench.report.frontier.section`,
+:mod:`bench.report.frontier.paper`): x = unigram entropy (nats), y = Gen. PPL (log), one curve per
+(model, decoding) ordered by temperature, every cell with its 95 % intervals as error bars on both
+axes, temperature-free decodings as single diamonds, degenerate cells as crosses (``<curve>
+(degenerate)``: never ringed, never joined to their curve), the Pareto-optimal healthy cells
+ringed, the held-out data as a star."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from bench.report.figures import save_figure
-from bench.report.frontier_data import Window, at_nfe, nfe_panels, pareto_cells
+from bench.report.frontier.data import Window, at_nfe, nfe_panels, pareto_cells
 
 
 def _errors(v: pd.Series, lo: pd.Series, hi: pd.Series) -> np.ndarray:

@@ -8,13 +8,13 @@ fraction, so ``<task>.md`` only points to ``<task>_frontier.md``:
 
 - ``<task>_gen_ppl_vs_entropy_nfe{N}.png/.pdf`` per NFE (the paper's file names for ``owt``) and
   ``<task>_gen_ppl_vs_entropy_all_nfe.png/.pdf`` (every NFE panel): drawn by
-  :mod:`bench.report.frontier_draw` (curves over temperature, 95 % intervals as error bars,
+  :mod:`bench.report.frontier.draw` (curves over temperature, 95 % intervals as error bars,
   degenerate cells as crosses, Pareto-optimal cells ringed, the held-out "data" point, rows with
   ``method == "data"`` and ``kind == "reference"``, a star; autoregressive models, NFE =
   length, on every panel);
 - ``<task>_frontier.md``: one scalar per (model, decoding, NFE): the Gen. PPL interpolated at the
   data's entropy along the model's curve (linear in log PPL between the two cells that bracket
-  it) with a 95 % interval (:func:`bench.report.frontier_data.scalar_ci`), or "outside the
+  it) with a 95 % interval (:func:`bench.report.frontier.data.scalar_ci`), or "outside the
   window" / "does not reach H_data" / "degenerate"; the Pareto-optimal cells per NFE; every cell
   (H and Gen. PPL with their CIs, pooled Gen. PPL, n, degenerate or not).
 
@@ -26,7 +26,7 @@ end-of-text, one repeated token, or of unigram entropy below ln 2 nats; rows wit
 listed and drawn, marked, but are never Pareto-optimal and never enter a scalar. The headline
 is ``gen_ppl`` (per-sample mean, the paper's text); ``gen_ppl_pooled`` (the reference code's
 token-pooled value) is in the cell table. The paper's figures by label (``fig-owt-pareto-main``,
-``fig-appendix-owt-pareto-all``) are drawn by :mod:`bench.report.frontier_paper` from the same
+``fig-appendix-owt-pareto-all``) are drawn by :mod:`bench.report.frontier.paper` from the same
 cells.
 """
 
@@ -39,7 +39,7 @@ import pandas as pd
 from bench.evaluate import degenerate as dg
 from bench.evaluate.bootstrap import SAMPLES_CI_METHOD as CI_METHOD
 from bench.report.document import Doc, Table, ids
-from bench.report.frontier_data import (  # noqa: F401 - the frontier's API, re-exported
+from bench.report.frontier.data import (  # noqa: F401 - the frontier's API, re-exported
     DATA_METHOD,
     ENTROPY,
     KIND,
@@ -58,7 +58,7 @@ from bench.report.frontier_data import (  # noqa: F401 - the frontier's API, re-
     ppl_at_entropy,
     scalar_ci,
 )
-from bench.report.frontier_draw import draw_panel, frontier_figures  # noqa: F401
+from bench.report.frontier.draw import draw_panel, frontier_figures  # noqa: F401
 from bench.report.items import TaskSection, cli_flag
 
 SCALAR_COL = "Gen. PPL at H_data [95 % CI]"

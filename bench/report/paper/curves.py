@@ -17,7 +17,7 @@ from bench import atomic
 from bench.report.common import flag, headline_rows, task_rows
 from bench.report.figures import log2_nfe_axis, save_figure
 from bench.report.items import Artifact
-from bench.report.paper import marks, one_recipe
+from bench.report.paper.numbers import marks, one_recipe
 
 
 @dataclass(frozen=True)

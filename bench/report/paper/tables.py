@@ -21,7 +21,7 @@ from bench.report.common import (
 )
 from bench.report.document import Doc, Table, ids
 from bench.report.items import Artifact
-from bench.report.paper import ours_for, paper_numbers, protocol, protocol_differences
+from bench.report.paper.numbers import ours_for, paper_numbers, protocol, protocol_differences
 
 
 def best_cells(df: pd.DataFrame, task: str) -> tuple[pd.DataFrame, str]:
