@@ -23,7 +23,15 @@ import pandas as pd
 
 from bench import atomic
 from bench.evaluate.paired import PAIRED, WORST_CASE_SD, decode_outcomes, detectable_difference
-from bench.report.common import at_headline, flag, metric_with_rank, model_label, pct, rows
+from bench.report.common import (
+    at_headline,
+    flag,
+    metric_with_rank,
+    model_label,
+    pct,
+    rows,
+    subsets,
+)
 from bench.report.document import Doc, Table, ids
 from bench.report.items import Section, cli_flag
 from bench.report.uncertainty import one_per_seed, paired_difference
@@ -221,7 +229,8 @@ def power_rows(task: str, df: pd.DataFrame) -> pd.DataFrame:
     outcomes at 50 %) and at the spread of item differences this store's pairs show."""
     s = _outcome_rows(task, df)
     out = []
-    for sub, g in s.groupby("subset", sort=True):
+    for sub in subsets(s) if len(s) else []:  # the task's order (easy, medium, hard)
+        g = s[s["subset"] == sub]
         n = int(g["item_outcomes"].str.len().max())
         sds = []
         for _, _, _, members in _groups(g):

@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 import torch
 
-from bench.report import artifacts, main, renderers
+from bench.report import main, renderers
+from bench.report.paper import catalogue as artifacts
 from bench.report.paper.curves import CurveFigure
 from bench.results import Store, sample_columns
 
