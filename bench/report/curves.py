@@ -90,7 +90,7 @@ def curves(df: pd.DataFrame, results_dir: Path) -> dict[str, pd.DataFrame]:
 
 
 def figure(task: str, c: pd.DataFrame, out: Path) -> list[Path]:
-    """``<task>_training_curves.png`` / ``.pdf`` from :func:`curves`' rows of one task."""
+    """``<task>_training_curves`` (svg, png, pdf) from :func:`curves`' rows of one task."""
     import matplotlib
 
     matplotlib.use("Agg")

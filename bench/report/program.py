@@ -2,7 +2,7 @@
 NFE and temperature.
 
 These tasks score executed programs: the headline ``accuracy`` is the paper's bootstrap point
-estimate with its 95 % percentile CI (bench/evaluate/stats.py). The generic report shows one NFE
+estimate with its 95 % percentile CI (bench/evaluate/bootstrap.py). The generic report shows one NFE
 and T per model; the paper's GSM8K figures plot accuracy vs NFE with CI error bars at T = 1 and
 T = 0.1. This kind adds that table (a section of ``<task>.md``) and figure
 (``<task>_accuracy_ci_vs_nfe``): the kind's :class:`~bench.report.items.TaskSection`

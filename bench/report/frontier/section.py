@@ -206,7 +206,7 @@ def frontier_markdown(task: str, c: pd.DataFrame, window: Window, note: str = ""
         "",
     ]
     protocols = sorted({p for p in c["protocol"] if isinstance(p, str) and p})
-    if protocols:  # corpus, L, reference LM, end-of-text masking (bench/data/owt.py)
+    if protocols:  # corpus, L, reference LM, end-of-text masking (bench/data/owt/task.py)
         out += ["Protocol: " + "; ".join(f"`{p}`" for p in protocols) + ".", ""]
     if data is not None:
         out += [

@@ -1,22 +1,22 @@
 """The catalogue of the paper's tables and figures by label: ``python -m bench.report --paper |
 --figure LABEL | --list``.
 
-Every label is an :class:`~bench.report.items.Artifact` (a report item); a paper label ``fig:x``
-is ``fig-x`` here and names the files: ``<out>/paper/<label>.pdf`` / ``.png`` for a figure (with
-``<label>.csv``: every plotted point, reference mark and missing series), ``<label>.md`` /
-``.csv`` for a table. A figure with missing cells is drawn with what exists and a note naming
-what is missing. Numbers the paper gives only in its text (``results/paper/marks.csv``) are
-drawn as dashed reference marks.
+Every label is an :class:`~bench.report.items.Artifact` (a report item); a paper label ``fig:x`` is
+``fig-x`` here and names the files: ``<out>/paper/<label>.pdf`` / ``.png`` for a figure (with
+``<label>.csv``: every plotted point, reference mark and missing series), ``<label>.md`` / ``.csv``
+for a table. A figure with missing cells is drawn with what exists and a note naming what is
+missing. Numbers the paper gives only in its text (``results/paper/marks.csv``) are drawn as dashed
+reference marks.
 
-Each part lives with its owner: accuracy-vs-NFE curves in :mod:`bench.report.paper.curves`
-(a new GSM8K-style figure is one :class:`~bench.report.paper.curves.CurveFigure` here with its
-panels), main tables in :mod:`bench.report.paper.tables`, the OWT frontier figures in
-:mod:`bench.report.frontier.paper`, the token-length figure in :mod:`bench.data.length_figure`,
-the training-cost table in :mod:`bench.report.training_cost`, S-FLM's tables in ``sflm/`` (its
-entry point). :data:`ITEMS` is this catalogue's built-in labels; :data:`LABELS` the order in
-which ``--list`` and ``--paper`` go through the paper's labels (items of other packages follow
-in the order they register). Everything here is catalogue data: the method and task names in
-the series are the paper's.
+Each part lives with its owner: accuracy-vs-NFE curves in :mod:`bench.report.paper.curves` (a new
+GSM8K-style figure is one :class:`~bench.report.paper.curves.CurveFigure` here with its panels),
+main tables in :mod:`bench.report.paper.tables`, the OWT frontier figures in
+:mod:`bench.report.frontier.paper`, the token-length figure in
+:mod:`bench.data.program.length_figure`, the training-cost table in
+:mod:`bench.report.training_cost`, S-FLM's tables in ``sflm/`` (its entry point). :data:`ITEMS` is
+this catalogue's built-in labels; :data:`LABELS` the order in which ``--list`` and ``--paper`` go
+through the paper's labels (items of other packages follow in the order they register). Everything
+here is catalogue data: the method and task names in the series are the paper's.
 """
 
 from __future__ import annotations
@@ -64,8 +64,8 @@ LABELS = (
 
 def _token_lengths(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> list[Path]:
     """Histograms of tokenised lengths ([BOS] question separator program [EOS]) under GPT-2 and
-    SmolLM-135M (:func:`bench.data.stats.run`: offline on ``--tokenlen-n`` generated stand-in
-    problems, labelled as such), medians beside the paper's TinyGSM 204 / 180."""
+    SmolLM-135M (:func:`bench.data.program.length_stats.run`: offline on ``--tokenlen-n``
+    generated stand-in problems, labelled as such), medians beside the paper's TinyGSM 204 / 180."""
     try:
         from bench.data.program.length_figure import token_length_figure
         from bench.data.program.length_stats import run as length_stats
