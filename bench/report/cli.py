@@ -81,9 +81,10 @@ def _report(args) -> int:
         df = df[df["sweep"].isin(args.sweep)].reset_index(drop=True)
     atomic.write_with(out / "results.csv", lambda t: df.to_csv(t, index=False))
     written = [out / "results.csv"]
+    df = rows(df, kind=None)  # report columns and models, once for every item
     for sec in renderers.sections():
         written += sec.render(sec, df, out, args)
-    filled = rows(df, kind=None)  # every row with its report columns, once
+    filled = df
     for task in sorted(df["task"].dropna().unique()):
         kinds = filled.loc[filled["task"] == task, "task_kind"].dropna()
         kind = str(kinds.iloc[0]) if len(kinds) else "generic"
