@@ -90,11 +90,10 @@ def pct(v) -> str:
 
 
 def md_table(df: pd.DataFrame) -> str:
-    cols = list(df.columns)
-    lines = ["| " + " | ".join(map(str, cols)) + " |", "|" + "---|" * len(cols)]
-    for _, r in df.iterrows():
-        lines.append("| " + " | ".join("" if pd.isna(v) else str(v) for v in r.values) + " |")
-    return "\n".join(lines)
+    """``df`` as a Markdown table (for printing; report files hold :class:`Table` objects)."""
+    from bench.report.document import Table
+
+    return Table(df).markdown()
 
 
 def cell_text(g: pd.DataFrame) -> str:

@@ -74,13 +74,6 @@ class Table:
     def rows(self) -> list[list[str]]:
         return [[_text(v) for v in r] for r in self.frame.itertuples(index=False)]
 
-    def cell_sources(self, i: int, column: str) -> tuple[str, ...]:
-        """The store cells behind entry (row ``i``, ``column``): none for a label or a paper
-        column, else the entry's own cells, else its row's."""
-        if column in self.keys or column in self.paper:
-            return ()
-        return self.cells.get((i, column), self.sources[i])
-
     def markdown(self) -> str:
         head = self.header
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -146,14 +139,6 @@ class Doc:
     def append(self, part) -> None:
         self += [part]
 
-    def __add__(self, more) -> Doc:
-        d = Doc(self.parts)
-        d += more
-        return d
-
-    def tables(self) -> list[Table]:
-        return [p for p in self.parts if isinstance(p, Table)]
-
     def markdown(self) -> str:
         text = "\n".join(p.markdown() if isinstance(p, Table) else p for p in self.parts)
         return text if text.endswith("\n") else text + "\n"
@@ -207,6 +192,20 @@ class Doc:
         side.parent.mkdir(parents=True, exist_ok=True)
         atomic.write_text(side, json.dumps(data, separators=(",", ":")))
         return atomic.write_text(path, self.markdown())
+
+
+def entry_cells(table: dict):
+    """For a table's page data (:meth:`Table.to_json`): ``(row, column) -> store cell ids`` of
+    that entry: none for a label or a paper column, else the entry's own cells, else its row's."""
+    narrow = {(i, c): tuple(v) for i, c, v in table["cells"]}
+    skip = set(table["keys"]) | set(table["paper"])
+
+    def of(i: int, column: str) -> tuple[str, ...]:
+        if column in skip:
+            return ()
+        return narrow.get((i, column), tuple(table["sources"][i]))
+
+    return of
 
 
 def page_data_path(path: Path) -> Path:

@@ -151,11 +151,3 @@ def with_models(df: pd.DataFrame) -> pd.DataFrame:
         for m, v, d, s in zip(df["method"], df.get("variant", variant), dec, suffix)
     ]
     return df
-
-
-def differing(recipes: list[str]) -> str:
-    """What differs between recipes (``train.steps``; ``several settings``) for table notes."""
-    flat = [_flat(json.loads(r)) for r in recipes]
-    keys = sorted({k for f in flat for k in f})
-    differ = [k for k in keys if len({json.dumps(f.get(k), default=str) for f in flat}) > 1]
-    return ", ".join(differ)

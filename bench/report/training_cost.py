@@ -149,8 +149,8 @@ def cost_table(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, list[str],
             g = r[(r["task"] == task) & (r["method"] == m)]
             v = next((v for v in variants if v in set(g["variant"])), None)
             if v is not None:  # one recipe per paper row: a mean over two recipes is no model's
-                g = one_recipe(g[g["variant"] == v].rename(columns={"steps": "train_steps"}))
-                picked[(i, task)] = g.rename(columns={"train_steps": "steps"})
+                g = one_recipe(g[g["variant"] == v], steps="steps")
+                picked[(i, task)] = g
                 used.add((task, str(g["model"].iloc[0])))
     extra = []
     if len(r):

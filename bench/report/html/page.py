@@ -114,14 +114,12 @@ def doc(out: Path, name: str, res: Sources, keep=None) -> Doc:
 
 def _table_view(t: dict, res: Sources, keep) -> TableView:
     header = list(t["header"])
+    entry = res.entries(t)
     rows = []
     for i, r in enumerate(t["rows"]):
         if keep is not None and not keep(header, r):
             continue
-        cells = [
-            Cell(x, res.provenance(t, i, h).summary(), bool(_NUMBER.match(x)))
-            for h, x in zip(header, r)
-        ]
+        cells = [Cell(x, entry(i, h).summary(), bool(_NUMBER.match(x))) for h, x in zip(header, r)]
         rows.append((cells, res.row(t, i)))
     has = any(p.sources for _, p in rows)
     return TableView(header, rows, has, bool(t.get("folded")), str(t.get("caption", "")))

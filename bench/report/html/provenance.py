@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from bench.report.document import entry_cells
+
 #: columns shown for each source cell, in order
 SOURCE_FIELDS = (
     "cell_id",
@@ -86,16 +88,19 @@ class Sources:
         known = sorted({c for c in cell_ids if c in self._cells}, key=self._order.__getitem__)
         return tuple(self._cells[c] for c in known)
 
-    def provenance(self, table: dict, i: int, column: str) -> Provenance:
-        """The provenance of entry (row ``i``, ``column``) of a table's page data
-        (:meth:`bench.report.document.Table.to_json`)."""
-        if column in table["paper"]:
-            return Provenance(paper="results/paper")
-        if column in table["keys"]:
-            return Provenance()
-        narrow = {(r, c): v for r, c, v in table["cells"]}
-        cells = narrow.get((i, column), table["sources"][i])
-        return Provenance(self.of(cells), computed=table.get("computed", ""))
+    def entries(self, table: dict):
+        """For a table's page data (:meth:`bench.report.document.Table.to_json`):
+        ``(row, column) -> Provenance`` of that entry (:func:`bench.report.document.entry_cells`;
+        a paper column: the paper's number)."""
+        cells, paper = entry_cells(table), set(table["paper"])
+        computed = table.get("computed", "")
+
+        def of(i: int, column: str) -> Provenance:
+            if column in paper:
+                return Provenance(paper="results/paper")
+            return Provenance(self.of(cells(i, column)), computed=computed)
+
+        return of
 
     def row(self, table: dict, i: int) -> Provenance:
         return Provenance(self.of(table["sources"][i]), computed=table.get("computed", ""))

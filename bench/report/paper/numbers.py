@@ -133,12 +133,12 @@ def ours_for(best: pd.DataFrame, method: str, variant: str, decoding: str) -> pd
     return g[g["decoding"] == g["decoding"].min()]  # no default-decoding rows: one decoding, stably
 
 
-def one_recipe(g: pd.DataFrame) -> pd.DataFrame:
+def one_recipe(g: pd.DataFrame, steps: str = "train_steps") -> pd.DataFrame:
     """The rows of one training recipe of ``g`` (one paper row is one model, never a pool of
-    two recipes): the one trained longest, then the one written last."""
+    two recipes): the one trained longest (column ``steps``), then the one written last."""
     if "recipe_id" not in g or g["recipe_id"].nunique() <= 1:
         return g
-    steps = pd.to_numeric(g["train_steps"], errors="coerce").fillna(-1)
+    steps = pd.to_numeric(g[steps], errors="coerce").fillna(-1)
     order = g.assign(_s=steps).groupby("recipe_id").agg(s=("_s", "max"), t=("created_at", "max"))
     pick = order.sort_values(["s", "t"], ascending=False).index[0]
     return g[g["recipe_id"] == pick]

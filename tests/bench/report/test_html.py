@@ -415,7 +415,7 @@ def test_report_files_are_written_with_their_data():
 
     import pandas as pd
 
-    from bench.report.document import Doc, Table
+    from bench.report.document import Doc, Table, entry_cells
     from bench.report.html.inline import inline
 
     t = Table(
@@ -427,8 +427,9 @@ def test_report_files_are_written_with_their_data():
     )
     d = Doc(["# t: x", "", "Some `code` and [a link](b.md) <b>.", "", t, "", "- one", "- two `c`"])
     assert "| m | 1.0 | 3 |" in d.markdown()
-    assert t.cell_sources(0, "easy") == ("c2",) and t.cell_sources(1, "easy") == ("c3",)
-    assert t.cell_sources(0, "easy (paper)") == () and t.cell_sources(0, "model") == ()
+    of = entry_cells(t.to_json())
+    assert of(0, "easy") == ("c2",) and of(1, "easy") == ("c3",)
+    assert of(0, "easy (paper)") == () and of(0, "model") == ()
     with tempfile.TemporaryDirectory() as tmp:
         path = d.write(Path(tmp) / "x.md")
         blocks = read_page_data(path)
@@ -523,11 +524,12 @@ def test_provenance_follows_the_tables_data(tmp_path):
     )  # fmt: skip
     assert heads and tables
     rows = {r[0]: i for i, r in enumerate(at01["rows"])}
+    entry = res.entries(at01)
     i, j = rows["mdlm (ancestral)"], rows["ar (greedy)"]
-    assert ids(res.provenance(at01, i, "NFE 8")) == ["p4"]
-    assert ids(res.provenance(at01, i, "NFE 32")) == ["p6"]
+    assert ids(entry(i, "NFE 8")) == ["p4"]
+    assert ids(entry(i, "NFE 32")) == ["p6"]
     assert ids(res.row(at01, i)) == ["p4", "p6"]
-    assert ids(res.provenance(at01, j, "length")) == ["p2"]
-    assert ids(res.provenance(at01, i, "model")) == []
-    p = res.provenance(at01, j, "length")
+    assert ids(entry(j, "length")) == ["p2"]
+    assert ids(entry(i, "model")) == []
+    p = entry(j, "length")
     assert "1 seed(s) x 128 items" in p.summary()
