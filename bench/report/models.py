@@ -66,20 +66,18 @@ def _recipes(df: pd.DataFrame) -> pd.Series:
         )
         fill = df["train_cell"].map(by_cell)
         own = own.where(own.notna(), fill)
-    fb = pd.Series([_fallback(r) for r in df.to_dict("records")], index=df.index, dtype=object)
     out = own.copy()
     missing = own.isna()
-    if missing.any():
-        known = df[~missing].assign(_fb=fb[~missing], _r=own[~missing])
-        match = {}
-        for key, g in known.groupby(["task", "method", "_fb"], dropna=False):
-            if g["_r"].nunique() == 1:
-                match[key] = g["_r"].iloc[0]
-        for i in df.index[missing]:
-            r = df.loc[i]
-            out[i] = match.get(
-                (r["task"], r["method"], fb[i]), json.dumps({"recorded": json.loads(fb[i])})
-            )
+    if not missing.any():  # every row recorded its recipe (stores written since the column)
+        return out
+    fb = pd.Series([_fallback(r) for r in df.to_dict("records")], index=df.index, dtype=object)
+    known = df[~missing].assign(_fb=fb[~missing], _r=own[~missing])
+    match = {}
+    for key, g in known.groupby(["task", "method", "_fb"], dropna=False):
+        if g["_r"].nunique() == 1:
+            match[key] = g["_r"].iloc[0]
+    keys = zip(df.loc[missing, "task"], df.loc[missing, "method"], fb[missing])
+    out[missing] = [match.get(k, json.dumps({"recorded": json.loads(k[2])})) for k in keys]
     return out
 
 
