@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from bench import locks, registry
+from bench import locks, records, registry
 from bench.atomic import atomic_torch_save, write_json_atomic
 from bench.config import config_hash
 from bench.evaluate.paired import encode_outcomes
@@ -487,6 +487,7 @@ def _sample(tc: TrainCell, todo: list[SampleCell], store: Store, progress: bool)
             {"ids": samples, "cell": dataclasses.asdict(c)}, tc.run_dir / "samples" / f"{c.id}.pt"
         )
         metrics = task.evaluate(samples, data, c.subset)
+        recs = records.item_records(task, c, samples, data, metrics, nfe=nfe_used)
         rows = sample_rows(
             c,
             metrics,
@@ -497,9 +498,17 @@ def _sample(tc: TrainCell, todo: list[SampleCell], store: Store, progress: bool)
             wall_s=time.perf_counter() - t0,
             items=items_key(data),
         )
-        store.write_cell(c.id, rows)
+        # the records first: a cell whose rows exist always has them (bench.records)
+        files = records.write(tc.results_dir, c.id, recs)
+        store.write_cell(c.id, [{**r, **files, **limit_column(c)} for r in rows])
     reference_rows(task, todo[0], store)
     return len(todo)
+
+
+def limit_column(c: SampleCell) -> dict:
+    """``item_limit`` of a cell that scores only the first K items (``bench.eval --limit``)."""
+    k = getattr(c, "limit", None)
+    return {"item_limit": k} if k else {}
 
 
 def run_train_then_samples(

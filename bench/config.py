@@ -15,9 +15,11 @@ which also fills the ``sample`` / ``train`` / ``backbone`` fields a file leaves 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -417,11 +419,85 @@ def load_yaml(path: str | Path) -> dict:
     return data
 
 
-def load_sweep(path: str | Path) -> SweepConfig:
-    """Load a sweep file and validate its sections. The task's name and ``options`` and each
-    method entry's name, ``options``, ``train`` overrides and ``decoding`` names are checked by
+_STEP = re.compile(r"([^.\[\]=\s]+)((?:\[\d+\])*)")
+
+
+def _parse_key(key: str, item: str, where: str) -> list[str | int]:
+    """``methods[2].options.top_k`` -> ``["methods", 2, "options", "top_k"]``."""
+    steps: list[str | int] = []
+    for part in key.split("."):
+        m = _STEP.fullmatch(part)
+        if not m:
+            raise ConfigError(
+                f"{where} {item!r}: malformed key {key!r} (expected e.g. sample.nfe or "
+                "methods[2].options.top_k)"
+            )
+        steps.append(m[1])
+        steps += [int(i) for i in re.findall(r"\d+", m[2])]
+    return steps
+
+
+def _path_name(steps: list[str | int]) -> str:
+    return "".join(f"[{s}]" if isinstance(s, int) else f".{s}" for s in steps).lstrip(".")
+
+
+def apply_overrides(data: dict, sets: list[str], *, where: str = "--set") -> dict:
+    """A deep copy of the raw sweep mapping ``data`` with each ``KEY=VALUE`` of ``sets`` applied
+    in order, as if written in the file. KEY is a dotted path with list indices
+    (``methods[2].options.top_k``); VALUE is YAML (``[8,16]``, ``1``, ``true``, ``{a: 1}``).
+    Missing mappings on the path are created; a bad item, an index out of range, or a step into
+    a value of the wrong kind is a :class:`ConfigError` naming the key. The values themselves
+    are checked later, by :func:`build` and the planner, as the file's are."""
+    data = copy.deepcopy(data)
+    for item in sets:
+        key, eq, text = item.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise ConfigError(f"{where} {item!r}: expected KEY=VALUE, e.g. sample.nfe=[8,16]")
+        steps = _parse_key(key, item, where)
+        if not text.strip():
+            raise ConfigError(f"{where} {key}: empty value (an empty string is written '')")
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+            raise ConfigError(f"{where} {key}: malformed YAML value {text!r}: {problem}") from None
+        node: Any = data
+        for i, step in enumerate(steps):
+            here = _path_name(steps[:i]) or "the top level"
+            if isinstance(step, int):
+                if not isinstance(node, list):
+                    got = "missing" if node is None else f"a {type(node).__name__}"
+                    raise ConfigError(f"{where} {key}: {here} is {got}, not a list")
+                if step >= len(node):
+                    span = f"indices 0..{len(node) - 1}" if node else "no index"
+                    raise ConfigError(f"{where} {key}: the file has {len(node)} {here} ({span})")
+            elif not isinstance(node, dict):
+                raise ConfigError(
+                    f"{where} {key}: {here} is a {type(node).__name__}, not a mapping"
+                )
+            if i == len(steps) - 1:
+                node[step] = value
+            else:
+                if (
+                    isinstance(step, str)
+                    and node.get(step) is None
+                    and isinstance(steps[i + 1], str)
+                ):
+                    node[step] = {}  # a missing (or empty) section: create it
+                node = node[step] if isinstance(step, int) else node.get(step)
+    return data
+
+
+def load_sweep(path: str | Path, overrides: list[str] | None = None) -> SweepConfig:
+    """Load a sweep file, apply ``overrides`` (``KEY=VALUE`` items: :func:`apply_overrides`)
+    and validate its sections. The task's name and ``options`` and each method entry's name,
+    ``options``, ``train`` overrides and ``decoding`` names are checked by
     :func:`bench.plan.plan`, which turns them into objects."""
-    return build(SweepConfig, load_yaml(path), where=f"{path}: ")
+    data = load_yaml(path)
+    if overrides:
+        data = apply_overrides(data, overrides)
+    return build(SweepConfig, data, where=f"{path}: ")
 
 
 # --------------------------------------------------------------------------- hashing

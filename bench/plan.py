@@ -137,6 +137,9 @@ class SampleCell:
     variant: str = ""
     #: the entry's sampling-only options that differ from their defaults (part of ``id``)
     sampling: dict = field(default_factory=dict)
+    #: K when only the first K items are scored (``bench.eval --limit K``; ``n_samples`` is K,
+    #: so the id differs from a full run's); None: the sweep's ``n_samples``
+    limit: int | None = None
 
     @property
     def options(self) -> dict:

@@ -23,7 +23,9 @@ list of rows) are still read, and trusted when they parse and pass the schema ch
 A version-2 file whose checksum holds but whose rows carry columns this code does not know was
 written by a newer version of sflm-bench: it is valid, read with the columns this code knows
 (the others are dropped from what it returns), left in place, and named once on stderr.
-``python -m bench.results verify [--results-dir DIR] [--move]`` checks a whole store.
+``python -m bench.results verify [--results-dir DIR] [--move]`` checks a whole store, and the
+per-item records files its rows name (:mod:`bench.records`: each row carries the sha256 of its
+cell's records, so a records file changed or cut after it was written is a bad cell).
 """
 
 from __future__ import annotations
@@ -94,6 +96,15 @@ COLUMNS = [
     "recipe",
     # train rows: what the logged loss / val_loss is (the method's loss_kind: NLL, NELBO, ...)
     "loss_kind",
+    # sample rows: the cell's per-item records (bench.records) and the sha256 of their text
+    "records",
+    "records_sha256",
+    # sample rows: the first K items only (bench.eval --limit K); empty for every item asked
+    "item_limit",
+    # re-scored rows (bench.rescore): the scorer settings that differ from the sampled cell's
+    # (canonical JSON of task.options overrides) and the cell whose saved samples they score
+    "scorer",
+    "rescored_from",
 ]
 #: Columns added after the first stores were written: :meth:`Store.read` lists one only when a
 #: row has it, so an older store reads (and exports to results.csv) exactly as before.
@@ -128,6 +139,15 @@ COLUMNS = [
 #: - ``loss_kind``: what the run's logged ``loss`` / ``val_loss`` is, in the method's words
 #:   (:meth:`bench.method.Method.loss_kind_for` its options: exact NLL, NELBO, or an objective
 #:   that bounds nothing); :mod:`bench.report.curves` draws a row of panels per value; train rows.
+#: - ``records`` / ``records_sha256``: the cell's per-item records file, relative to the results
+#:   folder (``records/<cell_id>.jsonl.gz``, :mod:`bench.records`), and the sha256 of its
+#:   uncompressed text, which this row's checksum covers; sample rows.
+#: - ``item_limit``: K when the cell scored only the first K items of the task's order
+#:   (``python -m bench.eval --limit K``): its items key differs from a full run's, so it never
+#:   pairs with one; empty otherwise; sample rows.
+#: - ``scorer``: the scorer settings a re-scored row used where they differ from the sampled
+#:   cell's (canonical JSON of ``task.options`` keys, ``python -m bench.rescore``), and
+#:   ``rescored_from``: the cell whose saved samples it scored; empty on rows scored as sampled.
 REPORT_COLUMNS = COLUMNS[COLUMNS.index("task_kind") :]
 
 
@@ -271,6 +291,18 @@ def _warn_newer(store_dir: Path, p: Path, newer: list[str]) -> None:
     )
 
 
+def _check_records(results_dir: Path, rows: list[dict]) -> None:
+    """The records files ``rows`` name (:mod:`bench.records`) read and match their sha256;
+    :class:`BadStoreFile` naming the first that does not."""
+    from bench import records
+
+    for rel, sha in dict.fromkeys((r.get("records"), r.get("records_sha256")) for r in rows):
+        if rel:
+            why = records.check(results_dir, rel, sha)
+            if why:
+                raise BadStoreFile(f"its records: {why}")
+
+
 class Store:
     """Append-only, atomic, deduplicated by cell id; validated on read (module docstring)."""
 
@@ -338,8 +370,9 @@ class Store:
         return True
 
     def verify(self, move: bool = False) -> tuple[list[tuple[Path, str]], int, int, int]:
-        """Check every file: (bad files with reasons, files checked, files without checksum,
-        valid files from a newer version, i.e. with columns this code does not know).
+        """Check every file, and the per-item records files its rows name: (bad files with
+        reasons, files checked, files without checksum, valid files from a newer version, i.e.
+        with columns this code does not know).
         Read-only unless ``move`` (then bad files go to ``corrupt/`` as on any read)."""
         bad, n, legacy, newer = [], 0, 0, 0
         for p in sorted(self.dir.glob("*.json")):
@@ -347,9 +380,10 @@ class Store:
             try:
                 with open(p, "rb") as f:
                     ino, raw = os.fstat(f.fileno()).st_ino, f.read()
-                _, checked, extra = parse_store_file(raw, p.stem)
+                rows, checked, extra = parse_store_file(raw, p.stem)
                 legacy += not checked
                 newer += bool(extra)
+                _check_records(self.dir.parent, rows)
             except FileNotFoundError:
                 n -= 1
             except BadStoreFile as e:

@@ -1,4 +1,4 @@
-"""``python -m bench.sweep SWEEP.yaml [--executor local|slurm|debug] \
+"""``python -m bench.sweep SWEEP.yaml [--set KEY=VALUE ...] [--executor local|slurm|debug] \
 [--status] [--dry-run] [--cancel]``
 
 Plans a sweep into content-addressed cells (:mod:`bench.plan`) and runs what is not yet in the
@@ -15,6 +15,11 @@ Cells already in the store are skipped, so re-running a finished sweep does noth
 Bad input (missing file, malformed YAML, unknown key / method, out-of-range values) exits 2
 with one line naming the problem, before anything is written. ``--status`` / ``--dry-run``
 print :mod:`bench.status`'s table / plan and submit nothing.
+
+``--set KEY=VALUE`` (repeatable; :func:`bench.config.apply_overrides`) changes the file's
+values without editing it: ``--set sample.nfe=[8,16] --set methods[2].options.top_k=1``. They
+are checked and hashed as if written in the file, so every command of a sweep (run, --status,
+--dry-run, --cancel) needs the same ``--set`` items to see the same cells.
 
 Interrupts: Ctrl-C (SIGINT) or SIGTERM on the driver prints one line saying which jobs keep
 running and how to re-attach or stop them, and exits 130 / 143 without a traceback. Local
@@ -45,6 +50,15 @@ from bench.config import ConfigError, load_sweep
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.sweep", description=__doc__.split("\n")[0])
     ap.add_argument("sweep", nargs="?", help="sweep YAML file")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="overrides",
+        help="override a value of the file, as if written in it (repeatable; VALUE is YAML), "
+        "e.g. --set sample.nfe=[8,16] --set methods[2].options.top_k=1",
+    )
     ap.add_argument(
         "--list",
         action="store_true",

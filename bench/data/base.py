@@ -141,6 +141,55 @@ class Task:
         """Score (N, L) generated ids against ``data``."""
         raise NotImplementedError
 
+    def record_fields(self, samples: Tensor, data: TaskData, group: str) -> list[dict]:
+        """The task's own fields of each item's record (:mod:`bench.records`), one dict per item
+        of ``data``, merged into the common fields (a key here replaces a common one, e.g.
+        ``target``). Called right after :meth:`evaluate` on the same samples, so a task may hand
+        over what scoring computed (program tasks: the sandbox's verdicts) instead of computing
+        it again. Values: JSON-able (numbers, strings, lists, flat dicts); keep them bounded (an
+        excerpt, not a whole log). Default: none (the common fields only)."""
+        return []
+
+    # -- text (per-item records: bench.records; bench.generate) ---------------------------
+    def decode_text(self, ids: list[int]) -> str:
+        """Token ids (a prompt, or what a model wrote) as text for a person to read. Default: the
+        ids separated by spaces; a task with a tokenizer decodes them (special tokens dropped)."""
+        return " ".join(str(int(i)) for i in ids)
+
+    def encode_text(self, text: str) -> list[int]:
+        """Text a user typed as token ids (``bench.generate``). Default: whitespace-separated
+        integers below ``vocab_size``; ValueError (one line) on anything else."""
+        out = []
+        for w in text.split():
+            if not w.lstrip("-").isdigit() or not 0 <= int(w) < self.vocab_size:
+                raise ValueError(
+                    f"task {self.name}: text is read as token ids 0..{self.vocab_size - 1} "
+                    f"separated by spaces; got {w!r}"
+                )
+            out.append(int(w))
+        return out
+
+    def prompt_length(self, data: TaskData, i: int) -> int:
+        """Where item ``i``'s prompt ends: ``data.meta["prompt_len"][i]`` when the task records
+        it, else the first position that is not clean (0: unconditional generation)."""
+        pl = data.meta.get("prompt_len")
+        if pl is not None:
+            return int(pl[i])
+        free = (~data.clean_mask[i]).nonzero()
+        return int(free[0]) if len(free) else int(data.x.shape[1])
+
+    def text_canvas(self, prompt: str, suffix: str, length: int) -> TaskData:
+        """One row for ``bench.generate``: the prompt's ids, ``length`` positions to generate,
+        then the suffix's ids (infilling); prompt and suffix clean. Length = their sum."""
+        p = self.encode_text(prompt) if prompt else []
+        s = self.encode_text(suffix) if suffix else []
+        if length < 1:
+            raise ValueError(f"--length: must be >= 1, got {length}")
+        x = torch.tensor([[*p, *([0] * length), *s]], dtype=torch.long)
+        clean = torch.ones_like(x, dtype=torch.bool)
+        clean[0, len(p) : len(p) + length] = False
+        return TaskData(x, clean, ~clean, meta={"prompt_len": [len(p)]})
+
     # ------------------------------------------------------------------ optional hooks
     # None here means "this task has none"; callers test ``is not None``, never hasattr.
 

@@ -187,6 +187,10 @@ def grade(res: ExecResult, gold, *, stdout_fallback: bool = True) -> dict:
 # --------------------------------------------------------------------------- batches
 
 
+#: characters of a program's stdout / stderr kept in its row (the last ones)
+OUTPUT_EXCERPT = 400
+
+
 def evaluate_programs(
     programs: Sequence[str],
     golds: Sequence,
@@ -218,6 +222,9 @@ def evaluate_programs(
             row = grade(res, golds[i], stdout_fallback=stdout_fallback)
         row["elapsed_s"] = round(res.elapsed_s, 4)
         row["isolation"] = res.isolation
+        # the end of what the program printed (per-item records: bench.records)
+        row["stdout"] = res.stdout[-OUTPUT_EXCERPT:]
+        row["stderr"] = res.stderr[-OUTPUT_EXCERPT:]
         rows[i] = row
         if on_row is not None:
             on_row(i, row)

@@ -323,6 +323,35 @@ class OWTTask(Task):
         clean = torch.zeros((n, L), dtype=torch.bool)
         return TaskData(x, clean, ~clean, meta={"group": [group] * n})
 
+    # -- text and records (bench.records, bench.generate) ---------------------------------
+    def decode_text(self, ids: list[int]) -> str:
+        """GPT-2 text; end-of-text ids stay visible, the reference's added [PAD] is dropped."""
+        return self.tokenizer.decode([int(t) for t in ids if int(t) < EOT_ID + 1])
+
+    def encode_text(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def record_fields(self, samples: Tensor, data: TaskData, group: str) -> list[dict]:
+        """From the evaluation just run (``last_rows``): ``length`` (ids before the first
+        end-of-text), ``entropy`` (unigram, nats), ``gen_ppl`` (this sample's, under the
+        reference LM), ``n_scored``, ``degenerate`` (the reason, "" when it is not); no
+        ``target`` (unconditional generation)."""
+        from bench.evaluate import degenerate as dg
+
+        if len(self.last_rows) != len(data):
+            raise ValueError("owt: record_fields needs the evaluation of these samples")
+        return [
+            {
+                "target": None,
+                "length": dg.content_before_eot(ids, EOT_ID, EOT_ID + 1),
+                "entropy": r["entropy"],
+                "gen_ppl": r["ppl"],
+                "n_scored": r["n_scored"],
+                "degenerate": r.get("degenerate", ""),
+            }
+            for ids, r in zip(samples.tolist(), self.last_rows)
+        ]
+
     # -- scoring ------------------------------------------------------------------------
     def genppl(self):
         """The Gen. PPL evaluator (the reference LM loads on first use)."""

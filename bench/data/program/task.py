@@ -193,6 +193,65 @@ class ProgramTask(Task):
         """The sandbox isolation level the last evaluation ran under."""
         return self.sandbox().isolation
 
+    # -- text and records (bench.records, bench.generate) ---------------------------------
+    def decode_text(self, ids: list[int]) -> str:
+        """The text of ``ids`` up to the first EOS, special tokens dropped (what the standard
+        grader reads of a continuation)."""
+        return decode_continuations(
+            torch.tensor([list(ids)], dtype=torch.long), [0], self.tokenizer
+        )[0]
+
+    def encode_text(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def text_canvas(self, prompt: str, suffix: str, length: int) -> TaskData:
+        """``[BOS] prompt separator`` as in the task's prompts, ``length`` positions to fill,
+        then the suffix (clean)."""
+        if length < 1:
+            raise ValueError(f"--length: must be >= 1, got {length}")
+        d = self.prompt_data([prompt], [None], ["prompt"])
+        pl = d.meta["prompt_len"][0]
+        s = self.encode_text(suffix) if suffix else []
+        x = torch.cat(
+            [
+                d.x[0, :pl],
+                torch.full((length,), self.tokenizer.pad_token_id),
+                torch.tensor(s, dtype=torch.long),
+            ]
+        )[None].long()
+        clean = torch.ones_like(x, dtype=torch.bool)
+        clean[0, pl : pl + length] = False
+        return TaskData(x, clean, ~clean, meta={"prompt_len": [pl]})
+
+    def record_fields(self, samples: Tensor, data: TaskData, group: str) -> list[dict]:
+        """From the evaluation just run (``last_rows``): ``question``, ``program`` (as
+        extracted), ``answer`` (the executed value), ``gold``, ``status``, ``detail``,
+        ``stdout`` / ``stderr`` (their last characters), ``run_s``, the ``grader`` and its
+        ``verdict``; ``target`` is the gold answer; ``graded_text`` the text the grader read when
+        it is not ``output`` (the reference grader reads the whole canvas)."""
+        if len(self.last_rows) != len(data):
+            raise ValueError(f"{self.name}: record_fields needs the evaluation of these samples")
+        out = []
+        for i, r in enumerate(self.last_rows):
+            rec = {
+                "question": data.meta["question"][i],
+                "target": None if r["gold"] is None else str(r["gold"]),
+                "gold": r["gold"],
+                "program": r["program"],
+                "answer": r.get("value"),
+                "status": r["status"],
+                "detail": r.get("detail", ""),
+                "stdout": r.get("stdout", ""),
+                "stderr": r.get("stderr", ""),
+                "run_s": r.get("elapsed_s"),
+                "grader": self.opts.grader,
+                "verdict": bool(r["correct"]),
+            }
+            if self.opts.grader == "reference":
+                rec["graded_text"] = r["completion"]
+            out.append(rec)
+        return out
+
     def evaluate(self, samples: Tensor, data: TaskData, group: str) -> list[MetricValue]:
         """Decode, extract, execute and grade one program per problem. Per-problem rows
         (completion, program, status, value, isolation) are kept in ``self.last_rows``."""

@@ -118,6 +118,14 @@ class SudokuOptions(Options):
     )
 
 
+def grid_text(grid) -> str:
+    """An (n, n) grid as one line: rows joined by ``/``, ``.`` for a blank (0), ``?`` for an id
+    that is not a digit of the grid (a model may write a separator or a mask in a cell)."""
+    n = len(grid)
+    cell = lambda v: "." if v == 0 else str(int(v)) if 1 <= v <= n else "?"  # noqa: E731
+    return "/".join("".join(cell(v) for v in row) for row in grid)
+
+
 class SudokuTask(Task):
     """Sudoku solving (paper, "Reasoning on Sudoku"): groups are difficulties;
     train 48k / valid 2k each."""
@@ -226,11 +234,67 @@ class SudokuTask(Task):
             torch.cat([p.loss_mask for p in parts])[:n],
         )
 
+    # -- text and records (bench.records, bench.generate) --------------------------------
+    def decode_text(self, ids: list[int]) -> str:
+        """Rows of cells joined by ``/`` (``.`` = blank; the BOS dropped; ``?`` = an id that is
+        not a cell, e.g. a mask left in place)."""
+        sym = {BLANK: ".", SEP: "/", BOS: ""}
+        return "".join(sym.get(int(t), str(int(t)) if 1 <= int(t) <= self.n else "?") for t in ids)
+
+    def encode_text(self, text: str) -> list[int]:
+        """A puzzle's n x n cells in row order: digits, ``.`` or ``0`` for a blank; separators
+        (``/ | - +``) and white space are ignored."""
+        cells = [c for c in text if c not in "/|-+ \t\n"]
+        bad = [c for c in cells if not (c == "." or c.isdigit() and int(c) <= self.n)]
+        if bad or len(cells) != self.n * self.n:
+            raise ValueError(
+                f"sudoku: a {self.n}x{self.n} puzzle is {self.n * self.n} cells (digits "
+                f"1-{self.n}, '.' or 0 for a blank), got {len(cells)} characters"
+                + (f" with {bad[0]!r}" if bad else "")
+            )
+        return [0 if c == "." else int(c) for c in cells]
+
+    def prompt_length(self, data: TaskData, i: int) -> int:
+        return self.prompt_len  # the puzzle half and the solution's BOS (format.prompt_len)
+
+    def text_canvas(self, prompt: str, suffix: str, length: int) -> TaskData:
+        """The puzzle ``prompt`` as the task lays it out: the solution half to fill, its given
+        cells and separators clean (``length`` is the layout's; a suffix has no place here)."""
+        if suffix:
+            raise ValueError(
+                "sudoku: --suffix has no place in a Sudoku layout (the givens are the prompt)"
+            )
+        puzzle = np.array(self.encode_text(prompt), dtype=np.int64).reshape(1, self.n, self.n)
+        return self._to_data(puzzle, np.zeros_like(puzzle), "prompt")
+
+    def record_fields(self, samples: Tensor, data: TaskData, group: str) -> list[dict]:
+        """``givens`` (the puzzle), ``solution``, ``grid`` (the model's; also its ``output``: read
+        by cell position, not token by token), ``wrong_cells`` ([row, column] pairs, 0-based,
+        where the grid differs from the solution) and ``valid_grid`` (every row, column and box
+        holds each digit once)."""
+        from bench.data.sudoku.score import valid_grids
+
+        puzzles, solutions = self._grids(data)
+        _, gen = decode(samples, self.n)
+        valid = valid_grids(gen)
+        return [
+            {
+                "givens": grid_text(puzzles[i]),
+                "solution": grid_text(solutions[i]),
+                "grid": grid_text(gen[i]),
+                "output": grid_text(gen[i]),  # by cell position (a written separator is a "?")
+                "wrong_cells": np.argwhere(gen[i] != solutions[i]).tolist(),
+                "valid_grid": bool(valid[i]),
+            }
+            for i in range(len(data))
+        ]
+
+    def _grids(self, data: TaskData):
+        if "solution" in data.meta and "puzzle" in data.meta:
+            return np.stack(data.meta["puzzle"]), np.stack(data.meta["solution"])
+        return decode(data.x, self.n)
+
     def evaluate(self, samples: Tensor, data: TaskData, group: str) -> list[MetricValue]:
         from bench.data.sudoku.score import evaluate_sudoku
 
-        if "solution" in data.meta and "puzzle" in data.meta:
-            puzzles, solutions = np.stack(data.meta["puzzle"]), np.stack(data.meta["solution"])
-        else:
-            puzzles, solutions = decode(data.x, self.n)
-        return evaluate_sudoku(samples, puzzles, solutions)
+        return evaluate_sudoku(samples, *self._grids(data))
