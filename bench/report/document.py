@@ -29,6 +29,12 @@ def _text(v) -> str:
     return "" if v is None or (not isinstance(v, str) and pd.isna(v)) else str(v)
 
 
+def _md_cell(text: str) -> str:
+    """A table entry as Markdown table text: a ``|`` escaped, a line break as ``<br>`` (what a
+    model wrote may hold both)."""
+    return text.replace("|", "\\|").replace("\r\n", "<br>").replace("\n", "<br>")
+
+
 def ids(cells: Iterable) -> tuple[str, ...]:
     """Store cell ids, once each, in order (from a Series, a list, or several)."""
     out: dict[str, None] = {}
@@ -77,7 +83,7 @@ class Table:
     def markdown(self) -> str:
         head = self.header
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        lines += ["| " + " | ".join(r) + " |" for r in self.rows()]
+        lines += ["| " + " | ".join(map(_md_cell, r)) + " |" for r in self.rows()]
         return "\n".join(lines)
 
     def to_json(self) -> dict:

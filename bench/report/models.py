@@ -116,6 +116,34 @@ def base_label(method, variant, decoding=None, suffix: str = "") -> str:
     return f"{label} ({decoding})" if isinstance(decoding, str) and decoding else label
 
 
+def scorer_text(scorer) -> str:
+    """A re-scored row's ``scorer`` column (canonical JSON of its task-option overrides) as
+    ``grader=reference``; "" for a row scored as it was sampled."""
+    if not isinstance(scorer, str) or not scorer:
+        return ""
+    try:
+        opts = json.loads(scorer)
+    except ValueError:
+        return scorer
+    return (
+        ", ".join(f"{k}={v}" for k, v in sorted(opts.items())) if isinstance(opts, dict) else scorer
+    )
+
+
+def _evaluation(df: pd.DataFrame) -> pd.Series:
+    """Per row: how its evaluation differs from the sampled cell's full one ("" when it does not):
+    ``scored grader=reference`` (:mod:`bench.rescore`), ``first 32 items`` (``item_limit``)."""
+    out = []
+    sc = df["scorer"] if "scorer" in df else pd.Series(None, index=df.index)
+    lim = df["item_limit"] if "item_limit" in df else pd.Series(None, index=df.index)
+    for a, k in zip(sc, lim):
+        parts = [f"scored {scorer_text(a)}"] if scorer_text(a) else []
+        if k is not None and not pd.isna(k) and int(k) > 0:
+            parts.append(f"first {int(k)} items")
+        out.append("; ".join(parts))
+    return pd.Series(out, index=df.index, dtype=object)
+
+
 def with_models(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` with ``recipe`` filled, ``recipe_id`` and ``model`` (the label tables and figures
     group by: one per (recipe, variant, decoding)) and ``model_base`` (the same without the
@@ -139,6 +167,9 @@ def with_models(df: pd.DataFrame) -> pd.DataFrame:
         )
         say = _suffixes(recipes, dict(sweeps))
         suffix[g.index] = g["recipe"].map(say)
+    # rows scored otherwise (bench.rescore) or on the first K items only (bench.eval --limit)
+    # are other evaluations of the model: apart in every table, named in the label
+    suffix = suffix.combine(_evaluation(df), lambda a, b: "; ".join(x for x in (a, b) if x))
     dec = df["decoding"] if "decoding" in df else pd.Series(None, index=df.index)
     df["model_base"] = [
         base_label(m, v, None, s)

@@ -1,0 +1,243 @@
+"""Score saved samples again, without sampling: another grader, another Gen. PPL reference model.
+
+    python -m bench.rescore [--results-dir R] [--task T] [--model M] [--nfe N]
+                            [--set task.options.KEY=VALUE ...]
+
+Every selected sample cell's saved token ids (``runs/<run>/samples/<cell>.pt``) go through its
+task's scorer built with the cell's task settings overlaid with the ``--set`` ones (only
+``task.options.*`` keys: what decides how an item is scored). The result is a new cell: its id is
+the sampled cell's and the settings that differ, its rows carry ``scorer`` (those settings, as
+canonical JSON) and ``rescored_from`` (the sampled cell), with their own per-item records; the
+sampled cell's rows stay, and the report shows the re-scored rows as another evaluation of the
+model (``mdlm (ancestral) [scored grader=reference]``). A re-scored cell already in the store is
+skipped, so running it twice does nothing.
+
+Without ``--set`` (or with settings equal to the cell's) nothing is written: every stored value
+(value, CI, n, per-item outcomes) is computed again and compared exactly; exit 1 on any
+difference. A setting that changes which items a cell has (e.g. the prompt separator) is refused:
+its saved samples answer other prompts, so it needs sampling again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+USAGE_EXIT = 2
+#: the stored columns a re-score must reproduce exactly
+COMPARED = ("value", "n", "ci_low", "ci_high", "item_outcomes", "items_key")
+
+
+class UsageError(ValueError):
+    """Bad input (one line)."""
+
+
+@dataclass(frozen=True)
+class _SampledWith:
+    """What :func:`bench.results.sample_columns` reads of the method that sampled a cell, as its
+    rows recorded it (re-scoring builds no model)."""
+
+    nfe_is_length: bool
+    temperature_free: tuple
+    decodings: tuple
+
+
+def scorer_overrides(sets: list[str], task_cfg: dict) -> dict:
+    """``{key: value}`` of the ``task.options.*`` settings in ``sets`` that differ from
+    ``task_cfg["options"]``. A ``--set`` outside ``task.options`` is a UsageError."""
+    from bench.config import ConfigError, apply_overrides
+
+    for item in sets:
+        if not item.partition("=")[0].strip().startswith("task.options."):
+            raise UsageError(
+                f"--set {item!r}: only task.options.KEY=VALUE changes how saved samples are scored"
+            )
+    try:
+        new = apply_overrides({"task": {"options": dict(task_cfg.get("options") or {})}}, sets)
+    except ConfigError as e:
+        raise UsageError(str(e)) from None
+    old = task_cfg.get("options") or {}
+    return {k: v for k, v in new["task"]["options"].items() if old.get(k, _MISSING) != v}
+
+
+_MISSING = object()
+
+
+def _saved(results_dir: Path, row) -> tuple[Path, dict]:
+    """The saved ids of a sample cell and the cell it came from (its planned SampleCell)."""
+    import torch
+
+    hits = sorted(results_dir.glob(f"runs/*-{row['train_cell']}/samples/{row['cell_id']}.pt"))
+    if not hits:
+        raise FileNotFoundError(f"cell {row['cell_id']}: no saved samples under {results_dir}/runs")
+    return hits[0], torch.load(hits[0], weights_only=False)
+
+
+def _cell(d: dict):
+    """A SampleCell from its saved ``dataclasses.asdict`` form."""
+    from bench.plan import SampleCell, TrainCell
+
+    return SampleCell(**{**d, "train": TrainCell(**d["train"])})
+
+
+def rescore_cell(saved: dict, row, overrides: dict, rows_of_cell: list[dict]):
+    """Score one cell's saved samples (``saved``: its samples file, :func:`_saved`) under its
+    task settings plus ``overrides``: (new store rows, records, seconds). ``row``: the cell's
+    row from :func:`bench.samples.select_cells`; ``rows_of_cell``: its stored rows."""
+    import dataclasses
+
+    from bench import records, registry
+    from bench.cells import items_key, sample_rows
+    from bench.config import TaskConfig, canonical, config_hash
+
+    c = _cell(saved["cell"])
+    task_cfg = {**c.train.task, "options": {**(c.train.task.get("options") or {}), **overrides}}
+    t0 = time.perf_counter()
+    task = registry.make_task(TaskConfig(**task_cfg))
+    data = task.eval_data(c.subset, c.n_samples)
+    key = items_key(data)
+    if key != row.get("items_key") and row.get("items_key"):
+        raise UsageError(
+            f"--set {', '.join(f'task.options.{k}' for k in overrides)}: changes the items of cell "
+            f"{c.id} (its saved samples answer other prompts); sample again instead"
+        )
+    samples = saved["ids"]
+    metrics = task.evaluate(samples, data, c.subset)
+    nfe = row.get("nfe")
+    new_id = config_hash({"rescore": c.id, "scorer": canonical(overrides)}) if overrides else c.id
+    new_c = dataclasses.replace(c, id=new_id)
+    recs = records.item_records(task, new_c, samples, data, metrics, nfe=nfe)
+    first = rows_of_cell[0]
+    sampled = _SampledWith(
+        nfe_is_length=bool(first.get("nfe_is_length")),
+        temperature_free=(c.decoding,) if first.get("temperature_free") else (),
+        decodings=(c.decoding,) if first.get("default_decoding") else ("",),
+    )
+    rows = sample_rows(
+        new_c,
+        metrics,
+        method=sampled,
+        task=task,
+        train_steps=first.get("train_steps"),
+        nfe=nfe,
+        wall_s=time.perf_counter() - t0,
+        items=key,
+    )
+    keep = {
+        k: first.get(k) for k in ("sweep", "recipe", "checkpoint", "item_limit") if first.get(k)
+    }
+    if overrides:
+        keep |= {
+            "scorer": json.dumps(canonical(overrides), sort_keys=True, separators=(",", ":")),
+            "rescored_from": c.id,
+        }
+    return [{**r, **keep} for r in rows], recs, time.perf_counter() - t0
+
+
+def differences(stored: list[dict], fresh: list[dict]) -> list[str]:
+    """What differs between a cell's stored rows and the same scorer's fresh ones."""
+    by = {r["metric"]: r for r in stored}
+    out = []
+    for r in fresh:
+        s = by.get(r["metric"])
+        if s is None:
+            out.append(f"{r['metric']}: not stored")
+            continue
+        for k in COMPARED:
+            a, b = s.get(k), r.get(k)
+            if a != b and not (a is None and b is None):
+                out.append(f"{r['metric']}.{k}: stored {a!r}, now {b!r}")
+    missing = sorted(set(by) - {r["metric"] for r in fresh})
+    out += [f"{m}: stored, not produced now" for m in missing]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.rescore",
+        description="Score saved samples again under other scorer settings (new rows; the old "
+        "ones stay), or check that the stored values reproduce (no --set).",
+    )
+    ap.add_argument("--results-dir", default="results", help="results folder (default: results)")
+    ap.add_argument("--task", help="only this task's cells")
+    ap.add_argument("--model", help="only this model (label, method or method/variant)")
+    ap.add_argument("--nfe", type=int, help="only cells at this NFE")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="task.options.KEY=VALUE",
+        help="a scorer setting (repeatable), e.g. task.options.grader=reference",
+    )
+    args = ap.parse_args(argv)
+
+    from bench.records import RecordsError
+    from bench.results import Store
+    from bench.samples import select_cells
+
+    results_dir = Path(args.results_dir)
+    store = Store(results_dir)
+    try:
+        if not store.dir.is_dir():
+            raise UsageError(f"{store.dir}: no results store")
+        df = store.read()
+        cells = select_cells(df, task=args.task, model=args.model, nfe=args.nfe)
+        if len(cells) and "scorer" in cells:  # score what was sampled, not a re-score
+            cells = cells[cells["rescored_from"].isna() | (cells["rescored_from"] == "")]
+        if not len(cells):
+            raise UsageError(f"{results_dir}: no sampled cell with records matches the selection")
+        return _run(results_dir, store, cells, args.set)
+    except (UsageError, RecordsError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return USAGE_EXIT
+
+
+def _run(results_dir: Path, store, cells, sets: list[str]) -> int:
+    from tqdm import tqdm
+
+    from bench import records
+
+    written = skipped = reproduced = 0
+    bad: list[str] = []
+    spent = sampled_s = 0.0
+    for _, row in tqdm(list(cells.iterrows()), desc="rescore", file=sys.stderr, leave=False):
+        _, saved = _saved(results_dir, row)
+        overrides = scorer_overrides(sets, saved["cell"]["train"]["task"])
+        stored = store.rows(row["cell_id"])
+        if overrides:
+            from bench.config import canonical, config_hash
+
+            if store.has(config_hash({"rescore": row["cell_id"], "scorer": canonical(overrides)})):
+                skipped += 1
+                continue
+        rows, recs, secs = rescore_cell(saved, row, overrides, stored)
+        spent += secs
+        sampled_s += float(stored[0].get("wall_s") or 0.0)
+        if not overrides:
+            diff = differences(stored, rows)
+            reproduced += not diff
+            bad += [f"cell {row['cell_id']} ({row['model']}): {d}" for d in diff]
+            continue
+        files = records.write(results_dir, rows[0]["cell_id"], recs)
+        store.write_cell(rows[0]["cell_id"], [{**r, **files} for r in rows])
+        written += 1
+    for line in bad:
+        print(f"differs: {line}")
+    what = (
+        f"{written} re-scored cells written, {skipped} already in the store"
+        if sets
+        else f"{reproduced} of {len(cells)} cells reproduce every stored value"
+    )
+    print(
+        f"{what}; scoring took {spent:.1f} s (the same cells' sampling and scoring took "
+        f"{sampled_s:.1f} s)"
+    )
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
