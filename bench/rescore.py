@@ -86,7 +86,7 @@ def _cell(d: dict):
 
 def rescore_cell(saved: dict, row, overrides: dict, rows_of_cell: list[dict]):
     """Score one cell's saved samples (``saved``: its samples file, :func:`_saved`) under its
-    task settings plus ``overrides``: (new store rows, records, seconds). ``row``: the cell's
+    task settings plus ``overrides``: (the new cell's id, its store rows, records, seconds). ``row``: the cell's
     row from :func:`bench.samples.select_cells`; ``rows_of_cell``: its stored rows."""
     import dataclasses
 
@@ -135,7 +135,7 @@ def rescore_cell(saved: dict, row, overrides: dict, rows_of_cell: list[dict]):
             "scorer": json.dumps(canonical(overrides), sort_keys=True, separators=(",", ":")),
             "rescored_from": c.id,
         }
-    return [{**r, **keep} for r in rows], recs, time.perf_counter() - t0
+    return new_id, [{**r, **keep} for r in rows], recs, time.perf_counter() - t0
 
 
 def differences(stored: list[dict], fresh: list[dict]) -> list[str]:
@@ -214,7 +214,7 @@ def _run(results_dir: Path, store, cells, sets: list[str]) -> int:
             if store.has(config_hash({"rescore": row["cell_id"], "scorer": canonical(overrides)})):
                 skipped += 1
                 continue
-        rows, recs, secs = rescore_cell(saved, row, overrides, stored)
+        new_id, rows, recs, secs = rescore_cell(saved, row, overrides, stored)
         spent += secs
         sampled_s += float(stored[0].get("wall_s") or 0.0)
         if not overrides:
@@ -222,8 +222,8 @@ def _run(results_dir: Path, store, cells, sets: list[str]) -> int:
             reproduced += not diff
             bad += [f"cell {row['cell_id']} ({row['model']}): {d}" for d in diff]
             continue
-        files = records.write(results_dir, rows[0]["cell_id"], recs)
-        store.write_cell(rows[0]["cell_id"], [{**r, **files} for r in rows])
+        files = records.write(results_dir, new_id, recs)
+        store.write_cell(new_id, [{**r, **files} for r in rows])
         written += 1
     for line in bad:
         print(f"differs: {line}")
