@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.plan import plan
 
     try:
-        cfg = load_sweep(args.sweep)
+        cfg = load_sweep(args.sweep, args.overrides)
         if args.executor:
             cfg.executor.kind = args.executor
         if args.results_dir:

@@ -91,6 +91,27 @@ def _train_rows(root: Path, method: str, variant: str, seed: int, steps=600, swe
     ]
 
 
+def _records(root: Path, cell: str, row: dict, hostile: str) -> dict:
+    """Per-item records of a synthetic cell (bench.records): 6 items, the model's output holds
+    ``hostile`` when given; returns the row columns naming them."""
+    from bench import records
+
+    recs = [
+        {
+            "cell_id": cell,
+            "index": i,
+            "item": i,
+            "subset": row["subset"],
+            "prompt": f"puzzle {i} <b>of</b> {row['subset']}",
+            "target": f"solution {i}",
+            "output": f"{hostile}grid {i} by {row['method']} | seed {row['seed']}",
+            "correct": int((i + row["seed"]) % 3 == 0),
+        }
+        for i in range(6)
+    ]
+    return records.write(root, cell, recs)
+
+
 def quickstart_like_store(root: Path, hostile: str = "") -> Path:
     """Sudoku, AR and MDLM (+ a variant named ``hostile`` when given), two seeds, NFE 4 / 16,
     T 1 / 0.5, three difficulties, with training logs: the shape of the quickstart's store."""
@@ -111,7 +132,9 @@ def quickstart_like_store(root: Path, hostile: str = "") -> Path:
                     for k, sub in enumerate(("easy", "medium", "hard")):
                         v = 0.6 - 0.1 * k + 0.01 * seed + 0.001 * nfe - 0.05 * (temp != 1.0)
                         cell = f"{cls.name}-{len(variant)}-{nfe}-{temp:g}-{sub}-{seed}"
-                        s.write_cell(cell, _sudoku_rows(cls, variant, dec, sub, nfe, temp, seed, v))
+                        rows = _sudoku_rows(cls, variant, dec, sub, nfe, temp, seed, v)
+                        files = _records(root, cell, rows[0], hostile if variant == hostile else "")
+                        s.write_cell(cell, [{**r, **files} for r in rows])
     return root
 
 

@@ -158,6 +158,15 @@ _CHECKS = """(() => {
           text: document.body.innerText, injected: document.querySelectorAll("img[src=x]").length};
 })()"""
 
+# the samples view (sudoku_samples.md): its tables, their rows, its text (folded ones included)
+_SAMPLES = """(() => {
+  const a = document.getElementById("f-sudoku_samples-md");
+  if (!a) return null;
+  const tables = [...a.querySelectorAll("table.sortable")];
+  return {tables: tables.length, rows: tables.map(t => t.tBodies[0].rows.length),
+          text: a.textContent};
+})()"""
+
 # sort the first table with a numeric column by it: returns the column before and after
 _SORT = """(() => {
   for (const t of document.querySelectorAll("table.sortable")) {
@@ -193,6 +202,10 @@ def test_page_loads_in_chromium(tmp_path, chromium):
     # the store string with markup is shown as text and did nothing
     assert r["injected"] == 0 and "pwned" not in r["title"]
     assert "<img src=x onerror=" in r["text"]
+    # the samples view: what the models wrote, the hostile output as text (its tables folded)
+    v = dt.js(_SAMPLES)
+    assert v is not None and v["tables"] >= 3 and min(v["rows"]) >= 6, v
+    assert HOSTILE + "grid 0 by mdlm" in v["text"] and "<b>of</b>" in v["text"], v["text"][:300]
     # sortable: ascending, then descending, by value
     s = dt.js(_SORT)
     assert s is not None, "no table with an 'easy' column"
