@@ -187,7 +187,10 @@ def table(ep: EvalPlan):
         s = cell_summary(g)
         first = g.iloc[0]
         nfes = sorted({int(n) for n in g["nfe"].dropna()})
-        ci = f"[{_num(s['low'])}, {_num(s['high'])}]" if s["low"] is not None else ""
+        if s["low"] is not None:
+            ci = f"[{_num(s['low'])}, {_num(s['high'])}]"
+        else:  # several seeds without per-item outcomes: the report's mean +- sd, not a CI
+            ci = f"sd {_num(s['sd'])}" if s["seeds"] > 1 and s.get("sd") == s.get("sd") else ""
         seeds = s["seeds"]
         out.append(
             {

@@ -121,7 +121,10 @@ def item_records(task, cell, samples, data, metrics, *, nfe) -> list[dict]:
 
 def encode(records: list[dict]) -> bytes:
     """The uncompressed file text: one canonical JSON object per line (what the sha256 covers)."""
-    lines = (json.dumps(_plain(r), sort_keys=True, ensure_ascii=False) for r in records)
+    lines = (
+        json.dumps(_plain(r), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        for r in records
+    )
     return "".join(f"{line}\n" for line in lines).encode("utf-8")
 
 
@@ -130,7 +133,7 @@ def write(results_dir: str | Path, cell_id: str, records: list[dict]) -> dict:
     (``records``, ``records_sha256``)."""
     raw = encode(records)
     rel = relpath(cell_id)
-    blob = gzip.compress(raw, compresslevel=6, mtime=0)  # mtime 0: the same records, the same bytes
+    blob = gzip.compress(raw, compresslevel=9, mtime=0)  # mtime 0: the same records, the same bytes
     dest = Path(results_dir) / rel
     dest.parent.mkdir(parents=True, exist_ok=True)
     atomic.write_with(dest, lambda tmp: Path(tmp).write_bytes(blob))

@@ -126,17 +126,47 @@ def _snapshot(rd: Path):
         ("task.options.bogus=1", "task.options.bogus: unknown key"),
     ],
 )
-@pytest.mark.parametrize("mode", ["--dry-run", "--status", None])
+@pytest.mark.parametrize("mode", ["--dry-run", "--status"])
 def test_cli_errors_exit_2_with_one_line_and_write_nothing(tmp_path, capsys, item, needle, mode):
     rd = tmp_path / "results"
     rd.mkdir()
     (rd / "keep.txt").write_text("x")
     before = _snapshot(rd)
-    argv = [str(QUICKSTART), "--set", f"results_dir={rd}", "--set", item]
-    assert sweep.main(argv + ([mode] if mode else [])) == 2
+    assert sweep.main([str(QUICKSTART), "--set", f"results_dir={rd}", "--set", item, mode]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0], err
     assert _snapshot(rd) == before
+
+
+# a tiny sweep whose own results_dir is a tmp folder: were --set ignored, running it would train
+# two 1-step models there, never the quickstart sweep into the repository's results
+TINY = """
+results_dir: {rd}
+task: {{name: sudoku, grid: 4, difficulties: [easy], n_train: 16, n_valid: 4, data_dir: {dd}}}
+backbone: {{size: cpu-mini}}
+train: {{steps: 1, batch_size: 4, warmup_steps: 0, checkpoint_every: 1}}
+sample: {{nfe: [2], temperature: [1.0], n_samples: 4, batch_size: 4}}
+executor: {{kind: debug}}
+methods: [{{method: mdlm}}, {{method: ar, decoding: [greedy]}}]
+"""
+
+
+@pytest.mark.parametrize(
+    "item,needle",
+    [
+        ("methods[2].variant=x", "--set methods[2].variant: the file has 2 methods (indices 0..1)"),
+        ("sample.nfee=[1]", "s.yaml: sample.nfee: unknown key"),
+        ("methods[0].options.bogus=1", "methods[0].options.bogus: unknown key"),
+    ],
+)
+def test_a_run_with_a_bad_override_exits_2_and_writes_nothing(tmp_path, capsys, item, needle):
+    rd, dd = tmp_path / "results", tmp_path / "data"
+    path = tmp_path / "s.yaml"
+    path.write_text(TINY.format(rd=rd, dd=dd))
+    assert sweep.main([str(path), "--no-progress", "--set", item]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+    assert not rd.exists() and not dd.exists()
 
 
 def test_cli_dry_run_uses_the_overrides(tmp_path, capsys):

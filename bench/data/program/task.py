@@ -224,7 +224,8 @@ class ProgramTask(Task):
         return TaskData(x, clean, ~clean, meta={"prompt_len": [pl]})
 
     def record_fields(self, samples: Tensor, data: TaskData, group: str) -> list[dict]:
-        """From the evaluation just run (``last_rows``): ``question``, ``program`` (as
+        """From the evaluation just run (``last_rows``; the question is the record's ``prompt``):
+        ``program`` (as
         extracted), ``answer`` (the executed value), ``gold``, ``status``, ``detail``,
         ``stdout`` / ``stderr`` (their last characters), ``run_s``, the ``grader`` and its
         ``verdict``; ``target`` is the gold answer; ``graded_text`` the text the grader read when
@@ -234,7 +235,6 @@ class ProgramTask(Task):
         out = []
         for i, r in enumerate(self.last_rows):
             rec = {
-                "question": data.meta["question"][i],
                 "target": None if r["gold"] is None else str(r["gold"]),
                 "gold": r["gold"],
                 "program": r["program"],
