@@ -111,6 +111,16 @@ def _snapshot(rd: Path):
     return {p: p.stat().st_mtime_ns for p in rd.rglob("*") if p.is_file()}
 
 
+def _quickstart(tmp_path) -> Path:
+    """quickstart.yaml with its own results_dir under tmp_path (file_results): the CLI tests
+    override it with --set, and were --set ignored, nothing would reach the repository's."""
+    path = tmp_path / "quickstart.yaml"
+    data = load_yaml(QUICKSTART)
+    data["results_dir"] = str(tmp_path / "file_results")
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
 @pytest.mark.parametrize(
     "item,needle",
     [
@@ -132,10 +142,11 @@ def test_cli_errors_exit_2_with_one_line_and_write_nothing(tmp_path, capsys, ite
     rd.mkdir()
     (rd / "keep.txt").write_text("x")
     before = _snapshot(rd)
-    assert sweep.main([str(QUICKSTART), "--set", f"results_dir={rd}", "--set", item, mode]) == 2
+    path = _quickstart(tmp_path)
+    assert sweep.main([str(path), "--set", f"results_dir={rd}", "--set", item, mode]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0], err
-    assert _snapshot(rd) == before
+    assert _snapshot(rd) == before and not (tmp_path / "file_results").exists()
 
 
 # a tiny sweep whose own results_dir is a tmp folder: were --set ignored, running it would train
@@ -171,11 +182,12 @@ def test_a_run_with_a_bad_override_exits_2_and_writes_nothing(tmp_path, capsys, 
 
 def test_cli_dry_run_uses_the_overrides(tmp_path, capsys):
     rd = tmp_path / "results"
-    argv = [str(QUICKSTART), "--dry-run", "--set", f"results_dir={rd}"]
+    argv = [str(_quickstart(tmp_path)), "--dry-run", "--set", f"results_dir={rd}"]
     assert sweep.main(argv + ["--set", "seeds=[0]", "--set", "sample.nfe=[8]"]) == 0
     out = capsys.readouterr().out
     assert sweep.main(argv) == 0
     plain = capsys.readouterr().out
     # one seed instead of two: half the train cells; one nfe instead of two: fewer sample cells
     assert "sweep quickstart: 8 train cells" in out and "16 train cells" in plain
-    assert not rd.exists()  # a dry run writes nothing, under the overridden results_dir too
+    # a dry run writes nothing, under the overridden results_dir or the file's
+    assert not rd.exists() and not (tmp_path / "file_results").exists()
