@@ -493,14 +493,15 @@ def write_planned_store(p, score, *, legacy: bool = False, logs: bool = False) -
     training: every train cell's rows (``bench.cells.train_rows``, steps as planned; ``logs``: a
     small training log in its run folder) and every sample cell's rows
     (``bench.cells.sample_rows``): the task's headline metric with per-item outcomes drawn at
-    rate ``score(sample_cell)``, each secondary metric at that rate without outcomes.
+    rate ``score(sample_cell)``, each secondary metric at that rate without outcomes, and its
+    per-item records (``bench.records``: the common fields, the outcomes).
     ``legacy``: rows without the ``recipe`` column (a store written before it existed)."""
     import zlib
     from types import SimpleNamespace
 
     import numpy as np
 
-    from bench import cells, registry
+    from bench import cells, records, registry
     from bench.evaluate.metrics import MetricValue
     from bench.results import Store
     from bench.train import log_path
@@ -534,4 +535,8 @@ def write_planned_store(p, score, *, legacy: bool = False, logs: bool = False) -
             nfe = task.seq_len if method.nfe_is_length else sc.nfe
             rows = cells.sample_rows(sc, metrics, method=method, task=task, train_steps=steps,
                                      nfe=nfe, wall_s=0.5, items="same-items")  # fmt: skip
-            store.write_cell(sc.id, strip(rows))
+            recs = [{"cell_id": sc.id, "index": i, "item": i, "subset": sc.subset,
+                     "prompt": f"item {i}", "output": f"{tc.method} wrote {i}",
+                     "correct": int(o)} for i, o in enumerate(out)]  # fmt: skip
+            files = records.write(p.cfg.results_dir, sc.id, recs)
+            store.write_cell(sc.id, strip([{**r, **files} for r in rows]))
