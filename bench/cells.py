@@ -486,8 +486,10 @@ def _sample(tc: TrainCell, todo: list[SampleCell], store: Store, progress: bool)
         atomic_torch_save(
             {"ids": samples, "cell": dataclasses.asdict(c)}, tc.run_dir / "samples" / f"{c.id}.pt"
         )
+        t1 = time.perf_counter()
         metrics = task.evaluate(samples, data, c.subset)
         recs = records.item_records(task, c, samples, data, metrics, nfe=nfe_used)
+        times = {"sample_s": t1 - t0, "score_s": time.perf_counter() - t1}
         rows = sample_rows(
             c,
             metrics,
@@ -500,7 +502,7 @@ def _sample(tc: TrainCell, todo: list[SampleCell], store: Store, progress: bool)
         )
         # the records first: a cell whose rows exist always has them (bench.records)
         files = records.write(tc.results_dir, c.id, recs)
-        store.write_cell(c.id, [{**r, **files, **limit_column(c)} for r in rows])
+        store.write_cell(c.id, [{**r, **files, **times, **limit_column(c)} for r in rows])
     reference_rows(task, todo[0], store)
     return len(todo)
 

@@ -247,9 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         "--task", help="task name (required for a checkpoint; a run folder's must agree)"
     )
     ap.add_argument("--nfe", type=int, nargs="+", help="NFE grid (default: the task's)")
-    ap.add_argument(
-        "--temperature", type=float, nargs="+", help="temperature grid (default: 1.0)"
-    )
+    ap.add_argument("--temperature", type=float, nargs="+", help="temperature grid (default: 1.0)")
     ap.add_argument(
         "--decoding", nargs="+", help="decodings (default: the method's default decoding)"
     )

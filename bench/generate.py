@@ -11,9 +11,9 @@ The task lays the text out (:meth:`bench.data.base.Task.text_canvas`): the promp
 positions to generate, then the suffix's ids; prompt and suffix are kept as given. A suffix makes
 it infilling, which the non-AR methods do by construction; AR generates left to right and says
 it cannot infill (exit 2). Sudoku takes the puzzle as the prompt (``--prompt "1.3./..."``) and
-fills its solution half. The text is what the task reads (:meth:`~bench.data.base.Task.encode_text`):
-token ids separated by spaces for the sort task, a puzzle for Sudoku, text for the tokenizer
-tasks.
+fills its solution half. The text is what the task reads
+(:meth:`~bench.data.base.Task.encode_text`): token ids separated by spaces for the sort task, a
+puzzle for Sudoku, text for the tokenizer tasks.
 
 Defaults: ``--length`` the task's sequence length minus the prompt (and suffix), at least 1;
 ``--nfe`` the positions to generate; ``--temperature`` 1; the method's default decoding; one
@@ -85,9 +85,7 @@ def _model(src: str, *, task: str | None, sets: list[str], results_dir: str | No
             raise ConfigError("--set: a run folder's task and model are its own (cell.json)")
         tc = sm.trained_cell(source)
         if task is not None and task != tc.task["name"]:
-            raise ConfigError(
-                f"--task: {src} is a model of task {tc.task['name']!r}, not {task!r}"
-            )
+            raise ConfigError(f"--task: {src} is a model of task {tc.task['name']!r}, not {task!r}")
         if not tc.weights.is_file():
             raise ConfigError(f"{src}: no weights.pt (training has not finished)")
         t = registry.make_task(tc.task_config())
@@ -253,9 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         "--results-dir",
         help="where bench.eval or a sweep imported the checkpoint (default: results); read only",
     )
-    ap.add_argument(
-        "--float32", action="store_true", help="sample in float32 (default: float64)"
-    )
+    ap.add_argument("--float32", action="store_true", help="sample in float32 (default: float64)")
     args = ap.parse_args(argv)
     try:
         g = generate(

@@ -101,6 +101,10 @@ COLUMNS = [
     "records_sha256",
     # sample rows: the first K items only (bench.eval --limit K); empty for every item asked
     "item_limit",
+    # sample rows: seconds spent sampling (loading the items included; batches resumed from
+    # disk cost nothing) and scoring (the evaluator and the records), parts of wall_s
+    "sample_s",
+    "score_s",
     # re-scored rows (bench.rescore): the scorer settings that differ from the sampled cell's
     # (canonical JSON of task.options overrides) and the cell whose saved samples they score
     "scorer",
@@ -145,6 +149,10 @@ COLUMNS = [
 #: - ``item_limit``: K when the cell scored only the first K items of the task's order
 #:   (``python -m bench.eval --limit K``): its items key differs from a full run's, so it never
 #:   pairs with one; empty otherwise; sample rows.
+#: - ``sample_s`` / ``score_s``: the seconds a sample cell spent sampling (its items loaded,
+#:   every batch generated; batches resumed from disk count nothing) and scoring (the task's
+#:   evaluator and the per-item records); ``wall_s`` is their sum and the sampler's set-up;
+#:   a re-scored row's ``score_s`` is its own scoring. Sample rows.
 #: - ``scorer``: the scorer settings a re-scored row used where they differ from the sampled
 #:   cell's (canonical JSON of ``task.options`` keys, ``python -m bench.rescore``), and
 #:   ``rescored_from``: the cell whose saved samples it scored; empty on rows scored as sampled.

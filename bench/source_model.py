@@ -73,8 +73,10 @@ def resolve_source(src: str) -> Source:
                 cell = json.loads((run_dir / "cell.json").read_text())
             except (OSError, ValueError) as e:
                 raise ConfigError(f"{src}: unreadable cell.json ({e})") from None
+            if not isinstance(cell, dict):
+                raise ConfigError(f"{src}: cell.json is not a train cell (not a mapping)")
             missing = [k for k in ("id", "task", "method", "train", "groups") if k not in cell]
-            if not isinstance(cell, dict) or missing:
+            if missing:
                 raise ConfigError(f"{src}: cell.json is not a train cell (no {missing[0]!r})")
             return Source(src, "run", run_dir, cell)
         if (p / "model.json").is_file():
@@ -115,7 +117,7 @@ def sweep_data(
                 f"not {task!r}"
             )
         own = source.results_dir
-        if results_dir is not None and Path(results_dir).absolute() != own:
+        if results_dir is not None and Path(os.path.normpath(Path(results_dir).absolute())) != own:
             raise ConfigError(
                 f"--results-dir: a run folder's rows go to its own results folder ({own}), "
                 f"not {results_dir}"
@@ -141,8 +143,7 @@ def sweep_data(
             raise ConfigError(f"--task: required for {source.text} (a checkpoint names no task)")
         if seeds:
             raise ConfigError(
-                "--seeds: an imported checkpoint is one model; training seeds apply to run "
-                "folders"
+                "--seeds: an imported checkpoint is one model; training seeds apply to run folders"
             )
         from bench.checkpoints import plan_spec
 

@@ -233,7 +233,7 @@ class ProgramTask(Task):
         if len(self.last_rows) != len(data):
             raise ValueError(f"{self.name}: record_fields needs the evaluation of these samples")
         out = []
-        for i, r in enumerate(self.last_rows):
+        for r in self.last_rows:
             rec = {
                 "target": None if r["gold"] is None else str(r["gold"]),
                 "gold": r["gold"],
