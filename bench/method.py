@@ -96,6 +96,9 @@ def antithetic_times(
 #: :attr:`Method.loss_kind` values several methods share (per token, in nats)
 LOSS_NLL = "NLL, exact (nats/token)"
 LOSS_NELBO = "NELBO: an upper bound on the NLL (nats/token)"
+#: :attr:`Method.bound_kind` values
+BOUND_EXACT = "exact"
+BOUND_ELBO = "upper bound (NELBO)"
 LOSS_CE = "cross-entropy of the clean tokens, unweighted: not a likelihood bound (nats/token)"
 
 
@@ -143,6 +146,11 @@ class Method(nn.Module):
     #: :data:`LOSS_CE`, or your own words); options that change it: :meth:`loss_kind_for`
     loss_kind: ClassVar[str] = "training loss (kind not declared: Method.loss_kind)"
 
+    #: what :meth:`nll_bound` gives: :data:`BOUND_EXACT` (the NLL itself, AR's chain rule),
+    #: :data:`BOUND_ELBO` (an upper bound on the NLL, estimated by Monte Carlo over its time
+    #: integral), or "" (no bound: the likelihood tables print "no bound" for the method)
+    bound_kind: ClassVar[str] = ""
+
     @classmethod
     def loss_kind_for(cls, options: Options) -> str:
         """:attr:`loss_kind` under ``options`` (override where an option changes the objective,
@@ -187,6 +195,19 @@ class Method(nn.Module):
 
     def record_losses(self, t: Tensor, per_sample: Tensor, step: int) -> None:
         """Hook receiving (t, per-sample loss) pairs each step (adaptive schedules)."""
+
+    # -- likelihood ----------------------------------------------------------------
+    @torch.no_grad()
+    def nll_bound(
+        self, backbone: nn.Module, batch: Batch, *, n_draws: int, generator: torch.Generator
+    ) -> Tensor:
+        """The negative log-likelihood of each sequence's ``loss_mask`` positions given its
+        ``clean_mask`` positions, or an upper bound on it (:attr:`bound_kind`), in nats summed
+        over those positions: a (n_draws, B) float64 tensor, one row per Monte-Carlo draw of the
+        bound's randomness (an exact method returns one row). Deterministic given
+        ``generator``; accumulated in float64. A method without a bound leaves this
+        unimplemented and :attr:`bound_kind` empty."""
+        raise NotImplementedError(f"{self.name}: no likelihood bound (Method.bound_kind is empty)")
 
     # -- sampling ------------------------------------------------------------------
     def call(self, backbone: nn.Module, *args: Any, **kwargs: Any) -> Any:
