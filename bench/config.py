@@ -174,6 +174,27 @@ class SampleConfig:
 
 
 @dataclass
+class LikelihoodConfig:
+    """Held-out likelihood of every trained model (docs/likelihood.md): one likelihood cell per
+    model and dataset, run in the job that samples the model. Methods without a bound
+    (``Method.bound_kind`` empty) get a "no bound" row instead."""
+
+    datasets: list[str] = option(
+        factory=list,
+        help="dataset specs: heldout (the task's own), owt-valid, text:PATH, or a zero-shot "
+        "corpus (ptb, wikitext2, wikitext103, lm1b, lambada, ag_news, pubmed, arxiv); [] = none",
+    )
+    n_sequences: int = option(0, ge=0, help="sequences per dataset (0 = every one)")
+    block: int = option(0, ge=0, help="tokens per sequence (0 = the task's sequence length)")
+    wrap: bool = option(
+        True, help="concatenate documents and cut blocks (MDLM / Duo); false: one padded per block"
+    )
+    draws: int = option(1, gt=0, help="Monte-Carlo draws of the bound per sequence (exact: 1)")
+    batch_size: int = option(32, gt=0)
+    seed: int = option(0, help="seed of the bound's time draws")
+
+
+@dataclass
 class ExecutorConfig:
     """Where jobs run. Cluster facts come from here or the environment, never from code."""
 
@@ -229,6 +250,7 @@ class SweepConfig:
     backbone: BackboneConfig = option(factory=BackboneConfig)
     train: TrainConfig = option(factory=TrainConfig)
     sample: SampleConfig = option(factory=SampleConfig)
+    likelihood: LikelihoodConfig = option(factory=LikelihoodConfig)
     executor: ExecutorConfig = option(factory=ExecutorConfig)
     methods: list[MethodEntry] = option(factory=list, nonempty=True)
     seeds: list[int] = option(

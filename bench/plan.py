@@ -162,6 +162,22 @@ class SampleCell:
 
 
 @dataclass
+class LikelihoodCell(SampleCell):
+    """A model's likelihood on one dataset (``subset`` = the dataset spec; ``n_samples`` = its
+    sequences, 0 = all): planned with the sample cells and run in the same job (executors see
+    a sample cell); :func:`bench.likelihood.cells.run_likelihood_cell` computes it."""
+
+    block: int = 0
+    wrap: bool = True
+    draws: int = 1
+
+    def label(self) -> str:
+        seed = f" seed {self.train.train['seed']}" if self.train.train.get("seed") else ""
+        model = f"{self.train.method}/{self.variant or self.train.variant}"
+        return f"{model}{seed} likelihood {self.subset}"
+
+
+@dataclass
 class Plan:
     cfg: SweepConfig
     train_cells: list[TrainCell] = field(default_factory=list)
@@ -522,6 +538,34 @@ def _sample_cells_of(tc: TrainCell, m: _EntryModel, s: SampleConfig) -> list[Sam
     return cells
 
 
+def _likelihood_cells_of(tc: TrainCell, m: _EntryModel, lk) -> list[LikelihoodCell]:
+    """One likelihood cell per dataset of the sweep's ``likelihood`` section (none when it names
+    none); its id: the train cell's and the evaluation settings."""
+    cells = []
+    for spec in lk.datasets:
+        ident = {"likelihood": tc.id, "dataset": spec, "n": lk.n_sequences, "block": lk.block,
+                 "wrap": lk.wrap, "draws": lk.draws, "seed": lk.seed}  # fmt: skip
+        cells.append(
+            LikelihoodCell(
+                id=config_hash(ident),
+                train=tc,
+                subset=spec,
+                nfe=0,
+                temperature=1.0,
+                decoding="likelihood",
+                n_samples=lk.n_sequences,
+                batch_size=lk.batch_size,
+                float64=True,
+                seed=lk.seed,
+                variant=m.variant,
+                block=lk.block,
+                wrap=lk.wrap,
+                draws=lk.draws,
+            )
+        )
+    return cells
+
+
 def plan(cfg: SweepConfig, source: str = "sweep", *, offline_ok: bool = False) -> Plan:
     """Expand a sweep (``bench.config.load_sweep``) into cells; ``source`` names the file in
     errors. Loads no data and writes nothing; an entry with ``checkpoint:`` reads that file's
@@ -548,4 +592,6 @@ def plan(cfg: SweepConfig, source: str = "sweep", *, offline_ok: bool = False) -
                         "(only the variant name differs); remove one of them"
                     )
                 out.sample_cells.append(sc)
+            if tc is new:  # the model's likelihood, once
+                out.sample_cells += _likelihood_cells_of(tc, m, cfg.likelihood)
     return out

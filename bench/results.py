@@ -105,6 +105,8 @@ COLUMNS = [
     # disk cost nothing) and scoring (the evaluator and the records), parts of wall_s
     "sample_s",
     "score_s",
+    # likelihood rows: what the value is (Method.bound_kind: exact, an upper bound, "" none)
+    "bound_kind",
     # re-scored rows (bench.rescore): the scorer settings that differ from the sampled cell's
     # (canonical JSON of task.options overrides) and the cell whose saved samples they score
     "scorer",
@@ -153,6 +155,9 @@ COLUMNS = [
 #:   every batch generated; batches resumed from disk count nothing) and scoring (the task's
 #:   evaluator and the per-item records); ``wall_s`` is their sum and the sampler's set-up;
 #:   a re-scored row's ``score_s`` is its own scoring. Sample rows.
+#: - ``bound_kind``: a likelihood row's kind of number (``kind = "likelihood"``,
+#:   :mod:`bench.likelihood`): ``exact`` (AR), ``upper bound (NELBO)``, or "" for a model whose
+#:   method has no bound (its row has no value; the table prints "no bound").
 #: - ``scorer``: the scorer settings a re-scored row used where they differ from the sampled
 #:   cell's (canonical JSON of ``task.options`` keys, ``python -m bench.rescore``), and
 #:   ``rescored_from``: the cell whose saved samples it scored; empty on rows scored as sampled.

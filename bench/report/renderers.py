@@ -23,7 +23,15 @@ import argparse
 
 from bench.plugins import BUILTIN as BUILTIN_PACKAGE
 from bench.plugins import PluginError, discover
-from bench.report import curves, differences, program, samples_view, tables, training_cost
+from bench.report import (
+    curves,
+    differences,
+    likelihood,
+    program,
+    samples_view,
+    tables,
+    training_cost,
+)
 from bench.report.frontier import section as frontier
 from bench.report.items import Artifact, ReportItem, Section, TaskSection
 from bench.report.paper import catalogue as artifacts
@@ -35,6 +43,7 @@ BUILTIN: tuple[ReportItem, ...] = (
     *curves.ITEMS,  # <task>_training_curves
     *differences.ITEMS,  # <task>_differences.md / .csv, power.md
     *samples_view.ITEMS,  # <task>_samples.md (the records behind the headline cells)
+    *likelihood.ITEMS,  # likelihood.md (held-out NLL / PPL per model and dataset)
     *program.ITEMS,  # the program kind (GSM8K, its stand-in)
     *frontier.ITEMS,  # the frontier kind (OWT)
     *artifacts.ITEMS,  # the paper's labels

@@ -1,0 +1,56 @@
+"""The sweep file's ``likelihood`` section: one likelihood cell per model and dataset, planned with
+the model's sample cells (so every executor runs them in the model's job), ids that depend on
+the evaluation settings and not on the sampling grid; a sweep without the section plans exactly
+the cells it always did."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.config import SweepConfig, apply_overrides, build, load_yaml
+from bench.plan import LikelihoodCell, plan
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _plan(*sets: str):
+    raw = apply_overrides(load_yaml(ROOT / "sweeps" / "quickstart.yaml"), list(sets))
+    return plan(build(SweepConfig, raw, where="quickstart"))
+
+
+def test_no_section_no_likelihood_cells():
+    p = _plan()
+    assert not any(isinstance(c, LikelihoodCell) for c in p.sample_cells)
+
+
+def test_one_cell_per_model_and_dataset():
+    base = _plan()
+    p = _plan("likelihood.datasets=[heldout, 'text:notes.txt']", "likelihood.n_sequences=64")
+    lk = [c for c in p.sample_cells if isinstance(c, LikelihoodCell)]
+    assert len(lk) == 2 * len(p.train_cells)
+    assert {(c.train.id, c.subset) for c in lk} == {
+        (tc.id, d) for tc in p.train_cells for d in ("heldout", "text:notes.txt")
+    }
+    # the sampling cells are the ones the sweep always planned
+    assert [c.id for c in p.sample_cells if not isinstance(c, LikelihoodCell)] == [
+        c.id for c in base.sample_cells
+    ]
+    # each executor's job list: the model's sample cells then its likelihood cells
+    for tc in p.train_cells:
+        assert {c.subset for c in p.samples_of(tc) if isinstance(c, LikelihoodCell)} == {
+            "heldout",
+            "text:notes.txt",
+        }
+    assert all(c.n_samples == 64 and c.draws == 1 for c in lk)
+    assert all(c.label().endswith(f"likelihood {c.subset}") for c in lk)
+
+
+def test_ids_follow_the_evaluation_settings_only():
+    a = _plan("likelihood.datasets=[heldout]")
+    ids = lambda p: sorted(c.id for c in p.sample_cells if isinstance(c, LikelihoodCell))  # noqa: E731
+    assert ids(a) == ids(_plan("likelihood.datasets=[heldout]", "sample.nfe=[8]"))
+    assert ids(a) == ids(_plan("likelihood.datasets=[heldout]", "likelihood.batch_size=7"))
+    for change in ("likelihood.draws=4", "likelihood.n_sequences=8", "likelihood.seed=1",
+                   "likelihood.block=16", "likelihood.wrap=false"):  # fmt: skip
+        other = ids(_plan("likelihood.datasets=[heldout]", change))
+        assert not set(other) & set(ids(a)), change
