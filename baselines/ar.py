@@ -12,6 +12,10 @@ call reads the prefix and keeps every block's keys / values, each later call fee
 the same calls (NFE) and tokens as re-reading the prefix (``kv_cache = False``) up to float
 rounding of the logits.
 
+Likelihood (``nll_bound``, ``bound_kind`` exact): the chain rule, -sum_i log p(x_i | x_<i)
+over the counted positions (``loss_mask`` off ``clean_mask``, never position 0), each given the
+gold ids before it, one forward pass, log-softmax in float64.
+
 Departures: the output has V classes, not V + 1 with a -inf [MASK] logit as in the
 reference (`algo.py::AR._process_model_output`): identical distribution, one row fewer. No
 EOS early stopping (reference TinyGSM sampling uses it): positions after EOS are still
@@ -28,7 +32,16 @@ import torch
 
 from bench.backbones.dit import build_dit
 from bench.config import BackboneConfig
-from bench.method import LOSS_NLL, Batch, LossOutput, Method, gumbel_argmax, token_mean
+from bench.method import (
+    BOUND_EXACT,
+    LOSS_NLL,
+    Batch,
+    LossOutput,
+    Method,
+    gold_log_probs,
+    gumbel_argmax,
+    token_mean,
+)
 from bench.options import Options
 from bench.reference_format import ReferenceFamily, ReferenceFormat
 
@@ -79,6 +92,8 @@ class AR(Method):
     temperature_free = ("greedy",)
     #: next-token cross-entropy: the exact NLL of the counted tokens
     loss_kind = LOSS_NLL
+    #: the chain rule gives the NLL itself (:meth:`nll_bound`)
+    bound_kind = BOUND_EXACT
     #: reuse keys / values between decoding calls (False: re-run the whole prefix every call)
     kv_cache = True
     #: reference checkpoint format (bench.reference_format; docs/checkpoints.md)
@@ -92,6 +107,28 @@ class AR(Method):
         logp = torch.log_softmax(logits, dim=-1)
         nll = -logp.gather(-1, batch.x[:, 1:, None]).squeeze(-1)
         return token_mean(nll, batch.loss_mask[:, 1:])
+
+    # -- likelihood -----------------------------------------------------------------
+    def bound_positions(self, batch: Batch):
+        """``loss_mask`` off the clean positions, without position 0: nothing predicts it (no
+        BOS before it), so it is conditioned on, as the reference's ``valid_tokens[:, 1:]``."""
+        pos = super().bound_positions(batch).clone()
+        pos[:, 0] = False
+        return pos
+
+    @torch.no_grad()
+    def nll_bound(self, backbone, batch: Batch, *, n_draws: int, generator) -> torch.Tensor:
+        """The exact NLL by the chain rule: -sum_i log p_theta(x_i | x_<i) over
+        :meth:`bound_positions`, each counted token conditioned on the gold ids before it (clean
+        or not; clean ones are the sampler's teacher-forced tokens, so this is the NLL of what
+        :meth:`sample` draws when every non-clean position is counted). One row whatever
+        ``n_draws``; ``generator`` is unused. The log-softmax runs in float64."""
+        # chain rule p(x) = prod_l p(x^l | x^<l) (S-FLM paper sec. 2); reference s-flm @ 18d586f
+        # algo.py:49-58 AR.nll (input x[:, :-1], target x[:, 1:]) + trainer_base.py:432 _loss
+        logits = backbone(batch.x[:, :-1])
+        logp = gold_log_probs(logits, batch.x[:, 1:])
+        counted = self.bound_positions(batch)[:, 1:]
+        return torch.where(counted, -logp, 0.0).sum(-1)[None]
 
     @staticmethod
     def generation_start(prompt_mask) -> int:

@@ -232,6 +232,9 @@ class CANDI(Method):
         "cross-entropy weighted as MDLM's NELBO, inputs with Gaussian noise: not a likelihood "
         "bound (nats/token)"
     )
+    #: none: neither the paper nor its code defines an evaluation likelihood, and the loss is not
+    #: one (docs/methods/candi.md, "Likelihood"); nll_bound raises NotImplementedError
+    bound_kind = ""
 
     @classmethod
     def loss_kind_for(cls, options) -> str:

@@ -15,6 +15,10 @@ Sahoo et al. 2025, "The Diffusion Duality"; reference code s-sahoo/duo `algo.py:
   `DUO_BASE.nll_per_token`), optionally ``low_var`` (drops term1, as the reference's
   ``loss_type=low_var``); computed by the blockwise fused NELBO unless ``nelbo: reference``.
 
+Likelihood (``nll_bound``, ``bound_kind`` upper bound): that NELBO without the curriculum
+(the reference's evaluation path), summed over the counted positions, one Monte-Carlo draw of
+(t, x_t) per sequence and row, the reference evaluation's antithetic t on [1e-3, 1], float64.
+
 Sampler: ancestral over t_k = linspace(1, 1e-5, nfe + 1), exactly ``nfe`` backbone calls,
 prior = uniform random tokens. Each step draws x_s from the uniform-state posterior
 q(x_s | x_t, x_hat = p_theta) at every non-prompt position (no freezing: a position can
@@ -52,7 +56,17 @@ from baselines.duo_loss import (  # noqa: F401 (udlm_nelbo*: the objective's pub
 )
 from bench.backbones.dit import build_dit
 from bench.config import BackboneConfig, ConfigError
-from bench.method import LOSS_NELBO, Batch, LossOutput, Method, gumbel_argmax, token_mean
+from bench.method import (
+    BOUND_BLOCK_BYTES,
+    BOUND_ELBO,
+    LOSS_NELBO,
+    Batch,
+    LossOutput,
+    Method,
+    bound_times,
+    gumbel_argmax,
+    token_mean,
+)
 from bench.numerics import (
     gaussian_argmax_probability,
     interp,
@@ -287,6 +301,8 @@ class Duo(Method):
     decodings = ("ancestral", "greedy")
     conformance_variants = [{}, {"curriculum_end": 1000}]
     loss_kind = LOSS_NELBO
+    #: the UDLM NELBO without the curriculum, by Monte Carlo over t (:meth:`nll_bound`)
+    bound_kind = BOUND_ELBO
     #: reference checkpoint format (bench.reference_format; docs/checkpoints.md)
     reference = DuoReference()
 
@@ -428,6 +444,54 @@ class Duo(Method):
         logits = backbone(h.to(emb.dtype), self.sigma(alpha_t)).float()
         per_token = self.nelbo(logits, x_t, batch.x, alpha_t[:, None], dalpha_t[:, None])
         return token_mean(per_token * ~batch.clean_mask, batch.loss_mask)
+
+    # -- likelihood ---------------------------------------------------------------
+    @torch.no_grad()
+    def nll_bound(self, backbone, batch: Batch, *, n_draws: int, generator) -> Tensor:
+        """The continuous-time UDLM NELBO (Duo eq. 9) of each sequence's counted positions
+        (:meth:`bound_positions`; every other position stays clean), one Monte-Carlo draw per
+        row: per draw one t per sequence (:func:`bench.method.bound_times`: the reference's
+        antithetic draws on [1e-3, 1]), x_t replaces each counted position by a uniform id with
+        probability 1 - alpha_t, and the row is the NELBO integrand (:meth:`nelbo`, the
+        training loss's, never ``low_var``) summed over the counted positions, from the logits
+        in float64. No curriculum whatever the options: the reference evaluates the true NELBO
+        (duo ``algo.py::DUO.nll``: ``use_true_nll = ... or not train_mode``). As in the
+        reference the prior term (alpha_1 = eps > 0) is not added and t is drawn on [1e-3, 1].
+        Random draws, in order, per row: ``bound_times`` (B uniforms, a permutation), a (B, L)
+        ``randint`` for the uniform ids, then a (B, L) float64 uniform for which positions move
+        (the order of s-flm's ``UniformState.q_xt``), all on ``generator``'s device."""
+        x0 = batch.x
+        B, L = x0.shape
+        dev, gdev = x0.device, generator.device
+        counted = self.bound_positions(batch)
+        dalpha = log_linear_dalpha(self.opts.eps)
+        rows = max(1, BOUND_BLOCK_BYTES // (8 * L * self.vocab_size))  # float64 logits per block
+        out = torch.empty(n_draws, B, dtype=torch.float64, device=dev)
+        for k in range(n_draws):
+            # antithetic t: duo trainer_base.py:465-482 _sample_t (sampling_eps 1e-3)
+            t = bound_times(B, generator=generator, device=dev)
+            alpha_t = self.alpha(t)  # float64
+            # uniform forward q(x_t | x_0) = alpha_t x_0 + (1 - alpha_t) / V: duo
+            # trainer_base.py:975-990, s-flm trainer_base.py:636-660 UniformState.q_xt (s-flm:
+            # only the valid tokens move)
+            unif = torch.randint(0, self.vocab_size, x0.shape, generator=generator, device=gdev)
+            u = torch.rand(x0.shape, generator=generator, device=gdev, dtype=torch.float64)
+            move = (u.to(dev) < (1 - alpha_t)[:, None]) & counted
+            x_t = torch.where(move, unif.to(dev), x0)
+            logits = backbone(x_t, self.sigma(alpha_t).float())
+            for i in range(0, B, rows):
+                j = min(B, i + rows)
+                # Duo eq. 9 integrand: duo algo.py:337-372 / s-flm algo.py:166-206
+                # DUO_BASE.nll_per_token (baselines/duo_loss.py), in float64
+                per_token = self.nelbo(
+                    logits[i:j].double(),
+                    x_t[i:j],
+                    x0[i:j],
+                    alpha_t[i:j, None],
+                    torch.full_like(alpha_t[i:j, None], dalpha),
+                )
+                out[k, i:j] = torch.where(counted[i:j], per_token, 0.0).sum(-1)
+        return out
 
     # -- sampling -----------------------------------------------------------------
     @torch.no_grad()

@@ -234,6 +234,9 @@ class FLM(Method):
     reference = FLMReference()
     #: the clean token's CE with no time weighting (``loss``)
     loss_kind = LOSS_CE
+    #: none: neither the paper nor its code defines a likelihood for FLM (docs/methods/flm.md,
+    #: "Likelihood"); nll_bound raises NotImplementedError
+    bound_kind = ""
 
     def __init__(self, options, vocab_size: int, seq_len: int):
         super().__init__(options, vocab_size, seq_len)

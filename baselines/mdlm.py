@@ -11,6 +11,10 @@
   on masked positions; ``loss_type="low_var"`` uses the plain masked CE (weight 1).
 - Not time-conditioned by default (MDLM finding: the masked model does not need t).
 
+Likelihood (``nll_bound``, ``bound_kind`` upper bound): that NELBO (always the ``elbo``
+weight) summed over the counted positions, one Monte-Carlo draw of (t, x_t) per sequence and
+row, the reference evaluation's antithetic t on [1e-3, 1], float64.
+
 Sampler: ancestral over t_k = linspace(1, 1e-5, nfe + 1) with exactly ``nfe`` backbone
 calls; each masked token is revealed with probability (alpha_s - alpha_t) / (1 - alpha_t)
 and drawn from p_theta (float64 Gumbel-max); revealed tokens are frozen. The last step has
@@ -34,11 +38,14 @@ from torch import Tensor
 from bench.backbones.dit import build_dit
 from bench.config import BackboneConfig
 from bench.method import (
+    BOUND_ELBO,
     LOSS_CE,
     LOSS_NELBO,
     Batch,
     LossOutput,
     Method,
+    bound_times,
+    gold_log_probs,
     gumbel_argmax,
     token_mean,
 )
@@ -99,6 +106,8 @@ class MDLM(Method):
     Options = MDLMOptions
     decodings = ("ancestral", "greedy")
     loss_kind = LOSS_NELBO
+    #: the continuous-time NELBO, by Monte Carlo over t (:meth:`nll_bound`; whatever loss_type)
+    bound_kind = BOUND_ELBO
     #: reference checkpoint format (bench.reference_format; docs/checkpoints.md)
     reference = MDLMReference()
 
@@ -161,6 +170,41 @@ class MDLM(Method):
             weight = torch.ones_like(alpha_t)
         per_token = -logp_x0 * weight[:, None] * masked
         return token_mean(per_token, batch.loss_mask)
+
+    # -- likelihood ---------------------------------------------------------------
+    @torch.no_grad()
+    def nll_bound(self, backbone, batch: Batch, *, n_draws: int, generator) -> Tensor:
+        """The continuous-time NELBO (MDLM eq. 10) of each sequence's counted positions
+        (:meth:`bound_positions`; every other position stays clean), one Monte-Carlo draw per
+        row: per draw one t per sequence (:func:`bench.method.bound_times`: the reference's
+        antithetic draws on [1e-3, 1]), then x_t masks each counted position with probability
+        1 - alpha_t, and the row is sum_i alpha'_t / (1 - alpha_t) log p_theta(x_0^i | x_t) over
+        the masked counted positions, in float64. The full NELBO whatever ``loss_type`` (the
+        reference evaluates ``elbo``: ``low_var = train_mode and ...``). As in the reference
+        the prior term (alpha_1 = eps > 0) is not added and t is drawn on [1e-3, 1].
+        Random draws, in order, per row: ``bound_times`` (B uniforms, a permutation), then a
+        (B, L) float64 uniform for the masks, all on ``generator``'s device."""
+        x0 = batch.x
+        dev, gdev = x0.device, generator.device
+        counted = self.bound_positions(batch)
+        out = torch.empty(n_draws, x0.shape[0], dtype=torch.float64, device=dev)
+        for k in range(n_draws):
+            # antithetic t: mdlm diffusion.py:800-808 _sample_t (sampling_eps 1e-3)
+            t = bound_times(x0.shape[0], generator=generator, device=dev)
+            alpha_t = self.alpha(t)  # float64
+            u = torch.rand(x0.shape, generator=generator, device=gdev, dtype=torch.float64)
+            # absorbing forward q(x_t | x_0), MDLM eq. 2; s-flm trainer_base.py:596-617 q_xt
+            # (only the valid tokens are noised)
+            masked = (u.to(dev) < (1 - alpha_t)[:, None]) & counted
+            x_t = torch.where(masked, torch.full_like(x0, self.mask_id), x0)
+            logits = backbone(x_t, self.sigma(alpha_t).float())
+            logits[..., self.mask_id] = NEG_INF  # SUBS zero masking (carry-over: masked only)
+            logp = gold_log_probs(logits, x0)
+            # MDLM eq. 10: alpha'_t / (1 - alpha_t) log p_theta(x_0 | x_t); s-flm algo.py:114-126
+            # MDLM.nll_per_token, mdlm diffusion.py:884-894 (dsigma / expm1(sigma) = 1 / t)
+            weight = -log_linear_dalpha(self.opts.eps) / (1 - alpha_t)
+            out[k] = torch.where(masked, -logp * weight[:, None], 0.0).sum(-1)
+        return out
 
     # -- sampling -----------------------------------------------------------------
     @torch.no_grad()

@@ -93,6 +93,45 @@ def antithetic_times(
     return (1 - eps) * u + eps
 
 
+def bound_times(
+    n: int, *, eps: float = 1e-3, generator: torch.Generator, device: Any = "cpu"
+) -> Tensor:
+    """(n,) float64 times in [eps, 1] for one Monte-Carlo draw of a likelihood bound over a batch
+    of n sequences: the reference evaluation's antithetic draws, u_i = (U_i + i) / n and
+    t = (1 - eps) u + eps with sampling_eps = 1e-3 (kuleshov-group/mdlm ``diffusion.py::_sample_t``,
+    s-sahoo/duo ``trainer_base.py::Diffusion._sample_t``, run by their ``ppl_eval`` validation
+    loop), with the strata dealt to the sequences by a random permutation drawn each call.
+    Departure: the reference gives sequence i stratum i every time, so a sequence's estimate
+    only ever sees 1/n of the time range; permuted, each sequence's time is U[eps, 1] (its
+    draws average to its own bound) and the batch total has the reference's distribution. Like
+    the reference the estimate leaves out t < eps: it estimates (1 - eps)^-1 times the integral
+    over [eps, 1] (MDLM: the whole to O(eps); Duo, log-singular at t = 0: 0.1-0.3 % below,
+    docs/methods/duo.md). Drawn on ``generator``'s device (float64), then moved to ``device``."""
+    g = generator.device
+    u = torch.rand(n, generator=generator, device=g, dtype=torch.float64)
+    stratum = torch.randperm(n, generator=generator, device=g).to(torch.float64)
+    return ((1 - eps) * (u + stratum) / n + eps).to(device)
+
+
+#: bytes of one float64 block in :func:`gold_log_probs` (and the bounds' other float64 passes)
+BOUND_BLOCK_BYTES = 1 << 28
+
+
+def gold_log_probs(logits: Tensor, target: Tensor, block_bytes: int = BOUND_BLOCK_BYTES) -> Tensor:
+    """log softmax(logits)[target] in float64, shape ``target.shape``: the log-softmax runs in
+    float64 a block of rows at a time (at most ``block_bytes`` each), so no float64 copy of the
+    whole (..., V) logits is made."""
+    V = logits.shape[-1]
+    flat, tgt = logits.reshape(-1, V), target.reshape(-1)
+    out = torch.empty(flat.shape[0], dtype=torch.float64, device=logits.device)
+    rows = max(1, block_bytes // (8 * V))
+    for i in range(0, flat.shape[0], rows):
+        blk = flat[i : i + rows].double()
+        gold = blk.gather(-1, tgt[i : i + rows, None]).squeeze(-1)
+        out[i : i + rows] = gold - torch.logsumexp(blk, -1)
+    return out.view(target.shape)
+
+
 #: :attr:`Method.loss_kind` values several methods share (per token, in nats)
 LOSS_NLL = "NLL, exact (nats/token)"
 LOSS_NELBO = "NELBO: an upper bound on the NLL (nats/token)"
@@ -197,15 +236,23 @@ class Method(nn.Module):
         """Hook receiving (t, per-sample loss) pairs each step (adaptive schedules)."""
 
     # -- likelihood ----------------------------------------------------------------
+    def bound_positions(self, batch: Batch) -> Tensor:
+        """(B, L) bool: the positions :meth:`nll_bound` sums over, ``loss_mask`` and not
+        ``clean_mask``; every other position is conditioned on (kept clean). Divide by its
+        per-sequence sum for nats per token. AR also leaves out position 0, which nothing
+        predicts (no BOS before it; the reference's ``valid_tokens[:, 1:]``)."""
+        return batch.loss_mask & ~batch.clean_mask
+
     @torch.no_grad()
     def nll_bound(
         self, backbone: nn.Module, batch: Batch, *, n_draws: int, generator: torch.Generator
     ) -> Tensor:
         """The negative log-likelihood of each sequence's ``loss_mask`` positions given its
         ``clean_mask`` positions, or an upper bound on it (:attr:`bound_kind`), in nats summed
-        over those positions: a (n_draws, B) float64 tensor, one row per Monte-Carlo draw of the
-        bound's randomness (an exact method returns one row). Deterministic given
-        ``generator``; accumulated in float64. A method without a bound leaves this
+        over those positions (:meth:`bound_positions`; a position in neither mask is conditioned
+        on as well, and AR's position 0 is): a (n_draws, B) float64 tensor, one row per
+        Monte-Carlo draw of the bound's randomness (an exact method returns one row). Deterministic
+        given ``generator``; accumulated in float64. A method without a bound leaves this
         unimplemented and :attr:`bound_kind` empty."""
         raise NotImplementedError(f"{self.name}: no likelihood bound (Method.bound_kind is empty)")
 
