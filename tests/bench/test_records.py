@@ -254,3 +254,29 @@ def test_rescore_under_the_reference_grader_changes_only_differing_verdicts(
 
     labels = set(prepared(Store(rd).read()).query("kind == 'sample'")["model"])
     assert labels == {"mdlm (ancestral)", "mdlm [scored grader=reference] (ancestral)"}
+
+
+def test_sudoku_text_hooks_lay_a_typed_puzzle_out_as_the_task_does(tmp_path):
+    """decode_text / encode_text round trip; text_canvas puts the givens in both halves (clean)
+    and leaves exactly the blank cells of the solution half to generate, as eval_data does."""
+    from bench import registry
+    from bench.config import TaskConfig
+
+    task = registry.make_task(TaskConfig(name="sudoku", grid=4, n_train=16, n_valid=4,
+                                         data_dir=str(tmp_path)))  # fmt: skip
+    data = task.eval_data("easy", 2)
+    typed = task.decode_text(data.x[0, : task.prompt_len].tolist())
+    assert typed.count("/") == 3 and len(typed.replace("/", "")) == 16
+    canvas = task.text_canvas(typed, "", 0)
+    assert torch.equal(canvas.clean_mask[0], data.clean_mask[0])
+    x, want = canvas.x[0], data.x[0]
+    clean = data.clean_mask[0]
+    assert torch.equal(x[clean], want[clean])  # givens in both halves, separators, BOS
+    assert int((~canvas.clean_mask[0]).sum()) == int(
+        (torch.tensor(data.meta["puzzle"][0]) == 0).sum()
+    )
+    assert task.encode_text(typed) == [int(v) for v in data.meta["puzzle"][0].reshape(-1)]
+    with pytest.raises(ValueError, match="16 cells"):
+        task.encode_text("12./3")
+    with pytest.raises(ValueError, match="suffix"):
+        task.text_canvas(typed, "1", 0)

@@ -265,7 +265,8 @@ class SudokuTask(Task):
                 "sudoku: --suffix has no place in a Sudoku layout (the givens are the prompt)"
             )
         puzzle = np.array(self.encode_text(prompt), dtype=np.int64).reshape(1, self.n, self.n)
-        return self._to_data(puzzle, np.zeros_like(puzzle), "prompt")
+        # the solution half holds the givens (clean) and blanks to fill, as in the task's data
+        return self._to_data(puzzle, puzzle.copy(), "prompt")
 
     def record_fields(self, samples: Tensor, data: TaskData, group: str) -> list[dict]:
         """``givens`` (the puzzle), ``solution``, ``grid`` (the model's; also its ``output``: read
