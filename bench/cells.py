@@ -386,13 +386,18 @@ def _import_folder(tc: TrainCell, task, store: Store, rebuild: bool, t0: float) 
 
 def run_samples(cells: list[SampleCell], threads: int = 0, progress: bool = True) -> int:
     """Sample + evaluate cells of ONE train cell (skipping those in the store and those whose
-    lock another process holds). Returns #done."""
+    lock another process holds), then its likelihood cells (:class:`bench.plan.LikelihoodCell`,
+    :mod:`bench.likelihood.cells`). Returns #done."""
     if not cells:
         return 0
     if threads:
         torch.set_num_threads(threads)
+    from bench.plan import LikelihoodCell
+
     tc = cells[0].train
     store = Store(tc.results_dir)
+    likelihood = [c for c in cells if isinstance(c, LikelihoodCell)]
+    cells = [c for c in cells if not isinstance(c, LikelihoodCell)]
     held = []
     try:
         for c in cells:
@@ -404,10 +409,15 @@ def run_samples(cells: list[SampleCell], threads: int = 0, progress: bool = True
             except locks.CellBusy as e:
                 print(f"sflm: skipping sample cell {c.label()}: {e}", file=sys.stderr, flush=True)
         todo = [c for c, _ in held if not store.has(c.id)]  # finished by its last holder meanwhile?
-        return _sample(tc, todo, store, progress) if todo else 0
+        done = _sample(tc, todo, store, progress) if todo else 0
     finally:
         for _, lock in held:
             lock.release()
+    if likelihood:  # each takes its own cell lock and skips a cell in the store
+        from bench.likelihood.cells import run_likelihood_cell
+
+        done += sum(bool(run_likelihood_cell(c, store, progress)) for c in likelihood)
+    return done
 
 
 def cell_sampler(method, c: SampleCell, task, device, cache: dict):

@@ -1,5 +1,5 @@
 """``python -m bench.eval SRC [--task T] [--nfe N ...] [--temperature T ...] [--decoding D ...]
-[--limit K] [--seeds S ...] [--set KEY=VALUE ...] [--results-dir R]``
+[--limit K] [--seeds S ...] [--set KEY=VALUE ...] [--results-dir R] [--likelihood D,... --draws N]``
 
 Evaluate one model without writing a sweep file. ``SRC`` is a run folder of a sweep
 (``results/runs/<method>-<variant>-<id>``), a model folder from ``python -m bench.checkpoints
@@ -22,6 +22,10 @@ does) and the wall time. It leaves the store rows and per-item records that ``be
 with one. Unset flags take the task's defaults, as a sweep's unset fields do (e.g. Sudoku: NFE =
 the sequence length, every validation puzzle). ``--set`` takes any key of a sweep file
 (``--set task.options.n_digits=4 --set sample.seed=1``).
+
+``--likelihood DATASET[,DATASET...]`` (with ``--limit K``, ``--draws N``) evaluates the model's
+likelihood on each dataset instead of sampling (:mod:`bench.likelihood.command`;
+docs/likelihood.md).
 
 Bad input (an unknown SRC, a task the model's vocabulary cannot serve, ``--limit 0``, a run
 folder whose ``cell.json`` no longer plans to its own id, an untrained seed) is one line on
@@ -278,8 +282,24 @@ def main(argv: list[str] | None = None) -> int:
         "--results-dir",
         help="where a checkpoint's rows go (default: results); a run folder's go beside it",
     )
+    ap.add_argument(
+        "--likelihood",
+        metavar="DATASET[,DATASET...]",
+        help="evaluate the model's likelihood instead of sampling: heldout, owt-valid, "
+        "text:PATH or a zero-shot corpus (docs/likelihood.md); --limit K: the first K sequences",
+    )
+    ap.add_argument(
+        "--draws", type=int, metavar="N", help="with --likelihood: Monte-Carlo draws of the bound"
+    )
     ap.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = ap.parse_args(argv)
+    if args.likelihood is not None:
+        from bench.likelihood import command
+
+        return command.main(args, format_table)
+    if args.draws is not None:
+        print("error: --draws: only with --likelihood", file=sys.stderr)
+        return 2
     try:
         ep = prepare(
             args.src,

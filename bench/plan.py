@@ -538,6 +538,19 @@ def _sample_cells_of(tc: TrainCell, m: _EntryModel, s: SampleConfig) -> list[Sam
     return cells
 
 
+def _check_likelihood(sw: _Sweep) -> None:
+    """The ``likelihood`` section's datasets are ones this task can serve (nothing loaded)."""
+    if not sw.cfg.likelihood.datasets:
+        return
+    from bench.likelihood.datasets import check, parse
+
+    for i, spec in enumerate(sw.cfg.likelihood.datasets):
+        try:
+            check(parse(spec), sw.task)
+        except ValueError as e:  # ConfigError included
+            raise ConfigError(f"{sw.source}: likelihood.datasets[{i}]: {e}") from None
+
+
 def _likelihood_cells_of(tc: TrainCell, m: _EntryModel, lk) -> list[LikelihoodCell]:
     """One likelihood cell per dataset of the sweep's ``likelihood`` section (none when it names
     none); its id: the train cell's and the evaluation settings."""
@@ -577,6 +590,7 @@ def plan(cfg: SweepConfig, source: str = "sweep", *, offline_ok: bool = False) -
     share the first one's) and the sample cells of each (:func:`_sample_cells_of`)."""
     out = Plan(cfg)
     sw = _sweep(cfg, source, offline_ok)
+    _check_likelihood(sw)
     models: dict[str, TrainCell] = {}  # train cell id -> the cell (entries may share one)
     owner: dict[str, int] = {}  # sample cell id -> the methods[] index that planned it
     for i, entry in enumerate(cfg.methods):

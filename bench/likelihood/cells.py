@@ -1,0 +1,222 @@
+"""One likelihood cell: a trained model's likelihood on one dataset, as store rows + records.
+
+:func:`run_likelihood` is the whole job of a cell: skip it when the store has it, load the model's
+weights as sampling does (:func:`bench.cells.method_backbone`, :func:`bench.weights.load_weights`),
+build the dataset's blocks (:mod:`bench.likelihood.datasets`), evaluate
+(:func:`bench.likelihood.evaluate.evaluate`), write the per-sequence records
+(:func:`bench.records.write`) and then the rows (:meth:`bench.results.Store.write_cell`). A method
+without a bound gets rows with no value and ``bound_kind`` "" (the report prints "no bound").
+
+Its id (:func:`cell_id`) is the planner's (:class:`bench.plan.LikelihoodCell`): the train cell's
+id, the dataset spec and the evaluation settings that change the number (sequences, block, wrap,
+draws, seed); ``batch_size`` is not in it (as ``sample.batch_size`` is not in a sample cell's id,
+although the draws are seeded per batch).
+
+Rows (one per metric of :mod:`bench.likelihood.evaluate`): the model's columns (as sample rows),
+``kind = "likelihood"``, ``subset`` = the dataset spec, ``nfe`` None, ``decoding`` "",
+``bound_kind``, ``n`` = sequences, ``item_limit`` = the sequences asked for (empty: all),
+``records`` / ``records_sha256``, ``wall_s``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+
+from bench.config import config_hash
+from bench.results import Store, task_columns
+
+#: metrics a method without a bound gets a valueless row of
+NO_BOUND_METRICS = ("nll", "ppl", "bpd")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How a dataset is evaluated (:class:`bench.config.LikelihoodConfig`'s fields):
+    ``n_sequences`` (0 = every block), ``block`` (0 = the task's sequence length), ``wrap``,
+    ``draws`` of the bound per sequence, ``batch_size``, ``seed`` of the draws."""
+
+    n_sequences: int = 0
+    block: int = 0
+    wrap: bool = True
+    draws: int = 1
+    batch_size: int = 32
+    seed: int = 0
+
+    @classmethod
+    def of(cls, cfg) -> Settings:
+        """From a sweep's ``likelihood`` section (or a :class:`bench.plan.LikelihoodCell`)."""
+        if hasattr(cfg, "n_samples"):  # a planned cell
+            return cls(cfg.n_samples, cfg.block, cfg.wrap, cfg.draws, cfg.batch_size, cfg.seed)
+        return cls(cfg.n_sequences, cfg.block, cfg.wrap, cfg.draws, cfg.batch_size, cfg.seed)
+
+
+def cell_id(tc, dataset: str, s: Settings) -> str:
+    """The cell's id: ``bench.plan._likelihood_cells_of``'s rule."""
+    return config_hash(
+        {
+            "likelihood": tc.id,
+            "dataset": dataset,
+            "n": s.n_sequences,
+            "block": s.block,
+            "wrap": s.wrap,
+            "draws": s.draws,
+            "seed": s.seed,
+        }
+    )
+
+
+def likelihood_rows(
+    tc,
+    task,
+    metrics,
+    *,
+    variant: str,
+    bound_kind: str,
+    steps,
+    s: Settings,
+    dataset: str,
+    wall_s: float,
+) -> list[dict]:
+    """The store rows of one likelihood cell (module docstring), ``metrics``: MetricValues."""
+    from bench.cells import _base_row
+
+    base = {
+        **_base_row(tc),
+        **task_columns(task),
+        "variant": variant or tc.variant,
+        "kind": "likelihood",
+        "train_steps": steps,
+        "nfe": None,
+        "temperature": None,
+        "decoding": "",
+        "subset": dataset,
+        "wall_s": wall_s,
+        "bound_kind": bound_kind,
+        "item_limit": s.n_sequences or None,
+    }
+    return [
+        {
+            **base,
+            "metric": m.metric,
+            "value": m.value,
+            "n": m.n,
+            "ci_low": m.ci_low,
+            "ci_high": m.ci_high,
+            "ci_method": m.ci_method,
+        }
+        for m in metrics
+    ]
+
+
+def run_likelihood(
+    tc, dataset: str, settings: Settings, store: Store, *, variant: str = "", progress: bool = False
+) -> str | None:
+    """Evaluate train cell ``tc``'s trained model on ``dataset`` (a spec) under ``settings`` and
+    write its records and rows to ``store`` (the model's results folder's); nothing when the store
+    has the cell, or another process holds its lock (None then). Returns the cell id. ``variant``:
+    the method entry's variant when it differs from the model's. Raises
+    :class:`~bench.config.ConfigError` (one line) for a bad spec, a block too long for the model,
+    or a corpus that cannot be loaded; FileNotFoundError when the model has no weights."""
+    from bench import locks
+
+    cid = cell_id(tc, dataset, settings)
+    if store.has(cid):
+        return cid
+    try:
+        with locks.CellLock(locks.sample_lock_path(tc.run_dir, cid)):
+            if not store.has(cid):
+                _compute(tc, dataset, settings, store, cid, variant, progress)
+    except locks.CellBusy as e:
+        print(f"sflm: skipping likelihood cell {dataset}: {e}", file=sys.stderr, flush=True)
+        return None
+    return cid
+
+
+def run_likelihood_cell(c, store: Store | None = None, progress: bool = False) -> str | None:
+    """:func:`run_likelihood` for a planned :class:`bench.plan.LikelihoodCell`."""
+    s = Settings.of(c)
+    if cell_id(c.train, c.subset, s) != c.id:
+        raise ValueError(f"likelihood cell {c.id}: its id is not the one its settings give")
+    store = store if store is not None else Store(c.train.results_dir)
+    return run_likelihood(c.train, c.subset, s, store, variant=c.variant, progress=progress)
+
+
+def _compute(tc, dataset, s: Settings, store: Store, cid: str, variant: str, progress: bool):
+    from bench import records
+    from bench.cells import _device, cell_task, method_backbone
+    from bench.evaluate.metrics import MetricValue
+    from bench.likelihood.datasets import load_blocks, parse
+    from bench.likelihood.evaluate import evaluate
+    from bench.weights import load_weights
+
+    t0 = time.perf_counter()
+    spec = parse(dataset)
+    task = cell_task(tc)
+    method, backbone = method_backbone(tc, task)
+    kind = method.bound_kind
+    if not kind:  # "no bound": a row without a value, no records
+        none = [MetricValue(m, None, 0) for m in NO_BOUND_METRICS]
+        rows = likelihood_rows(
+            tc,
+            task,
+            none,
+            variant=variant,
+            bound_kind="",
+            steps=None,
+            s=s,
+            dataset=dataset,
+            wall_s=time.perf_counter() - t0,
+        )
+        store.write_cell(cid, rows)
+        return
+    if not tc.weights.is_file():
+        raise FileNotFoundError(f"{tc.weights}: train cell {tc.label()} has no weights")
+    meta = load_weights(method, backbone, tc.weights)
+    dev = _device()
+    backbone.to(dev).eval()
+    method.to(dev)
+    blocks = load_blocks(
+        task,
+        spec,
+        groups=list(tc.groups),
+        block=s.block,
+        wrap=s.wrap,
+        n=s.n_sequences,
+        positions=method.seq_len,
+    )
+    metrics, recs = evaluate(
+        method,
+        backbone,
+        blocks,
+        n_draws=s.draws,
+        batch_size=s.batch_size,
+        seed=s.seed,
+        device=dev,
+        decode=task.decode_text,
+        progress=progress,
+    )
+    common = {
+        "cell_id": cid,
+        "method": tc.method,
+        "variant": variant or tc.variant,
+        "subset": dataset,
+        "seed": s.seed,
+        "train_seed": tc.train.get("seed"),
+        "bound_kind": kind,
+    }
+    # the records first: a cell whose rows exist always has them (bench.records)
+    files = records.write(tc.results_dir, cid, [{**common, **r} for r in recs])
+    rows = likelihood_rows(
+        tc,
+        task,
+        metrics,
+        variant=variant,
+        bound_kind=kind,
+        steps=meta["steps"],
+        s=s,
+        dataset=dataset,
+        wall_s=time.perf_counter() - t0,
+    )
+    store.write_cell(cid, [{**r, **files} for r in rows])
