@@ -136,9 +136,11 @@ def _evaluation(df: pd.DataFrame) -> pd.Series:
     out = []
     sc = df["scorer"] if "scorer" in df else pd.Series(None, index=df.index)
     lim = df["item_limit"] if "item_limit" in df else pd.Series(None, index=df.index)
-    for a, k in zip(sc, lim):
+    kind = df["kind"] if "kind" in df else pd.Series("sample", index=df.index)
+    for a, k, kd in zip(sc, lim, kind):
         parts = [f"scored {scorer_text(a)}"] if scorer_text(a) else []
-        if k is not None and not pd.isna(k) and int(k) > 0:
+        # a sample cell on the first K items only (a likelihood cell's sequences are its setting)
+        if kd == "sample" and k is not None and not pd.isna(k) and int(k) > 0:
             parts.append(f"first {int(k)} items")
         out.append("; ".join(parts))
     return pd.Series(out, index=df.index, dtype=object)

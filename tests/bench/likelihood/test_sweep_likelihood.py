@@ -50,5 +50,5 @@ def test_sweep_writes_likelihood_rows_and_the_report_table(tmp_path, capsys):
     assert report(["--results-dir", str(rd)]) == 0
     md = (rd / "report" / "likelihood.md").read_text()
     assert "no bound" in md and "<= " in md
-    line = next(x for x in md.splitlines() if x.startswith("| ar"))
+    line = next(x for x in md.splitlines() if x.startswith("| ar |"))  # one label per model
     assert "<=" not in line  # exact
