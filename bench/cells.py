@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import os
 import sys
 import time
@@ -26,80 +25,18 @@ import torch
 
 from bench import locks, records, registry
 from bench.atomic import atomic_torch_save, write_json_atomic
+from bench.cell_model import (
+    _base_row,
+    _device,
+    cell_task,
+    method_backbone,
+)
 from bench.config import config_hash
 from bench.evaluate.paired import encode_outcomes
-from bench.plan import _NON_SEMANTIC_TASK, _NON_SEMANTIC_TRAIN, SampleCell, TrainCell
+from bench.plan import SampleCell, TrainCell
 from bench.results import Store, sample_columns, task_columns
 from bench.train import fit, heldout_for, log_path
 from bench.weights import load_weights
-
-
-def _device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def cell_task(tc: TrainCell):
-    """The task of a train cell, built from its recorded config."""
-    return registry.make_task(tc.task_config())
-
-
-def method_backbone(tc: TrainCell, task):
-    """The method and the (untrained) backbone of a train cell, for ``task``."""
-    method = registry.make_method(tc.method, tc.options, task, getattr(tc, "vocab_size", None))
-    backbone = method.build_backbone(tc.backbone_config())
-    return method, backbone
-
-
-# --------------------------------------------------------------------------- store rows
-
-
-def _base_row(tc: TrainCell) -> dict:
-    """The columns every row of a train cell's model carries."""
-    return {
-        "sweep": tc.sweep,
-        "task": tc.task["name"],
-        "method": tc.method,
-        "variant": tc.variant,
-        "backbone": tc.backbone["size"],
-        "seed": tc.train["seed"],
-        "config_hash": tc.id,
-        "train_cell": tc.id,
-        "recipe": recipe(tc),
-        **_checkpoint_column(tc),
-    }
-
-
-def recipe(tc: TrainCell) -> str:
-    """The model's training recipe: its train cell's identity without the training seed, as
-    canonical JSON (the report's model key: rows of two recipes of one method are two models,
-    seeds pool only within one). Trained on several subsets at once or one model per subset is
-    part of it; which subset is not (the report's subset columns say it)."""
-    task = {k: v for k, v in tc.task.items() if k not in _NON_SEMANTIC_TASK}
-    out = {
-        "task": task,
-        "joint_subsets": len(tc.groups) > 1,
-        "backbone": tc.backbone,
-        "method": tc.method,
-        "options": tc.options,
-    }
-    src = getattr(tc, "source", None)
-    if src:  # an imported file: its bytes and the options it is run with are the recipe
-        out["import"] = src.get("sha256") or src.get("checkpoint")
-        out["vocab_size"] = getattr(tc, "vocab_size", None)
-    else:
-        skip = {*_NON_SEMANTIC_TRAIN, "seed"}
-        out["train"] = {k: v for k, v in tc.train.items() if k not in skip}
-    return json.dumps(out, sort_keys=True, separators=(",", ":"), default=str)
-
-
-def _checkpoint_column(tc: TrainCell) -> dict:
-    """``checkpoint``: where an imported model came from (absent for a trained one, so stores
-    without imports read as before)."""
-    src = getattr(tc, "source", None)
-    if not src:
-        return {}
-    sha = src.get("sha256") or "unknown"
-    return {"checkpoint": f"{src['checkpoint']}@{sha[:12]}"}
 
 
 def train_rows(tc: TrainCell, res, n_params: int, *, task) -> list[dict]:

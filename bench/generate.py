@@ -34,6 +34,7 @@ import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from bench.config import ConfigError
 
@@ -130,6 +131,41 @@ def _load(m: _Model, device):
     backbone.to(device).eval()
     method.to(device)
     return method, backbone
+
+
+class LoadedModel(NamedTuple):
+    """What :func:`load_model` returns: the task, the method and backbone holding SRC's weights
+    (eval mode, on ``device``), the longest canvas the model was trained for (``positions``)
+    and its train cell (:class:`bench.plan.TrainCell`)."""
+
+    task: object
+    method: object
+    backbone: object
+    device: object
+    positions: int
+    cell: object
+
+
+def load_model(
+    src: str,
+    *,
+    task: str | None = None,
+    sets: list[str] = (),
+    results_dir: str | None = None,
+    device=None,
+) -> LoadedModel:
+    """SRC's model, loaded as :func:`generate` loads it (:mod:`bench.source_model`; ``task`` and
+    ``sets`` as ``--task`` / ``--set``), for other front ends (:mod:`bench.lmeval`). ``device``:
+    a torch device or its name (default: CUDA when there is one). Reads, never writes;
+    :class:`ConfigError` (one line) on bad input."""
+    import torch
+
+    m = _model(src, task=task, sets=list(sets), results_dir=results_dir)
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = torch.device(device)
+    method, backbone = _load(m, dev)
+    return LoadedModel(m.task, method, backbone, dev, m.positions, m.cell)
 
 
 def generate(

@@ -51,8 +51,13 @@ def dry_run(p: Plan) -> str:
     store = Store(cfg.results_dir)
     kind = cfg.executor.kind
     ex = settings(cfg.executor) if kind == "slurm" else cfg.executor
+    from bench.plan import LikelihoodCell
+
+    n_lk = sum(isinstance(c, LikelihoodCell) for c in p.sample_cells)
+    lk = f" ({n_lk} of them likelihood cells)" if n_lk else ""
     lines = [
-        f"sweep {cfg.name}: {model_cells(p)}, {len(p.sample_cells)} sample cells; executor {kind}"
+        f"sweep {cfg.name}: {model_cells(p)}, {len(p.sample_cells)} sample cells{lk}; "
+        f"executor {kind}"
     ]
     opts = cfg.task.options if isinstance(cfg.task.options, dict) else vars(cfg.task.options)
     # the task's options say which data and grader the rows use (e.g. Sudoku generator: reference)

@@ -132,8 +132,9 @@ def main(argv: list[str] | None = None) -> int:
 
             try:
                 failures = slurm.execute(p, progress=not args.no_progress, wait=not args.no_wait)
-            except ConfigError as e:
-                print(f"error: {e}", file=sys.stderr)
+            except ConfigError as e:  # incl. no SLURM here: nothing submitted, nothing written
+                via = "--executor slurm" if args.executor else "executor.kind: slurm"
+                print(f"error: {args.sweep}: {via}: {e}", file=sys.stderr)
                 return 2
         else:
             from bench.executors import local

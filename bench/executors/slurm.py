@@ -24,12 +24,19 @@
   state. On SIGTERM (scancel, preemption grace, ``scontrol requeue``) the trainer saves too.
   Sampling jobs requeue the same way and resume at batch granularity.
 
+Before it writes anything the driver checks that SLURM answers here (``squeue``, a short
+timeout); otherwise it stops with one line: the cause, what the sweep would submit and its cost
+bound, and the ways forward (``--executor local``, ``--dry-run``, ``SLURM_CONF``).
+
 Cluster settings (``executor`` section, ``SFLM_SLURM_<FIELD>`` overrides) and the calls to
 squeue / sacct / scancel are in :mod:`bench.executors.slurm_cluster`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
 import shlex
 import shutil
 import signal
@@ -38,17 +45,22 @@ import time
 from pathlib import Path
 
 import submitit
+from submitit.core.utils import FailedJobError
 from submitit.helpers import Checkpointable
 from tqdm import tqdm
 
-from bench.config import ConfigError, ExecutorConfig
+from bench.config import ExecutorConfig
 from bench.executors import log_dir
 from bench.executors.cell_status import STATES, CellStatus, statuses
 from bench.executors.slurm_cluster import (
+    SlurmUnavailable,
     chunk_cells,
+    controller_problem,
+    plan_cost,
     sample_resources,
     scancel,
     settings,
+    slurm_error_line,
     train_resources,
 )
 from bench.executors.state import DriverLock, load_state, save_state, state_dir
@@ -156,7 +168,8 @@ def _submit_train(cfg, ex, tc: TrainCell, state) -> str:
     name = _job_name(cfg, "train", tc.id)
     # a multi-day training run may hit the time limit many times; each time it requeues
     sx = _executor(cfg, ex, res, name, max_num_timeout=100)
-    job = sx.submit(TrainJob(tc.absolute(), ex.cpus_per_task))
+    with _sbatch():
+        job = sx.submit(TrainJob(tc.absolute(), ex.cpus_per_task))
     state["jobs"][job.job_id] = {
         "kind": "train",
         "name": name,
@@ -185,7 +198,10 @@ def _submit_samples(
         dependency=f"afterok:{after}" if after else None,
         array=True,
     )
-    jobs = sx.map_array(SampleJob(ex.cpus_per_task), [[c.absolute() for c in ch] for ch in chunks])
+    with _sbatch():
+        jobs = sx.map_array(
+            SampleJob(ex.cpus_per_task), [[c.absolute() for c in ch] for ch in chunks]
+        )
     base = jobs[0].job_id.split("_")[0]
     state["jobs"][base] = {
         "kind": "samples",
@@ -245,7 +261,10 @@ def execute(
 ) -> list[str]:
     """Submit what the plan still needs, then (``wait``) watch until nothing is queued or running.
 
-    Returns one line per cell that did not finish (label, SLURM state, last error line, log)."""
+    Before anything is written it checks that the SLURM client is on PATH and its controller
+    answers (:func:`_preflight`); if not it raises :class:`SlurmUnavailable` (a ConfigError: one
+    line, exit 2). Returns one line per cell that did not finish (label, SLURM state, last error
+    line, log)."""
     cfg = p.cfg
     ex = settings(cfg.executor)
     for t in p.train_cells:
@@ -255,12 +274,7 @@ def execute(
         store.has(t.id) and t.weights.is_file() for t in p.train_cells
     ):
         return []  # a finished sweep submits nothing and asks SLURM nothing
-    for tool in ("sbatch", "squeue", "sacct", "scancel"):
-        if shutil.which(tool) is None:
-            raise ConfigError(
-                f"executor.kind=slurm but '{tool}' is not on PATH (is this a SLURM login node? "
-                "for a local test cluster: bash scripts/slurm-local-up.sh)"
-            )
+    _preflight(p, ex, store)  # before anything is written: no state, no logs, no runs
     try:
         with DriverLock(cfg):
             state = load_state(cfg)
@@ -289,6 +303,46 @@ def execute(
                 line += f" (log: {s.log})"
             out.append(line)
     return out
+
+
+def _preflight(p: Plan, ex: ExecutorConfig, store: Store) -> None:
+    """Raise :class:`SlurmUnavailable` (one line: the cause, what the sweep would submit and its
+    cost bound, the ways forward) unless the SLURM client is here and its controller answers."""
+    missing = [t for t in ("sbatch", "squeue", "sacct", "scancel") if shutil.which(t) is None]
+    if missing:
+        cause = f"'{missing[0]}' is not on PATH (no SLURM client here)"
+        fix = "or run it on a login node of your cluster"
+    else:
+        said = controller_problem()
+        if said is None:
+            return
+        cause = f"no SLURM controller answers ({said})"
+        conf = os.environ.get("SLURM_CONF")
+        fix = (
+            f"or check SLURM_CONF={conf} and that its controller is up"
+            if conf
+            else "or point SLURM_CONF at your cluster's slurm.conf"
+        )
+    raise SlurmUnavailable(
+        f"{cause}; this sweep would submit {plan_cost(p, ex, store).describe()}; "
+        f"run it here with --executor local, plan it with --dry-run, {fix} "
+        "(a one-node test cluster: bash scripts/slurm-local-up.sh)"
+    )
+
+
+@contextlib.contextmanager
+def _sbatch():
+    """submitit prints sbatch's stderr when it fails and raises it again: make it one line."""
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            yield
+    except FailedJobError as e:
+        raise RuntimeError(f"submission failed: {slurm_error_line(str(e), 'sbatch')}") from None
+    except BaseException:
+        sys.stderr.write(said.getvalue())  # e.g. Ctrl-C mid-submission: show what was said
+        raise
+    sys.stderr.write(said.getvalue())
 
 
 def _watch(p: Plan, state: dict, progress: bool, poll_s: float | None) -> None:

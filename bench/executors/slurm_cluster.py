@@ -105,6 +105,64 @@ def chunk_cells(cells: list, ex: ExecutorConfig) -> list[list]:
     return [cells[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
+def _n(k: int, word: str) -> str:
+    return f"{k} {word}{'' if k == 1 else 's'}"
+
+
+@dataclass
+class PlanCost:
+    """The SLURM jobs a plan's unfinished cells need, and an upper bound of their cost (time
+    limit x resources), as ``--dry-run`` prints them (:func:`bench.status.dry_run`)."""
+
+    train: int = 0  # train jobs
+    imports: int = 0  # import jobs (a checkpoint converted on CPU)
+    arrays: int = 0  # sampling arrays (one per model)
+    tasks: int = 0  # their array tasks
+    cells: int = 0  # sample cells still to run
+    gpu_h: float = 0.0
+    cpu_h: float = 0.0
+
+    def describe(self) -> str:
+        """``2 train jobs and 4 sampling tasks for 8 sample cells (cost upper bound: 3.0
+        GPU-hours, 6.0 CPU-hours)``"""
+        jobs = [_n(self.train, "train job")] if self.train or not self.imports else []
+        jobs += [_n(self.imports, "import job")] if self.imports else []
+        return (
+            f"{', '.join(jobs)} and {_n(self.tasks, 'sampling task')} for "
+            f"{_n(self.cells, 'sample cell')} (cost upper bound: {self.gpu_h:.1f} GPU-hours, "
+            f"{self.cpu_h:.1f} CPU-hours)"
+        )
+
+
+def plan_cost(p, ex: ExecutorConfig, store) -> PlanCost:
+    """What :func:`bench.executors.slurm.execute` would submit for plan ``p`` (cells already in
+    ``store`` skipped): the same count and bound as ``--dry-run``."""
+    out = PlanCost()
+    hours = ex.time_min / 60
+    for tc in p.train_cells:
+        todo = [s for s in p.samples_of(tc) if not store.has(s.id)]
+        trained = store.has(tc.id) and tc.weights.is_file()
+        if trained and not todo:
+            continue
+        if not trained:
+            r = train_resources(ex, tc)
+            if getattr(tc, "imported", False):
+                out.imports += 1
+                out.cpu_h += hours * r["cpus_per_task"]
+            else:
+                out.train += 1
+                out.gpu_h += hours * r["gpus_per_node"] * r["nodes"]
+                out.cpu_h += hours * r["cpus_per_task"] * r["tasks_per_node"] * r["nodes"]
+        chunks = chunk_cells(todo, ex)
+        sr = sample_resources(ex)
+        out.arrays += bool(chunks)
+        out.tasks += len(chunks)
+        out.gpu_h += hours * sr["gpus_per_node"] * len(chunks)
+        out.cpu_h += hours * sr["cpus_per_task"] * len(chunks)
+        out.cells += len(todo)
+    return out
+
+
 # --------------------------------------------------------------------------- asking SLURM
 
 
@@ -123,9 +181,57 @@ def _run(cmd: list[str], timeout: float = 60) -> str:
         raise RuntimeError(f"{cmd[0]} failed: {e}") from None
     if r.returncode != 0:
         raise RuntimeError(
-            f"{' '.join(cmd[:3])}... failed (rc {r.returncode}): {r.stderr.strip()[:300]}"
+            f"{' '.join(cmd[:3])}... failed (rc {r.returncode}): "
+            f"{slurm_error_line(r.stderr, cmd[0])}"
         )
     return r.stdout
+
+
+# the SLURM client's own prefix: "sbatch: error: ...", "squeue: fatal: ..."
+_CLIENT_LINE = re.compile(r"^([\w.-]+): (error|fatal): (.*)$")
+
+
+def slurm_error_line(stderr: str | bytes | None, tool: str) -> str:
+    """The one line of a SLURM client's stderr that names the cause, as ``<tool>: <message>``:
+    its last ``fatal:`` line, else its last line (``error:`` / ``fatal:`` dropped). A client that
+    cannot reach its controller writes several lines (``resolve_ctls_from_dns_srv: ...``,
+    ``fetch_config: ...``) before the one that says why: ``Could not establish a configuration
+    source``, ``Unable to contact slurm controller (connect failure)``."""
+    if isinstance(stderr, bytes):
+        stderr = stderr.decode(errors="replace")
+    lines = [ln.strip() for ln in (stderr or "").splitlines() if ln.strip()]
+    if not lines:
+        return f"{tool}: no error message"
+    fatal = [ln for ln in lines if (m := _CLIENT_LINE.match(ln)) and m.group(2) == "fatal"]
+    line = (fatal or lines)[-1]
+    m = _CLIENT_LINE.match(line)
+    return (f"{m.group(1)}: {m.group(3)}" if m else f"{tool}: {line}")[:300]
+
+
+#: how long the pre-submission check waits for the controller (it answers in well under a
+#: second; a client without a configuration retries for up to a minute, one whose controller is
+#: down for ~10 s)
+PREFLIGHT_TIMEOUT_S = 20.0
+
+
+class SlurmUnavailable(ConfigError):
+    """SLURM cannot be used from here (no client, or no controller answers): nothing submitted."""
+
+
+def controller_problem(timeout: float | None = None) -> str | None:
+    """Ask the controller once, as every later step does (``squeue`` for this user's jobs, a
+    cheap call). ``None`` when it answers, else the cause in one line, e.g. ``squeue: Could not
+    establish a configuration source``."""
+    timeout = PREFLIGHT_TIMEOUT_S if timeout is None else timeout
+    cmd = ["squeue", "-h", "-u", getpass.getuser(), "-o", "%i"]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        said = f": {slurm_error_line(e.stderr, 'squeue')}" if e.stderr else ""
+        return f"squeue had no answer within {timeout:g} s{said}"
+    except OSError as e:
+        return f"squeue: {e}"
+    return None if r.returncode == 0 else slurm_error_line(r.stderr, "squeue")
 
 
 def _expand_array(spec: str) -> list[int]:

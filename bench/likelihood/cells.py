@@ -1,7 +1,8 @@
 """One likelihood cell: a trained model's likelihood on one dataset, as store rows + records.
 
 :func:`run_likelihood` is the whole job of a cell: skip it when the store has it, load the model's
-weights as sampling does (:func:`bench.cells.method_backbone`, :func:`bench.weights.load_weights`),
+weights as sampling does (:func:`bench.cell_model.method_backbone`,
+:func:`bench.weights.load_weights`),
 build the dataset's blocks (:mod:`bench.likelihood.datasets`), evaluate
 (:func:`bench.likelihood.evaluate.evaluate`), write the per-sequence records
 (:func:`bench.records.write`) and then the rows (:meth:`bench.results.Store.write_cell`). A method
@@ -80,7 +81,7 @@ def likelihood_rows(
     wall_s: float,
 ) -> list[dict]:
     """The store rows of one likelihood cell (module docstring), ``metrics``: MetricValues."""
-    from bench.cells import _base_row
+    from bench.cell_model import _base_row
 
     base = {
         **_base_row(tc),
@@ -145,7 +146,7 @@ def run_likelihood_cell(c, store: Store | None = None, progress: bool = False) -
 
 def _compute(tc, dataset, s: Settings, store: Store, cid: str, variant: str, progress: bool):
     from bench import records
-    from bench.cells import _device, cell_task, method_backbone
+    from bench.cell_model import _device, cell_task, method_backbone
     from bench.evaluate.metrics import MetricValue
     from bench.likelihood.datasets import load_blocks, parse
     from bench.likelihood.evaluate import evaluate

@@ -181,6 +181,8 @@ def test_every_quickstart_run_folder_plans_to_the_sweeps_cells(tmp_path):
     import json
     from pathlib import Path
 
+    from bench.plan import LikelihoodCell
+
     root = Path(__file__).resolve().parents[2]
     cfg = load_sweep(root / "sweeps" / "quickstart.yaml")
     cfg.results_dir = str(tmp_path / "results")
@@ -197,7 +199,11 @@ def test_every_quickstart_run_folder_plans_to_the_sweeps_cells(tmp_path):
             str(tc.run_dir), nfe=[4, 16], temperature=[1.0, 0.5], decoding=entry.decoding
         )
         assert [t.id for t in ep.train_cells] == [tc.id]
-        want = {c.id for c in p.samples_of(tc) if c.variant == tc.variant}
+        want = {  # its sampling cells (its likelihood cells: bench.eval --likelihood)
+            c.id
+            for c in p.samples_of(tc)
+            if c.variant == tc.variant and not isinstance(c, LikelihoodCell)
+        }
         assert {c.id for c in ep.sample_cells} == want, tc.label()
     # --seeds: the other seed's run folder of the same model, pooled in one table
     mdlm = [tc for tc in p.train_cells if tc.method == "mdlm"]

@@ -14,7 +14,10 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def _plan(*sets: str):
-    raw = apply_overrides(load_yaml(ROOT / "sweeps" / "quickstart.yaml"), list(sets))
+    """sweeps/quickstart.yaml without its likelihood section, then ``sets``."""
+    raw = load_yaml(ROOT / "sweeps" / "quickstart.yaml")
+    raw.pop("likelihood", None)
+    raw = apply_overrides(raw, list(sets))
     return plan(build(SweepConfig, raw, where="quickstart"))
 
 
@@ -23,7 +26,9 @@ def test_no_section_no_likelihood_cells():
     assert not any(isinstance(c, LikelihoodCell) for c in p.sample_cells)
 
 
-def test_one_cell_per_model_and_dataset():
+def test_one_cell_per_model_and_dataset(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("1 2 3\n")
     base = _plan()
     p = _plan("likelihood.datasets=[heldout, 'text:notes.txt']", "likelihood.n_sequences=64")
     lk = [c for c in p.sample_cells if isinstance(c, LikelihoodCell)]
@@ -50,7 +55,18 @@ def test_ids_follow_the_evaluation_settings_only():
     ids = lambda p: sorted(c.id for c in p.sample_cells if isinstance(c, LikelihoodCell))  # noqa: E731
     assert ids(a) == ids(_plan("likelihood.datasets=[heldout]", "sample.nfe=[8]"))
     assert ids(a) == ids(_plan("likelihood.datasets=[heldout]", "likelihood.batch_size=7"))
-    for change in ("likelihood.draws=4", "likelihood.n_sequences=8", "likelihood.seed=1",
+    for change in ("likelihood.draws=3", "likelihood.n_sequences=8", "likelihood.seed=1",
                    "likelihood.block=16", "likelihood.wrap=false"):  # fmt: skip
         other = ids(_plan("likelihood.datasets=[heldout]", change))
         assert not set(other) & set(ids(a)), change
+
+
+def test_a_dataset_the_task_cannot_serve_is_refused_while_planning():
+    import pytest
+
+    from bench.config import ConfigError
+
+    for spec, says in (("owt-valid", "OWT task"), ("text:/no/such.txt", "no such file")):
+        with pytest.raises(ConfigError, match=says) as e:
+            _plan(f"likelihood.datasets=[heldout, '{spec}']")
+        assert "likelihood.datasets[1]" in str(e.value)
