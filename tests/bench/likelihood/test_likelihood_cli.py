@@ -116,6 +116,7 @@ def test_a_bound_with_draws_has_a_monte_carlo_error(runs, tmp_path, capsys):
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(runs, tmp_path, capsys, argv, words):
+    (tmp_path / "x.txt").write_text("3 1 4 1 5 9 2 6\n")  # a file that exists (none.txt: not)
     before = snapshot(tmp_path / "results")
     rc, _, err = _eval(capsys, runs["ar"], *(a.format(tmp=tmp_path) for a in argv))
     assert rc == 2 and words in err and len(err.strip().splitlines()) == 1, err
