@@ -244,7 +244,9 @@ def test_rescore_under_the_reference_grader_changes_only_differing_verdicts(
     changed = [i for i, (a, b) in enumerate(zip(recs, new_recs)) if a["verdict"] != b["verdict"]]
     assert changed == [1, 3, 5, 7, 9]
     assert all(new_recs[i]["status"] != "ok" for i in changed)
-    assert all(new_recs[i]["graded_text"].rstrip().endswith("answer") for i in changed)
+    # the reference grader read past the EOS: it extracted another program from the canvas
+    assert all(new_recs[i]["program"] != recs[i]["program"] for i in changed)
+    assert all(new_recs[i]["program"] == recs[i]["program"] for i in range(0, 10, 2))
     # the old rows stay; running it again writes nothing
     assert len(df[df["cell_id"] == cid]) == len(new)
     assert rescore_main(["--results-dir", str(rd), "--set", "task.options.grader=reference"]) == 0

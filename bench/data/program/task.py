@@ -228,8 +228,9 @@ class ProgramTask(Task):
         ``program`` (as
         extracted), ``answer`` (the executed value), ``gold``, ``status``, ``detail``,
         ``stdout`` / ``stderr`` (their last characters), ``run_s``, the ``grader`` and its
-        ``verdict``; ``target`` is the gold answer; ``graded_text`` the text the grader read when
-        it is not ``output`` (the reference grader reads the whole canvas)."""
+        ``verdict``; ``target`` is the gold answer. (The reference grader reads the whole canvas,
+        text after the EOS too: its ``program`` shows what it extracted from it, and the canvas is
+        ``prompt_ids`` + ``output_ids``; the text is not kept twice.)"""
         if len(self.last_rows) != len(data):
             raise ValueError(f"{self.name}: record_fields needs the evaluation of these samples")
         out = []
@@ -247,8 +248,6 @@ class ProgramTask(Task):
                 "grader": self.opts.grader,
                 "verdict": bool(r["correct"]),
             }
-            if self.opts.grader == "reference":
-                rec["graded_text"] = r["completion"]
             out.append(rec)
         return out
 
