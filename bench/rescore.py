@@ -246,7 +246,9 @@ def _run(results_dir: Path, store, cells, sets: list[str]) -> int:
             f"sampling and scoring took {sampled_s:.1f} s"  # rows written before sample_s / score_s
         )
     )
-    print(f"{what}; scoring took {spent:.1f} s (when sampled, the same cells' {then})")
+    if written or reproduced or bad:
+        what += f"; scoring took {spent:.1f} s (when sampled, the same cells' {then})"
+    print(what)
     return 1 if bad else 0
 
 
