@@ -181,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
 
+    from bench.config import ConfigError
     from bench.records import RecordsError
     from bench.results import Store
     from bench.samples import select_cells
@@ -196,10 +197,32 @@ def main(argv: list[str] | None = None) -> int:
             cells = cells[cells["rescored_from"].isna() | (cells["rescored_from"] == "")]
         if not len(cells):
             raise UsageError(f"{results_dir}: no sampled cell with records matches the selection")
+        _check_settings(results_dir, cells, args.set)
         return _run(results_dir, store, cells, args.set)
-    except (UsageError, RecordsError, FileNotFoundError) as e:
+    except (UsageError, RecordsError, FileNotFoundError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return USAGE_EXIT
+
+
+def _check_settings(results_dir: Path, cells, sets: list[str]) -> None:
+    """The ``--set`` items build each selected model's task (its run folder's ``cell.json``; the
+    options' rules: ConfigError naming the key), before any work. Building a task is cheap: no
+    data, no sandbox."""
+    from bench import registry
+    from bench.config import TaskConfig
+
+    seen = set()
+    for tc_id in dict.fromkeys(cells["train_cell"]):
+        found = sorted(results_dir.glob(f"runs/*-{tc_id}/cell.json"))
+        if not found:
+            raise FileNotFoundError(f"train cell {tc_id}: no run folder under {results_dir}/runs")
+        task = json.loads(found[0].read_text())["task"]
+        overrides = scorer_overrides(sets, task)
+        key = json.dumps([task, overrides], sort_keys=True, default=str)
+        if key not in seen:
+            seen.add(key)
+            opts = {**(task.get("options") or {}), **overrides}
+            registry.make_task(TaskConfig(**{**task, "options": opts}))
 
 
 def _run(results_dir: Path, store, cells, sets: list[str]) -> int:

@@ -12,6 +12,7 @@ shows every string as text.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -61,7 +62,7 @@ def samples_table(cells: pd.DataFrame, results_dir: Path, k: int) -> Table | Non
                 records.read(results_dir, r["records"], r.get("records_sha256")),
             )
         except records.RecordsError as e:
-            print(f"warning: samples view: {e}; its model is left out")
+            print(f"warning: samples view: {e}; its model is left out", file=sys.stderr)
     if not recs:
         return None
     n_items = min(len(v) for _, v in recs.values())

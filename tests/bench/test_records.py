@@ -165,9 +165,13 @@ def test_rescore_with_unchanged_settings_reproduces_every_value(sudoku_run, caps
     out = capsys.readouterr().out
     assert "4 of 4 cells reproduce every stored value" in out
     assert sorted(p.name for p in (rd / "store").glob("*.json")) == before  # nothing written
-    # a setting that is not the scorer's is refused
+    # a setting that is not the scorer's is refused; a bad value is one line naming the key
     assert rescore_main(["--results-dir", str(rd), "--set", "sample.nfe=[8]"]) == 2
     assert "only task.options" in capsys.readouterr().err
+    assert rescore_main(["--results-dir", str(rd), "--set", "task.options.generator=foo"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "task.options.generator" in err and len(err.splitlines()) == 1, err
+    assert sorted(p.name for p in (rd / "store").glob("*.json")) == before
 
 
 def test_rescore_reports_a_stored_value_that_does_not_reproduce():
