@@ -155,3 +155,34 @@ def paired_bootstrap_difference(
     return _result(
         (a, b), _diff, paired=True, n_resamples=n_resamples, confidence=confidence, seed=seed
     )
+
+
+def bootstrap_ratio(
+    num, den, *, n_resamples: int, confidence: float = 0.95, seed: int = 0
+) -> tuple[float | None, float | None]:
+    """Percentile-bootstrap interval over items of the ratio ``sum(num) / sum(den)`` (items
+    resampled in pairs: Sudoku's cell accuracy, a likelihood's nats per token). (None, None) with
+    fewer than 2 items or ``sum(den) == 0``; (r, r) when every item has the same ratio r."""
+    from scipy import stats
+
+    num, den = np.asarray(num), np.asarray(den)
+    if len(num) < 2 or den.sum() == 0:
+        return None, None
+    if np.all(num * den.sum() == den * num.sum()):  # every item has the same ratio
+        r = float(num.sum() / den.sum())
+        return r, r
+
+    def stat(a, b, axis=-1):
+        return a.sum(axis=axis) / np.maximum(b.sum(axis=axis), 1)
+
+    res = stats.bootstrap(
+        (num, den),
+        stat,
+        paired=True,
+        vectorized=True,
+        n_resamples=n_resamples,
+        confidence_level=confidence,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    )
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from bench.config import ConfigError
+from bench.evaluate.bootstrap import bootstrap_ratio
 from bench.evaluate.metrics import MetricValue
 from bench.method import BOUND_EXACT, Batch
 
@@ -59,27 +60,7 @@ def check_bound(method) -> None:
 
 def ratio_ci(num: np.ndarray, den: np.ndarray, seed: int) -> tuple[float | None, float | None]:
     """Percentile bootstrap over items of sum(num) / sum(den) (None, None with < 2 items)."""
-    if len(num) < 2 or den.sum() == 0:
-        return None, None
-    if np.all(num * den.sum() == den * num.sum()):  # every item has the same ratio
-        r = float(num.sum() / den.sum())
-        return r, r
-    from scipy import stats
-
-    def stat(a, b, axis=-1):
-        return a.sum(axis=axis) / np.maximum(b.sum(axis=axis), 1)
-
-    res = stats.bootstrap(
-        (num, den),
-        stat,
-        paired=True,
-        vectorized=True,
-        n_resamples=N_RESAMPLES,
-        confidence_level=CONFIDENCE,
-        method="percentile",
-        rng=np.random.default_rng(seed),
-    )
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return bootstrap_ratio(num, den, n_resamples=N_RESAMPLES, confidence=CONFIDENCE, seed=seed)
 
 
 def scored_positions(method, batch: Batch) -> torch.Tensor:

@@ -24,6 +24,7 @@ from scipy import stats
 
 from bench.data.sudoku.format import decode
 from bench.data.sudoku.solver import BOXES
+from bench.evaluate.bootstrap import bootstrap_ratio
 from bench.evaluate.metrics import MetricValue
 
 CONFIDENCE = 0.95
@@ -57,26 +58,7 @@ def _wilson(k: int, n: int) -> tuple[float, float]:
 
 def _ratio_ci(hits: np.ndarray, totals: np.ndarray) -> tuple[float | None, float | None]:
     """Percentile bootstrap over puzzles of sum(hits) / sum(totals)."""
-    if len(hits) < 2 or totals.sum() == 0:
-        return None, None
-    ratio = hits.sum() / totals.sum()
-    if np.all(hits * totals.sum() == totals * hits.sum()):  # every puzzle has the same ratio
-        return float(ratio), float(ratio)
-
-    def stat(h, t, axis=-1):
-        return h.sum(axis=axis) / np.maximum(t.sum(axis=axis), 1)
-
-    res = stats.bootstrap(
-        (hits, totals),
-        stat,
-        paired=True,
-        vectorized=True,
-        n_resamples=N_BOOTSTRAP,
-        confidence_level=CONFIDENCE,
-        method="percentile",
-        rng=np.random.default_rng(0),
-    )
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return bootstrap_ratio(hits, totals, n_resamples=N_BOOTSTRAP, confidence=CONFIDENCE, seed=0)
 
 
 def evaluate_sudoku(samples, puzzles, solutions) -> list[MetricValue]:
