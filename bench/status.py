@@ -9,7 +9,7 @@ and SLURM jobs, failures), which the SLURM executor shares.
 from __future__ import annotations
 
 from bench.executors.cell_status import STATES, statuses
-from bench.executors.slurm_cluster import chunk_cells, sample_resources, settings, train_resources
+from bench.executors.slurm_cluster import chunk_cells, plan_cost, settings, train_resources
 from bench.executors.state import state_dir
 from bench.plan import Plan
 from bench.results import Store
@@ -71,9 +71,7 @@ def dry_run(p: Plan) -> str:
             f"gpus/node {ex.gpus_per_node}; cpus/task {ex.cpus_per_task}; mem {ex.mem_gb} GB/task; "
             f"array parallelism {ex.array_parallelism}"
         )
-    n_train = n_import = n_arrays = n_tasks = n_cells = 0
-    gpu_h = cpu_h = 0.0
-    hours = ex.time_min / 60
+    n_train = n_cells = 0  # local jobs; SLURM's totals: slurm_cluster.plan_cost
     for tc in p.train_cells:
         todo = [s for s in p.samples_of(tc) if not store.has(s.id)]
         trained = store.has(tc.id) and tc.weights.is_file()
@@ -81,19 +79,7 @@ def dry_run(p: Plan) -> str:
             continue
         if kind == "slurm":
             r = train_resources(ex, tc)
-            if not trained and getattr(tc, "imported", False):
-                n_import += 1  # a CPU job converting a checkpoint (train_resources)
-                cpu_h += hours * r["cpus_per_task"]
-            elif not trained:
-                n_train += 1
-                gpu_h += hours * r["gpus_per_node"] * r["nodes"]
-                cpu_h += hours * r["cpus_per_task"] * r["tasks_per_node"] * r["nodes"]
             chunks = chunk_cells(todo, ex)
-            sr = sample_resources(ex)
-            n_arrays += bool(chunks)
-            n_tasks += len(chunks)
-            gpu_h += hours * sr["gpus_per_node"] * len(chunks)
-            cpu_h += hours * sr["cpus_per_task"] * len(chunks)
             res = (
                 f"nodes={r['nodes']} tasks/node={r['tasks_per_node']} "
                 f"gpus/node={r['gpus_per_node']}"
@@ -116,16 +102,17 @@ def dry_run(p: Plan) -> str:
             )
         n_cells += len(todo)
     if kind == "slurm":
+        c = plan_cost(p, ex, store)  # what the SLURM executor's preflight also says
         lines.append(
             "jobs: "
-            + (f"{n_train} train job(s), " if n_train or not n_import else "")
-            + (f"{n_import} import job(s), " if n_import else "")
-            + f"{n_arrays} sampling array(s) with {n_tasks} task(s) "
-            f"for {n_cells} sample cell(s)"
+            + (f"{c.train} train job(s), " if c.train or not c.imports else "")
+            + (f"{c.imports} import job(s), " if c.imports else "")
+            + f"{c.arrays} sampling array(s) with {c.tasks} task(s) "
+            f"for {c.cells} sample cell(s)"
         )
         lines.append(
             "cost upper bound (time limit x resources): "
-            f"{gpu_h:.1f} GPU-hours, {cpu_h:.1f} CPU-hours"
+            f"{c.gpu_h:.1f} GPU-hours, {c.cpu_h:.1f} CPU-hours"
         )
     else:
         lines.append(f"jobs: {n_train} local job(s) for {n_cells} sample cell(s)")
