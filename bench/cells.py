@@ -117,11 +117,7 @@ def sample_rows(
     return [
         {
             **base,
-            "metric": m.metric,
-            "value": m.value,
-            "n": m.n,
-            "ci_low": m.ci_low,
-            "ci_high": m.ci_high,
+            **m.columns(),
             **_uncertainty(m, items),
             **sample_columns(task, method, c.decoding, c.subset, m.metric),
         }
@@ -168,11 +164,7 @@ def reference_rows(task, c: SampleCell, store: Store) -> None:
         [
             {
                 **base,
-                "metric": m.metric,
-                "value": m.value,
-                "n": m.n,
-                "ci_low": m.ci_low,
-                "ci_high": m.ci_high,
+                **m.columns(),
                 "metric_rank": ranked.index(m.metric) if m.metric in ranked else None,
             }
             for m in metrics

@@ -29,3 +29,14 @@ class MetricValue:
     ci_high: float | None = None
     ci_method: str | None = None
     outcomes: Any = None
+
+    def columns(self) -> dict:
+        """Its store-row columns (``metric``, ``value``, ``n``, ``ci_low``, ``ci_high``); the
+        cell kinds (:mod:`bench.cells`, :mod:`bench.likelihood.cells`) add theirs."""
+        return {
+            "metric": self.metric,
+            "value": self.value,
+            "n": self.n,
+            "ci_low": self.ci_low,
+            "ci_high": self.ci_high,
+        }

@@ -100,11 +100,7 @@ def likelihood_rows(
     return [
         {
             **base,
-            "metric": m.metric,
-            "value": m.value,
-            "n": m.n,
-            "ci_low": m.ci_low,
-            "ci_high": m.ci_high,
+            **m.columns(),
             "ci_method": m.ci_method,
         }
         for m in metrics
