@@ -260,7 +260,14 @@ class Method(nn.Module):
     def call(self, backbone: nn.Module, *args: Any, **kwargs: Any) -> Any:
         """Every backbone call a sampler makes goes through here (it is the NFE count)."""
         self.nfe_counter += 1
-        return backbone(*args, **kwargs)
+        timer = getattr(self, "call_timer", None)  # bench.cost.measure.CallTimer, when measuring
+        if timer is None:
+            return backbone(*args, **kwargs)
+        token = timer.start()
+        try:
+            return backbone(*args, **kwargs)
+        finally:
+            timer.stop(token)
 
     @torch.no_grad()
     def sample(

@@ -1,0 +1,161 @@
+"""Measuring what a cell costs: wall seconds by phase, the seconds spent inside the network, peak
+memory, and the machine it ran on (the columns every sample and train row carries).
+
+- :func:`environment`: device name, torch / CUDA versions, CPU threads;
+- :class:`PeakMemory`: the peak since a reset (CUDA: the allocator's max allocated; CPU: the
+  process's resident-set high-water mark, ``VmHWM``, reset through ``/proc/self/clear_refs``);
+- :class:`CallTimer`: seconds inside the backbone calls a sampler makes through
+  :meth:`bench.method.Method.call` (CUDA: events, read once at the end, so timing adds no
+  synchronisation; CPU: ``perf_counter``). ``forward_equivalents`` = sampling seconds over network
+  seconds: 1.0 for a sampler that does nothing but call its network, more for one whose own work
+  per call (S-FLM's exact velocity, a (B, L, |V|) normal draw) is not free.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+#: the cost columns of a sample row (bench.cells.sample_rows adds them; bench.results documents them)
+SAMPLE_COST_COLUMNS = (
+    "sample_s",  # sampling seconds of the cell, net of scoring (model load not included)
+    "score_s",  # scoring seconds (sandbox, reference LM, grader), apart from sampling
+    "network_s",  # of sample_s, seconds inside the backbone's counted calls
+    "network_calls",  # backbone calls made (all batches)
+    "forward_equivalents",  # sample_s / network_s: the sampler's work per call in bare forwards
+    "tokens_per_s",  # generated (scored) positions per sampling second
+    "seconds_per_sample",  # sample_s / items
+    "peak_mem_mb",  # peak memory while sampling (CUDA max allocated, or CPU resident peak)
+    "device_name",  # "cpu: AMD EPYC ..." or "cuda: NVIDIA H100 80GB HBM3"
+    "torch_version",
+    "cuda_version",  # None on a CPU build
+    "threads",  # torch intra-op threads
+)
+#: the cost columns of a train row
+TRAIN_COST_COLUMNS = ("s_per_step", "tokens_per_s", "peak_mem_mb", "device_name",
+                      "torch_version", "cuda_version", "threads")  # fmt: skip
+
+
+def cpu_name() -> str:
+    """``lscpu``'s model name, read from /proc/cpuinfo (platform's processor elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def device_name(device: torch.device | str | None = None) -> str:
+    """``cuda: <GPU name>`` for a CUDA device, else ``cpu: <CPU model name>``."""
+    device = torch.device(device) if device is not None else None
+    if device is not None and device.type == "cuda":
+        return f"cuda: {torch.cuda.get_device_name(device)}"
+    return f"cpu: {cpu_name()}"
+
+
+def environment(device: torch.device | str | None = None) -> dict:
+    """The machine columns of a row: device name, torch and CUDA versions, intra-op threads."""
+    return {
+        "device_name": device_name(device),
+        "torch_version": torch.__version__,
+        "cuda_version": torch.version.cuda,
+        "threads": torch.get_num_threads(),
+    }
+
+
+def _proc_status(key: str) -> int | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+class PeakMemory:
+    """Peak memory of the work between :meth:`reset` and :meth:`peak_bytes`.
+
+    CUDA: ``torch.cuda.max_memory_allocated`` (what the allocator handed out, not its cache).
+    CPU: the process's resident high-water mark; on Linux it is reset by writing 5 to
+    ``/proc/self/clear_refs`` (so the peak is this cell's, not the process's lifetime's); where
+    that is not possible (not Linux, no permission) it is the process's peak since it started,
+    and :attr:`since_start` says so."""
+
+    def __init__(self, device: torch.device | str | None = None):
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.since_start = False
+
+    def reset(self) -> PeakMemory:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            return self
+        try:
+            Path("/proc/self/clear_refs").write_text("5")
+        except OSError:
+            self.since_start = True
+        return self
+
+    def peak_bytes(self) -> int | None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            return int(torch.cuda.max_memory_allocated(self.device))
+        hwm = _proc_status("VmHWM")
+        if hwm is None:  # not Linux: the process's lifetime peak (ru_maxrss is in kB there too)
+            import resource
+
+            scale = 1 if platform.system() == "Darwin" else 1024
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+        return hwm
+
+    def peak_mb(self) -> float | None:
+        b = self.peak_bytes()
+        return None if b is None else b / 2**20
+
+
+class CallTimer:
+    """Seconds inside the network calls made through :meth:`bench.method.Method.call` while it
+    is installed (``method.call_timer = CallTimer(device)``). On CUDA each call records two
+    events and :meth:`seconds` reads them (one synchronisation, at the end)."""
+
+    def __init__(self, device: torch.device | str | None = None):
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.cuda = self.device.type == "cuda"
+        self.calls = 0
+        self._s = 0.0
+        self._events: list = []
+
+    def start(self):
+        self.calls += 1
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            return ev
+        return time.perf_counter()
+
+    def stop(self, token) -> None:
+        if self.cuda:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self._events.append((token, end))
+        else:
+            self._s += time.perf_counter() - token
+
+    def seconds(self) -> float:
+        if self._events:
+            torch.cuda.synchronize(self.device)
+            self._s += sum(a.elapsed_time(b) for a, b in self._events) / 1000.0
+            self._events.clear()
+        return self._s
+
+
+def threads_env() -> dict:
+    """The thread settings a job ran under (OMP / MKL environment), for the records."""
+    return {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ}
