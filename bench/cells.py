@@ -44,7 +44,12 @@ def train_rows(tc: TrainCell, res, n_params: int, *, task) -> list[dict]:
     ``task``: the instance, for the report columns it declares). ``train_log``: the run's CSV
     log (:func:`bench.train.log_path`) relative to the results folder, when it was written;
     ``loss_kind``: what that log's ``loss`` / ``val_loss`` is (the method's
-    :meth:`~bench.method.Method.loss_kind_for` the cell's options)."""
+    :meth:`~bench.method.Method.loss_kind_for` the cell's options). What the run cost
+    (:data:`bench.cost.measure.TRAIN_COST_COLUMNS`, on every row): ``s_per_step``,
+    ``tokens_per_s`` (training tokens of the global batch per second) and ``peak_mem_mb`` of
+    this process's steps (a resumed run's last process), and the machine it trained on."""
+    from bench.cost.measure import environment
+
     log = log_path(tc.run_dir)
     cls = registry.METHODS[tc.method]
     base = {
@@ -58,6 +63,10 @@ def train_rows(tc: TrainCell, res, n_params: int, *, task) -> list[dict]:
         "device": getattr(res, "device", None),
         "devices": getattr(res, "devices", None),
         "loss_kind": cls.loss_kind_for(cls.Options(**tc.options)),
+        "s_per_step": getattr(res, "s_per_step", None),
+        "tokens_per_s": getattr(res, "tokens_per_s", None),
+        "peak_mem_mb": getattr(res, "peak_mem_mb", None),
+        **environment("cuda" if str(getattr(res, "device", "cpu")).startswith("cuda") else "cpu"),
     }
     return [
         {**base, "metric": "train_steps_per_s", "value": res.steps_per_s, "n": res.steps},
@@ -277,7 +286,11 @@ def _import(tc: TrainCell, task, store: Store, rebuild: bool) -> str:
 
 
 def _import_rows(tc: TrainCell, task, store: Store, meta: dict, t0: float) -> None:
-    """An imported model's train rows: its parameter count and the step it was trained to."""
+    """An imported model's train rows: its parameter count and the step it was trained to, and
+    the machine that converted it (:func:`bench.cost.measure.environment`; nothing was trained
+    here, so no other cost column)."""
+    from bench.cost.measure import environment
+
     base = {
         **_base_row(tc),
         **task_columns(task),
@@ -287,6 +300,7 @@ def _import_rows(tc: TrainCell, task, store: Store, meta: dict, t0: float) -> No
         "wall_s": time.perf_counter() - t0,
         "device": None,
         "devices": None,
+        **environment("cpu"),  # the conversion reads and writes files on the CPU
     }
     store.write_cell(
         tc.id, [{**base, "metric": "n_params", "value": float(meta["parameters"]), "n": 1}]
@@ -385,13 +399,28 @@ def sample_batch(sampler, backbone, c: SampleCell, prompt, pmask, generator, *, 
 
 
 def _sample(tc: TrainCell, todo: list[SampleCell], store: Store, progress: bool) -> int:
+    """Sample and score ``todo`` (cells of train cell ``tc``), each into its store rows and
+    records. What a cell cost (:data:`bench.cost.measure.SAMPLE_COST_COLUMNS`): ``sample_s`` is
+    the seconds its batches took to sample (moving the prompts to the device, the sampler, the
+    ids back to the CPU), summed over every batch, also those resumed from the batch files of an
+    earlier run (each file records its batch's seconds, network seconds and calls); loading the
+    items, building the sampler, saving and scoring are not in it. ``score_s`` is the task's
+    evaluation and the records; ``wall_s`` all of this process's work on the cell. A batch file
+    written before these were recorded makes the columns it would have fed None.
+    ``peak_mem_mb``: the most any batch's process measured (:class:`~bench.cost.measure.
+    PeakMemory`, reset when that process began sampling the cell; each batch file records the
+    peak so far), so across a resume it is the peak of the processes that sampled; None when no
+    batch file records one."""
     from tqdm import tqdm
+
+    from bench.cost.measure import CallTimer, PeakMemory, environment, sample_cost
 
     if not tc.weights.is_file():
         raise FileNotFoundError(
             f"{tc.weights}: train cell {tc.label()} has no weights (did training fail?)"
         )
     dev = _device()
+    env = environment(dev)
     task = cell_task(tc)
     method, backbone = method_backbone(tc, task)
     meta = load_weights(method, backbone, tc.weights)
@@ -404,31 +433,64 @@ def _sample(tc: TrainCell, todo: list[SampleCell], store: Store, progress: bool)
         data = task.eval_data(c.subset, c.n_samples)
         part_dir = tc.run_dir / "samples" / c.id
         part_dir.mkdir(parents=True, exist_ok=True)
-        outs, nfe_used = [], None
+        outs, nfe_used, costs = [], None, []
         starts = list(range(0, len(data), c.batch_size))
-        for bi in tqdm(starts, desc=c.label(), disable=not progress, leave=False):
-            path = part_dir / f"batch_{bi // c.batch_size:05d}.pt"
-            if path.is_file():  # resume at batch granularity
-                saved = torch.load(path, weights_only=False)
-                outs.append(saved["ids"])
-                nfe_used = saved["nfe"]
-                continue
-            sl = slice(bi, bi + c.batch_size)
-            prompt, pmask = data.x[sl].to(dev), data.clean_mask[sl].to(dev)
-            gen = torch.Generator(device=dev).manual_seed(batch_seed(c, bi))
-            sampler.nfe_counter = 0
-            ids = sample_batch(sampler, backbone, c, prompt, pmask, gen, float64=c.float64)
-            nfe_used = sampler.nfe_counter
-            atomic_torch_save({"ids": ids, "nfe": nfe_used}, path)
-            outs.append(ids)
+        timer, peak = CallTimer(dev), PeakMemory(dev)
+        sampler.call_timer = timer
+        try:
+            peak.reset()
+            for bi in tqdm(starts, desc=c.label(), disable=not progress, leave=False):
+                path = part_dir / f"batch_{bi // c.batch_size:05d}.pt"
+                if path.is_file():  # resume at batch granularity
+                    saved = torch.load(path, weights_only=False)
+                    outs.append(saved["ids"])
+                    nfe_used = saved["nfe"]
+                    costs.append({k: saved.get(k) for k in _BATCH_COST})
+                    continue
+                s0, n0, k0 = time.perf_counter(), timer.seconds(), timer.calls
+                sl = slice(bi, bi + c.batch_size)
+                prompt, pmask = data.x[sl].to(dev), data.clean_mask[sl].to(dev)
+                gen = torch.Generator(device=dev).manual_seed(batch_seed(c, bi))
+                sampler.nfe_counter = 0
+                ids = sample_batch(sampler, backbone, c, prompt, pmask, gen, float64=c.float64)
+                cost = {
+                    "sample_s": time.perf_counter() - s0,  # ids are on the CPU: the work is done
+                    "network_s": timer.seconds() - n0,
+                    "calls": timer.calls - k0,
+                    "peak_mem_mb": peak.peak_mb(),
+                }
+                nfe_used = sampler.nfe_counter
+                atomic_torch_save({"ids": ids, "nfe": nfe_used, **cost}, path)
+                outs.append(ids)
+                costs.append(cost)
+        finally:
+            del sampler.call_timer
         samples = torch.cat(outs)
         atomic_torch_save(
             {"ids": samples, "cell": dataclasses.asdict(c)}, tc.run_dir / "samples" / f"{c.id}.pt"
         )
         t1 = time.perf_counter()
         metrics = task.evaluate(samples, data, c.subset)
-        recs = records.item_records(task, c, samples, data, metrics, nfe=nfe_used)
-        times = {"sample_s": t1 - t0, "score_s": time.perf_counter() - t1}
+        per_item = [
+            None if b["sample_s"] is None else b["sample_s"] / len(ids)
+            for b, ids in zip(costs, outs)
+            for _ in range(len(ids))
+        ]
+        recs = records.item_records(
+            task, c, samples, data, metrics, nfe=nfe_used,
+            cost={"sample_s": per_item, "device_name": env["device_name"]},
+        )  # fmt: skip
+        peaks = [b["peak_mem_mb"] for b in costs if b["peak_mem_mb"] is not None]
+        cost_cols = {
+            **sample_cost(
+                *(_total(costs, k) for k in ("sample_s", "network_s", "calls")),
+                items=len(data),
+                generated=int((~data.clean_mask.bool()).sum()),
+            ),
+            "peak_mem_mb": max(peaks) if peaks else None,
+            **env,
+        }
+        times = {"score_s": time.perf_counter() - t1, **cost_cols}
         rows = sample_rows(
             c,
             metrics,
@@ -444,6 +506,17 @@ def _sample(tc: TrainCell, todo: list[SampleCell], store: Store, progress: bool)
         store.write_cell(c.id, [{**r, **files, **times, **limit_column(c)} for r in rows])
     reference_rows(task, todo[0], store)
     return len(todo)
+
+
+#: what a batch file records about its batch's cost, beside its ids and NFE (None in a file
+#: written before they were recorded)
+_BATCH_COST = ("sample_s", "network_s", "calls", "peak_mem_mb")
+
+
+def _total(costs: list[dict], key: str):
+    """The sum of ``key`` over a cell's batches; None when a batch does not record it."""
+    vals = [b.get(key) for b in costs]
+    return None if any(v is None for v in vals) else sum(vals)
 
 
 def limit_column(c: SampleCell) -> dict:

@@ -168,8 +168,9 @@ def _say(msg: str) -> None:
 def table(ep: EvalPlan):
     """One row per cell x metric (several training seeds: pooled as the report pools them, the
     two-level interval over seeds and items): model, subset, nfe, T, decoding, metric, value,
-    CI, items, seeds x items, wall_s. A cell with no rows (its lock held by another process) is
-    left out."""
+    CI, items, seeds x items, wall_s, s/sample (sampling seconds per sample) and tok/s
+    (generated positions per sampling second; :func:`_cost`). A cell with no rows (its lock held
+    by another process) is left out."""
     import pandas as pd
 
     from bench.report.uncertainty import cell_summary
@@ -182,7 +183,7 @@ def table(ep: EvalPlan):
             key = (c.variant or c.train.variant, c.subset, c.nfe, c.temperature, c.decoding)
             rows.append({**r, "_key": key})
     cols = ["model", "subset", "nfe", "T", "decoding", "metric", "value", "CI", "items",
-            "seeds x items", "wall_s"]  # fmt: skip
+            "seeds x items", "wall_s", "s/sample", "tok/s"]  # fmt: skip
     if not rows:
         return pd.DataFrame(columns=cols)
     df = pd.DataFrame(rows)
@@ -209,9 +210,28 @@ def table(ep: EvalPlan):
                 "items": int(s["items"]),
                 "seeds x items": f"{seeds} seed{'s' if seeds > 1 else ''} x {int(s['items'])}",
                 "wall_s": f"{float(pd.to_numeric(g['wall_s'], errors='coerce').sum()):.1f}",
+                **_cost(g),
             }
         )
     return pd.DataFrame(out, columns=cols)
+
+
+def _cost(g) -> dict:
+    """The ``s/sample`` and ``tok/s`` cells of rows ``g`` (one per seed): the seeds' sampling
+    seconds over their samples, and their generated positions over those seconds; empty when a
+    row does not record them (written before the cost columns, or resumed from older batches)."""
+    import pandas as pd
+
+    def col(name):
+        return pd.to_numeric(g[name], errors="coerce") if name in g else pd.Series([float("nan")])
+
+    secs, per_sample, tok_s = col("sample_s"), col("seconds_per_sample"), col("tokens_per_s")
+    if secs.isna().any() or per_sample.isna().any() or tok_s.isna().any() or secs.sum() <= 0:
+        return {"s/sample": "", "tok/s": ""}
+    return {
+        "s/sample": _num(secs.sum() / (secs / per_sample).sum()),
+        "tok/s": _num((tok_s * secs).sum() / secs.sum()),
+    }
 
 
 def _num(v) -> str:
@@ -227,7 +247,7 @@ def format_table(df) -> str:
     cols = list(df.columns)
     cells = [[str(v) for v in df[c]] for c in cols]
     widths = [max(len(c), *(len(v) for v in vs)) for c, vs in zip(cols, cells)]
-    right = {"nfe", "T", "value", "items", "wall_s"}
+    right = {"nfe", "T", "value", "items", "wall_s", "s/sample", "tok/s"}
 
     def line(vals):
         return "  ".join(

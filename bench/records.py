@@ -17,7 +17,12 @@ A record is a flat JSON object. Common fields (every task; :func:`item_records`)
   (:meth:`bench.data.base.Task.decode_text`), ``prompt_ids`` / ``output_ids`` the raw ids
   (split at :meth:`~bench.data.base.Task.prompt_length`), ``target``: the reference text, when
   the task has one;
-- ``correct``: the item's 0/1 outcome of the task's headline metric (None when it has none).
+- ``correct``: the item's 0/1 outcome of the task's headline metric (None when it has none);
+- ``sample_s``: the seconds spent sampling the item, its batch's sampling seconds over the
+  batch's items (the records of a cell sum to its rows' ``sample_s``; None for a batch resumed
+  from a file written before batches recorded their seconds), and ``device_name``, the machine
+  that sampled (:func:`bench.cost.measure.environment`); records written as a cell is sampled
+  (not those :mod:`bench.rescore` writes).
 
 A task adds its own fields, or replaces a common one, through one hook,
 :meth:`bench.data.base.Task.record_fields` (Sudoku: givens, solution, the model's grid, the wrong
@@ -73,15 +78,18 @@ def headline_outcomes(task, metrics) -> list | None:
     return [int(bool(o)) for o in _plain(with_outcomes[0].outcomes)] if with_outcomes else None
 
 
-def item_records(task, cell, samples, data, metrics, *, nfe) -> list[dict]:
+def item_records(task, cell, samples, data, metrics, *, nfe, cost=None) -> list[dict]:
     """One record per item of a scored sample cell (module docstring): the common fields, then
     the task's own (:meth:`~bench.data.base.Task.record_fields`, called right after
     ``task.evaluate`` on the same samples). ``cell``: the :class:`bench.plan.SampleCell`;
     ``samples``: (N, L) ids; ``metrics``: what ``task.evaluate`` returned; ``nfe``: the network
-    calls the sampler made."""
+    calls the sampler made; ``cost``: ``{"sample_s": [N seconds], "device_name": str}`` when
+    the cell was sampled here (None: the records carry neither field)."""
     n = len(data)
     if samples.shape[0] != n:
         raise ValueError(f"records: {samples.shape[0]} samples for {n} items")
+    if cost is not None and len(cost["sample_s"]) != n:
+        raise ValueError(f"records: {len(cost['sample_s'])} sampling times for {n} items")
     correct = headline_outcomes(task, metrics)
     extra = task.record_fields(samples, data, cell.subset) or [{}] * n
     if len(extra) != n:
@@ -114,6 +122,9 @@ def item_records(task, cell, samples, data, metrics, *, nfe) -> list[dict]:
             "prompt_ids": prompt_ids,
             "output_ids": output_ids,
         }
+        if cost is not None:
+            rec["sample_s"] = cost["sample_s"][i]
+            rec["device_name"] = cost["device_name"]
         rec.update(_plain(extra[i]))
         out.append(rec)
     return out

@@ -111,6 +111,20 @@ COLUMNS = [
     # (canonical JSON of task.options overrides) and the cell whose saved samples they score
     "scorer",
     "rescored_from",
+    # what a cell cost (bench.cost.measure: SAMPLE_ / TRAIN_ / LIKELIHOOD_COST_COLUMNS)
+    "network_s",
+    "network_calls",
+    "forward_equivalents",
+    "tokens_per_s",
+    "seconds_per_sample",
+    "peak_mem_mb",
+    "eval_s",
+    "s_per_step",
+    # the machine a cell ran on (bench.cost.measure.environment)
+    "device_name",
+    "torch_version",
+    "cuda_version",
+    "threads",
 ]
 #: Columns added after the first stores were written: :meth:`Store.read` lists one only when a
 #: row has it, so an older store reads (and exports to results.csv) exactly as before.
@@ -151,16 +165,40 @@ COLUMNS = [
 #: - ``item_limit``: K when the cell scored only the first K items of the task's order
 #:   (``python -m bench.eval --limit K``): its items key differs from a full run's, so it never
 #:   pairs with one; empty otherwise; sample rows.
-#: - ``sample_s`` / ``score_s``: the seconds a sample cell spent sampling (its items loaded,
-#:   every batch generated; batches resumed from disk count nothing) and scoring (the task's
-#:   evaluator and the per-item records); ``wall_s`` is their sum and the sampler's set-up;
-#:   a re-scored row's ``score_s`` is its own scoring. Sample rows.
+#: - ``sample_s`` / ``score_s``: the seconds a sample cell spent sampling and scoring (the task's
+#:   evaluator and the per-item records); ``wall_s`` is this process's whole work on the cell.
+#:   ``sample_s`` sums the seconds of every batch (the prompts to the device, the sampler, the
+#:   ids back), a batch resumed from an earlier run's file with the seconds that file records
+#:   (empty when a file older than these columns does not); loading the items is not in it (in
+#:   rows written before the cost columns below it was, and resumed batches counted nothing).
+#:   A re-scored row's ``score_s`` is its own scoring. Sample rows.
 #: - ``bound_kind``: a likelihood row's kind of number (``kind = "likelihood"``,
 #:   :mod:`bench.likelihood`): ``exact`` (AR), ``upper bound (NELBO)``, or "" for a model whose
 #:   method has no bound (its row has no value; the table prints "no bound").
 #: - ``scorer``: the scorer settings a re-scored row used where they differ from the sampled
 #:   cell's (canonical JSON of ``task.options`` keys, ``python -m bench.rescore``), and
 #:   ``rescored_from``: the cell whose saved samples it scored; empty on rows scored as sampled.
+#: - what a cell cost (:mod:`bench.cost.measure`), empty where it cannot be known (a batch
+#:   resumed from a file that does not record it):
+#:
+#:   - sample rows: ``network_s`` (of ``sample_s``, the seconds inside the backbone calls the
+#:     sampler counts as NFE; CUDA events on a GPU), ``network_calls`` (those calls, all
+#:     batches), ``forward_equivalents`` (``sample_s / network_s``: the sampler's own work per
+#:     call in bare forwards, 1.0 for none), ``tokens_per_s`` (generated positions, those the
+#:     prompt mask does not give, summed over the items, per sampling second),
+#:     ``seconds_per_sample`` (``sample_s`` / items), ``peak_mem_mb`` (the peak while sampling:
+#:     CUDA max allocated, or the CPU process's resident peak, reset when a process begins the
+#:     cell; across a resume the most any batch's process saw);
+#:   - likelihood rows: ``eval_s`` (the seconds evaluating the bound over every block; loading the
+#:     model and corpus not included), ``network_s`` / ``network_calls`` (of them, inside the
+#:     backbone's calls), ``tokens_per_s`` (scored positions per ``eval_s``), ``peak_mem_mb``;
+#:   - train rows: ``s_per_step``, ``tokens_per_s`` (batch size x sequence length x steps per
+#:     second: the global batch over every device) and ``peak_mem_mb`` (rank 0's, since training
+#:     started), of the process that finished the run (a resumed run's last);
+#:   - the machine: ``device_name`` (``cpu: <CPU model>`` or ``cuda: <GPU name>``),
+#:     ``torch_version``, ``cuda_version`` (empty on a CPU build), ``threads`` (torch intra-op
+#:     threads); sample, likelihood and train rows, and an imported model's (where it was
+#:     converted).
 REPORT_COLUMNS = COLUMNS[COLUMNS.index("task_kind") :]
 
 

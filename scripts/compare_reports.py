@@ -5,7 +5,8 @@
 Every file of OLD must exist in NEW with the same bytes, except:
 
 - ``results.csv``: compared row by row on (cell_id, metric) over the columns both have, leaving
-  out what depends on the machine or the moment (wall time, steps/s, git sha, creation time);
+  out what depends on the machine or the moment (wall time, steps/s, git sha, creation time, the
+  measured cost columns of bench/cost/measure.py and the machine's name and versions);
   columns NEW adds (e.g. report columns) are listed, not compared;
 - ``training.md``: its steps/s column is a timing; the rest of each line must match;
 - PDFs: compared by their content streams (what is drawn), so a ``/CreationDate`` (reports
@@ -25,7 +26,10 @@ from pathlib import Path
 import pandas as pd
 
 PAGE_DATA = ".page"
-TIMING_COLUMNS = {"wall_s", "git_sha", "created_at"}
+TIMING_COLUMNS = {"wall_s", "git_sha", "created_at", "sample_s", "score_s", "network_s",
+                  "forward_equivalents", "tokens_per_s", "seconds_per_sample", "peak_mem_mb",
+                  "eval_s", "s_per_step", "device_name", "torch_version", "cuda_version",
+                  "threads"}  # fmt: skip
 TIMING_METRICS = {"train_steps_per_s"}
 
 

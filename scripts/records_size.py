@@ -4,7 +4,8 @@ shape: ``python scripts/records_size.py [OUT_DIR]``.
 Each record has what a GSM8K record holds (bench/records.py, ProgramTask.record_fields): a
 prompt of 100 ids and its text, 412 output ids (a 150-token program over 300 distinct ids, the
 EOS, then the rest of the 512-token canvas) and the output text (the program: text is cut at the
-EOS), an 8-line program, the executed answer, the sandbox status and a stdout excerpt. Two
+EOS), an 8-line program, the executed answer, the sandbox status and a stdout excerpt, the item's
+sampling seconds (its batch of 32's seconds / 32) and the device name. Two
 cases: the canvas after the EOS is padding, and the adversarial one where it is uniformly random
 ids over 49,152 classes (no trained model writes that entropy). Prints the compressed and
 uncompressed sizes.
@@ -43,6 +44,8 @@ def record(rng: random.Random, i: int, junk: bool) -> dict:
         "gold": rng.randint(1, 10**5), "program": prog, "answer": 5, "status": "wrong",
         "detail": "", "stdout": text(rng, 20), "stderr": "", "run_s": 0.05,
         "grader": "standard", "verdict": False,
+        "sample_s": random.Random(i // 32).uniform(20.0, 60.0) / 32,
+        "device_name": "cuda: NVIDIA H100 80GB HBM3",
     }  # fmt: skip
 
 

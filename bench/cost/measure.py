@@ -8,11 +8,15 @@ memory, and the machine it ran on (the columns every sample and train row carrie
   :meth:`bench.method.Method.call` (CUDA: events, read once at the end, so timing adds no
   synchronisation; CPU: ``perf_counter``). ``forward_equivalents`` = sampling seconds over network
   seconds: 1.0 for a sampler that does nothing but call its network, more for one whose own work
-  per call (S-FLM's exact velocity, a (B, L, |V|) normal draw) is not free.
+  per call (S-FLM's exact velocity, a (B, L, |V|) normal draw) is not free;
+- :func:`timing_calls`: the same timer on a module's forward hooks, for work that calls a backbone
+  directly (a likelihood bound);
+- :func:`sample_cost`: a sample cell's derived columns from its totals over batches.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import time
@@ -20,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-#: the cost columns of a sample row (bench.cells.sample_rows adds them; bench.results documents them)
+#: the cost columns of a sample row (bench.cells._sample adds them; bench.results documents them)
 SAMPLE_COST_COLUMNS = (
     "sample_s",  # sampling seconds of the cell, net of scoring (model load not included)
     "score_s",  # scoring seconds (sandbox, reference LM, grader), apart from sampling
@@ -38,6 +42,18 @@ SAMPLE_COST_COLUMNS = (
 #: the cost columns of a train row
 TRAIN_COST_COLUMNS = ("s_per_step", "tokens_per_s", "peak_mem_mb", "device_name",
                       "torch_version", "cuda_version", "threads")  # fmt: skip
+#: the cost columns of a likelihood row (bench.likelihood.cells adds them)
+LIKELIHOOD_COST_COLUMNS = (
+    "eval_s",  # seconds of every block's bound (not: model / corpus load, the bootstrap)
+    "network_s",  # of eval_s, seconds inside the backbone's calls
+    "network_calls",  # backbone calls made
+    "tokens_per_s",  # scored positions (the ``tokens`` metric) per evaluation second
+    "peak_mem_mb",  # peak memory while evaluating
+    "device_name",
+    "torch_version",
+    "cuda_version",
+    "threads",
+)
 
 
 def cpu_name() -> str:
@@ -154,6 +170,55 @@ class CallTimer:
             self._s += sum(a.elapsed_time(b) for a, b in self._events) / 1000.0
             self._events.clear()
         return self._s
+
+
+@contextlib.contextmanager
+def timing_calls(module: torch.nn.Module, timer: CallTimer):
+    """Time every call of ``module`` with ``timer`` while inside (forward pre- and post-hooks):
+    for work that calls a backbone directly instead of through
+    :meth:`bench.method.Method.call` (a likelihood bound). A call that raises is counted but
+    not timed."""
+    open_calls: list = []
+
+    def pre(_m, _args):
+        open_calls.append(timer.start())
+
+    def post(_m, _args, _out):
+        if open_calls:
+            timer.stop(open_calls.pop())
+
+    hooks = (module.register_forward_pre_hook(pre), module.register_forward_hook(post))
+    try:
+        yield timer
+    finally:
+        for h in hooks:
+            h.remove()
+
+
+def sample_cost(
+    sample_s: float | None,
+    network_s: float | None,
+    calls: int | None,
+    *,
+    items: int,
+    generated: int,
+) -> dict:
+    """The sampling columns of :data:`SAMPLE_COST_COLUMNS` that follow from the cell's totals over
+    its batches: ``sample_s`` seconds, of them ``network_s`` inside ``calls`` backbone calls,
+    ``items`` samples with ``generated`` positions not given by the prompt (all items). A total
+    that is not known (None: a batch resumed from a file written before these were recorded)
+    leaves every column computed from it None."""
+    known = sample_s is not None
+    return {
+        "sample_s": sample_s,
+        "network_s": network_s,
+        "network_calls": calls,
+        "forward_equivalents": (
+            sample_s / network_s if known and network_s else None  # None: no call was timed
+        ),
+        "tokens_per_s": generated / sample_s if known and sample_s > 0 else None,
+        "seconds_per_sample": sample_s / items if known and items else None,
+    }
 
 
 def threads_env() -> dict:

@@ -150,6 +150,23 @@ class Task:
         excerpt, not a whole log). Default: none (the common fields only)."""
         return []
 
+    # -- cost (bench.cost.model: the --dry-run prediction) ----------------------------------
+    def cost_profile(self) -> dict[str, Any]:
+        """What the cost model needs to know about this task's jobs beyond its shapes
+        (``seq_len``, ``vocab_size``); every key is optional:
+
+        - ``prompt_tokens``: positions given before the first generated one in a batch (a
+          KV-cached AR sampler reads them in one call, then makes ``seq_len - prompt_tokens``
+          calls: :meth:`bench.method.Method.nfe_for`); default 1;
+        - ``scorer``: ``"sandbox"`` (each item's program runs in the GSM8K sandbox),
+          ``"genppl"`` (a reference LM scores each sample, ``seq_len`` tokens), or ``"light"``
+          (the default: scoring costs little per item);
+        - ``tokenizer``: True when each phase of a job (training, sampling, likelihood) loads a
+          hub tokenizer (the task builds it on first use); default False.
+
+        Pure and cheap like :meth:`sweep_defaults` (the planner's ``--dry-run`` calls it)."""
+        return {}
+
     # -- text (per-item records: bench.records; bench.generate) ---------------------------
     def decode_text(self, ids: list[int]) -> str:
         """Token ids (a prompt, or what a model wrote) as text for a person to read. Default: the

@@ -16,7 +16,14 @@ although the draws are seeded per batch).
 Rows (one per metric of :mod:`bench.likelihood.evaluate`): the model's columns (as sample rows),
 ``kind = "likelihood"``, ``subset`` = the dataset spec, ``nfe`` None, ``decoding`` "",
 ``bound_kind``, ``n`` = sequences, ``item_limit`` = the sequences asked for (empty: all),
-``records`` / ``records_sha256``, ``wall_s``.
+``records`` / ``records_sha256``, ``wall_s``, and what the cell cost
+(:data:`bench.cost.measure.LIKELIHOOD_COST_COLUMNS`): ``eval_s``, the seconds of every block's
+bound (:func:`~bench.likelihood.evaluate.evaluate`'s ``bound_s``; loading the model and the
+corpus, the metrics' bootstrap and writing are not in it), of them ``network_s`` inside
+``network_calls`` backbone calls (timed by hooks on the backbone,
+:func:`bench.cost.measure.timing_calls`: the bounds call it directly), ``tokens_per_s`` (scored
+positions per ``eval_s``), ``peak_mem_mb`` (reset before the evaluation) and the machine
+(:func:`bench.cost.measure.environment`). A method without a bound gets the machine columns only.
 """
 
 from __future__ import annotations
@@ -79,8 +86,10 @@ def likelihood_rows(
     s: Settings,
     dataset: str,
     wall_s: float,
+    cost: dict | None = None,
 ) -> list[dict]:
-    """The store rows of one likelihood cell (module docstring), ``metrics``: MetricValues."""
+    """The store rows of one likelihood cell (module docstring), ``metrics``: MetricValues;
+    ``cost``: its cost columns, on every row."""
     from bench.cell_model import _base_row
 
     base = {
@@ -96,6 +105,7 @@ def likelihood_rows(
         "wall_s": wall_s,
         "bound_kind": bound_kind,
         "item_limit": s.n_sequences or None,
+        **(cost or {}),
     }
     return [
         {
@@ -143,6 +153,7 @@ def run_likelihood_cell(c, store: Store | None = None, progress: bool = False) -
 def _compute(tc, dataset, s: Settings, store: Store, cid: str, variant: str, progress: bool):
     from bench import records
     from bench.cell_model import _device, cell_task, method_backbone
+    from bench.cost.measure import CallTimer, PeakMemory, environment, timing_calls
     from bench.evaluate.metrics import MetricValue
     from bench.likelihood.datasets import load_blocks, parse
     from bench.likelihood.evaluate import evaluate
@@ -165,6 +176,7 @@ def _compute(tc, dataset, s: Settings, store: Store, cid: str, variant: str, pro
             s=s,
             dataset=dataset,
             wall_s=time.perf_counter() - t0,
+            cost=environment(_device()),
         )
         store.write_cell(cid, rows)
         return
@@ -183,17 +195,30 @@ def _compute(tc, dataset, s: Settings, store: Store, cid: str, variant: str, pro
         n=s.n_sequences,
         positions=method.seq_len,
     )
-    metrics, recs = evaluate(
-        method,
-        backbone,
-        blocks,
-        n_draws=s.draws,
-        batch_size=s.batch_size,
-        seed=s.seed,
-        device=dev,
-        decode=task.decode_text,
-        progress=progress,
-    )
+    timer, peak, timing = CallTimer(dev), PeakMemory(dev).reset(), {}
+    with timing_calls(backbone, timer):
+        metrics, recs = evaluate(
+            method,
+            backbone,
+            blocks,
+            n_draws=s.draws,
+            batch_size=s.batch_size,
+            seed=s.seed,
+            device=dev,
+            decode=task.decode_text,
+            progress=progress,
+            timing=timing,
+        )
+    eval_s = timing["bound_s"]
+    tokens = next((m.value for m in metrics if m.metric == "tokens"), None)
+    cost = {
+        "eval_s": eval_s,
+        "network_s": timer.seconds(),
+        "network_calls": timer.calls,
+        "tokens_per_s": tokens / eval_s if tokens is not None and eval_s > 0 else None,
+        "peak_mem_mb": peak.peak_mb(),
+        **environment(dev),
+    }
     common = {
         "cell_id": cid,
         "method": tc.method,
@@ -215,5 +240,6 @@ def _compute(tc, dataset, s: Settings, store: Store, cid: str, variant: str, pro
         s=s,
         dataset=dataset,
         wall_s=time.perf_counter() - t0,
+        cost=cost,
     )
     store.write_cell(cid, [{**r, **files} for r in rows])

@@ -24,6 +24,7 @@ batch's first index (:func:`batch_seed`, as sampling seeds its batches), so a ru
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import torch
@@ -93,12 +94,14 @@ def evaluate(
     device,
     decode=None,
     progress: bool = False,
+    timing: dict | None = None,
 ) -> tuple[list[MetricValue], list[dict]]:
     """Metrics (module docstring) and one record per sequence (``index``, ``n_tokens``, ``nll``
     nats summed, ``nll_per_token``, ``mc_se`` nats, ``draws``, ``text``: ``decode`` of the first
     200 ids, when given). ``blocks``: a :class:`~bench.data.base.TaskData`. Refuses, before any
     work, a method without a bound (ConfigError) and blocks longer than the method's positions
-    (ValueError)."""
+    (ValueError). ``timing``: a dict that gets ``bound_s``, the seconds of the bounds of every
+    batch (read back to the CPU; the metrics' bootstrap and the records not included)."""
     check_bound(method)
     L = blocks.x.shape[1]
     if L > method.seq_len:
@@ -115,6 +118,7 @@ def evaluate(
     N = len(blocks)
     S, V, D = np.zeros(N), np.zeros(N), np.zeros(N, dtype=np.int64)
     T = np.zeros(N, dtype=np.int64)
+    t0 = time.perf_counter()
     for start in tqdm(range(0, N, batch_size), desc="likelihood", disable=not progress):
         sl = slice(start, min(start + batch_size, N))
         batch = Batch(blocks.x[sl], blocks.clean_mask[sl], blocks.loss_mask[sl]).to(device)
@@ -125,6 +129,8 @@ def evaluate(
         S[sl] = out.mean(0).numpy()
         V[sl] = 0.0 if exact else (out.var(0).numpy() / k if k > 1 else np.nan)
         D[sl] = k
+    if timing is not None:
+        timing["bound_s"] = time.perf_counter() - t0
     metrics = summarize(S, V, T, seed=seed)
     records = []
     for i in range(N):

@@ -24,6 +24,12 @@ Writes to ``<results>/report`` (or ``--out``):
   model, from the run logs the train rows name (:mod:`~bench.report.curves`);
 - ``<task>_<metric>_vs_nfe.png`` / ``.pdf``: the headline metric against NFE per method
   (one panel per subset), and ``..._vs_temperature`` when the grid has several temperatures;
+- seconds, where the sample rows carry their measured cost (:mod:`~bench.report.cost`): the
+  headline tables' ``s / sample`` (a program task's also ``s / item incl. scoring``) with the
+  device they were measured on, ``<task>_<metric>_vs_seconds`` (the headline metric against
+  sampling seconds per sample, points labelled by NFE), the frontier's
+  ``<task>_gen_ppl_vs_seconds`` (:mod:`~bench.report.frontier.seconds`) and the training cost's
+  s/step, tokens/s and peak memory;
 - tasks of kind ``program`` (GSM8K, its stand-in): a section of ``<task>.md`` with accuracy and its
   95 % bootstrap CI per model at every NFE and temperature, and ``<task>_accuracy_ci_vs_nfe.png`` /
   ``.pdf``: accuracy vs NFE with CI error bars, one panel per temperature (the paper's figures);
@@ -41,7 +47,8 @@ modules that define them and from installed packages.
 Modules: :mod:`~bench.report.cli` (the command), :mod:`~bench.report.items` (the protocol),
 :mod:`~bench.report.renderers` (the registry), :mod:`~bench.report.tables` (generic per-task
 Markdown, training table), :mod:`~bench.report.figures` (generic figures, ``save_figure``),
-:mod:`~bench.report.program` (the ``program`` kind), :mod:`~bench.report.frontier.section` (the
+:mod:`~bench.report.program` (the ``program`` kind), :mod:`~bench.report.cost` (seconds per
+sample in the headline tables, ``vs_seconds`` figures), :mod:`~bench.report.frontier.section` (the
 ``frontier`` kind), :mod:`~bench.report.training_cost`, :mod:`~bench.report.curves` (store-wide
 sections), :mod:`~bench.report.paper.numbers` (the paper's numbers),
 :mod:`~bench.report.paper.curves`, :mod:`~bench.report.paper.tables`,

@@ -24,6 +24,7 @@ import argparse
 from bench.plugins import BUILTIN as BUILTIN_PACKAGE
 from bench.plugins import PluginError, discover
 from bench.report import (
+    cost,
     curves,
     differences,
     likelihood,
@@ -41,6 +42,7 @@ BUILTIN: tuple[ReportItem, ...] = (
     *tables.ITEMS,  # training.md
     *training_cost.ITEMS,  # training_cost.md, tab-training-cost
     *curves.ITEMS,  # <task>_training_curves
+    *cost.ITEMS,  # <task>_<metric>_vs_seconds (beside the generic <task>_<metric>_vs_nfe)
     *differences.ITEMS,  # <task>_differences.md / .csv, power.md
     *samples_view.ITEMS,  # <task>_samples.md (the records behind the headline cells)
     *likelihood.ITEMS,  # likelihood.md (held-out NLL / PPL per model and dataset)

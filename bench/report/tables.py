@@ -26,6 +26,7 @@ from bench.report.common import (
     seeds_items,
     subsets,
 )
+from bench.report.cost import headline_columns
 from bench.report.document import Doc, Table, by_key, ids
 from bench.report.items import Section
 from bench.report.paper.numbers import (
@@ -73,6 +74,7 @@ def task_markdown(task: str, df: pd.DataFrame) -> tuple[Doc, str | None]:
         "",
     ]
     table, sources, cells = [], [], {}
+    cost = headline_columns(h, df)  # s / sample (and its device) where the rows have seconds
     for _model, g in h.groupby("model", sort=True):
         r = g.iloc[0]
         sources.append(ids(g["cell_id"]))
@@ -90,6 +92,8 @@ def task_markdown(task: str, df: pd.DataFrame) -> tuple[Doc, str | None]:
             pv = lookup(beside, r, sub, headline)
             if beside is not None:
                 row[f"{sub} (paper)"] = "" if pv is None else pct(pv)
+        if cost is not None:
+            row.update(cost.per_row.get(_model, dict.fromkeys(cost.columns, "")))
         table.append(row)
     methods = ci_methods(h)
     frame = pd.DataFrame(table)
@@ -99,14 +103,17 @@ def task_markdown(task: str, df: pd.DataFrame) -> tuple[Doc, str | None]:
             sources,
             cells,
             paper={c for c in frame.columns if c.endswith("(paper)")},
-            keys={"model", "nfe", "T"},
-            caption=f"{headline.replace('_', ' ')} (%) per model and subset",
+            keys={"model", "nfe", "T", "device"},
+            caption=f"{headline.replace('_', ' ')} (%) per model and subset"
+            + (f"; {cost.caption}" if cost is not None and cost.caption else ""),
             ci_method="; ".join(methods),
         )
     )
     note = [f"Intervals (95 %): {'; '.join(methods)}."] if methods else []
     if len(h) and h["seed"].nunique() <= 1:
         note.append("One training seed per model: intervals cover the items, not retraining.")
+    if cost is not None:
+        note.append(cost.note)
     out += ["", " ".join(note)] if note else []
     if departs:
         out += _paper_alone(task, numbers, headline, departs)

@@ -15,6 +15,12 @@ column (the store does not record them yet) count one device of unrecorded kind,
 table. Several train cells of one (task, model) (seeds, Sudoku's per-difficulty models): the mean
 per run, with the number of runs.
 
+Measured cost (:data:`bench.cost.measure.TRAIN_COST_COLUMNS`, train rows written since): the
+column groups ``s/step``, ``tokens/s`` and ``peak mem (MB)`` per task, shown when any run has
+them (the paper has no such numbers); the device they were measured on (``device_name``, with
+the threads on a CPU) named in a note, or in a ``device`` group per entry where the runs'
+devices differ. Stores without them read as before.
+
 ``results/paper/training_cost.csv``: one row per (paper model, task, metric); ``variant`` may list
 alternatives separated by ``|`` (the first one the store has is used: S-arch is ``sarch`` in the
 GSM8K sweeps and ``sarch-trunc-adaptive`` in the quickstart); ``steps`` and ``gpus`` are the
@@ -29,6 +35,7 @@ import pandas as pd
 
 from bench import atomic
 from bench.report.common import rows
+from bench.report.cost import UNRECORDED, device_of
 from bench.report.document import Doc, Table, ids
 from bench.report.items import Artifact, Section
 from bench.report.paper.numbers import PAPER_DIR, one_recipe
@@ -45,6 +52,16 @@ QUANTITIES = (  # (column group, our field, the paper's metric)
     ("duration (h)", "duration_h", "duration_h"),
     ("device-hours", "device_hours", "gpu_hours"),
 )
+#: measured cost of a train row (:data:`bench.cost.measure.TRAIN_COST_COLUMNS`): column groups
+#: shown when any run has them (the paper reports none of them); stores written before them
+#: have none, and the table reads as before
+MEASURED = (  # (column group, our field)
+    ("s/step", "s_per_step"),
+    ("tokens/s", "tokens_per_s"),
+    ("peak mem (MB)", "peak_mem_mb"),
+)
+#: the column group naming where a run was measured, when the runs' devices differ
+DEVICE_GROUP = "device"
 SWEEP = (
     "any sweep's train rows; paper columns: sweeps/gsm8k_nfe.yaml, sweeps/owt_frontier.yaml "
     "(CPU: sweeps/gsm8k_smoke.yaml, sweeps/owt_smoke.yaml)"
@@ -84,6 +101,7 @@ def runs(df: pd.DataFrame) -> pd.DataFrame:
         steps = int(r["train_steps"]) if pd.notna(r["train_steps"]) else int(r["n"])
         dur = steps / sps / 3600 if sps > 0 else float("nan")
         device = r.get("device") if pd.notna(r.get("device")) else None
+        measured = {f: _float(r.get(f)) for _, f in MEASURED}
         n_dev = r.get("devices")
         n_dev = int(n_dev) if pd.notna(n_dev) else 1
         out.append(
@@ -105,9 +123,30 @@ def runs(df: pd.DataFrame) -> pd.DataFrame:
                 "devices": n_dev,
                 "unit": "unrecorded" if device is None else ("GPU" if _is_gpu(device) else "CPU"),
                 "device_hours": dur * n_dev,
+                **measured,
+                "device_name": device_of(r.get("device_name"), r.get("threads")),
             }
         )
     return pd.DataFrame(out)
+
+
+def _float(v) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def measured_groups(r: pd.DataFrame) -> list[tuple[str, str, None]]:
+    """The measured column groups (:data:`MEASURED`) some run of ``r`` has, as quantities with
+    no paper metric."""
+    if not len(r):
+        return []
+    return [(head, f, None) for head, f in MEASURED if f in r and r[f].notna().any()]
+
+
+def _run_devices(g: pd.DataFrame) -> list[str]:
+    return sorted({d or UNRECORDED for d in g["device_name"]})
 
 
 def _columns(r: pd.DataFrame, p: pd.DataFrame) -> list[tuple[str, str | None, str | None]]:
@@ -137,6 +176,9 @@ def cost_table(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, list[str],
     value beside each of its numbers; store models the paper does not list after them."""
     r, p = runs(df), paper_cost()
     cols = _columns(r, p)
+    quantities = [*QUANTITIES, *measured_groups(r)]
+    if len(r) and len({d for d in r["device_name"] if d}) and len(_run_devices(r)) > 1:
+        quantities.append((DEVICE_GROUP, "device_name", None))  # never two devices unsaid
     models = []  # (label, method, [variants] | None = any variant not in a paper row)
     for (m, v), g in p.groupby(["method", "variant"], sort=False):
         models.append((g["label"].iloc[0], m, str(v).split("|")))
@@ -167,11 +209,16 @@ def cost_table(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, list[str],
         row = {"model": label}
         sources.append(ids(c for (j, _t), g in picked.items() if j == i for c in g["cell_id"]))
         paper_row = i < len(models)
-        for qhead, field, pmetric in QUANTITIES:
+        for qhead, field, pmetric in quantities:
             for head, task, pt in cols:
+                if pmetric is None and task is None:
+                    continue  # a measured group: no paper number, none of ours for this column
                 g = picked.get((i, task)) if task else None
                 text = ""
-                if g is not None and len(g):
+                if g is not None and len(g) and field == "device_name":
+                    devs = _run_devices(g)
+                    text = devs[0] if len(devs) == 1 else "mixed: " + "; ".join(devs)
+                elif g is not None and len(g):
                     text = _g(g[field].mean())
                     if field == "device_hours":
                         units = set(g["unit"])
@@ -182,7 +229,7 @@ def cost_table(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, list[str],
                         text += f" ({len(g)} runs)"
                 row[f"{qhead} {head}"] = text
                 cells[(i, f"{qhead} {head}")] = ids(g["cell_id"]) if g is not None else ()
-                if pt is not None and paper_row:  # one paper column per paper task
+                if pt is not None and paper_row and pmetric:  # one paper column per paper task
                     pcol = f"{qhead} {PAPER_TASKS[pt]} (paper)"
                     pv = p[
                         (p["method"] == m)
@@ -211,6 +258,8 @@ def cost_table(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, list[str],
                     device_hours=float(g["device_hours"].mean()),
                     unit="/".join(sorted(set(g["unit"]))),
                     devices=int(g["devices"].max()),
+                    **{f: float(g[f].mean()) for _, f in MEASURED},
+                    device_name="; ".join(_run_devices(g)),
                 )
             if pt is not None and paper_row:
                 pp = p[(p["method"] == m) & (p["variant"] == "|".join(variants))]
@@ -254,6 +303,7 @@ def markdown(df: pd.DataFrame, title: str) -> tuple[Doc, pd.DataFrame]:
         )
     if not len(r):
         notes.append("The store has no train rows: only the paper's numbers are shown.")
+    notes += _measured_notes(r)
     t = Table(
         table.fillna(""),
         table.attrs["sources"],
@@ -265,6 +315,33 @@ def markdown(df: pd.DataFrame, title: str) -> tuple[Doc, pd.DataFrame]:
     if miss:
         text += ["", "Not in the store: " + "; ".join(miss)]
     return text, tidy
+
+
+def _measured_notes(r: pd.DataFrame) -> list[str]:
+    """What the measured column groups are and where they were measured (none for a store whose
+    train rows record neither)."""
+    groups = measured_groups(r)
+    named = len(r) and any(d for d in r["device_name"])
+    if not groups and not named:
+        return []
+    what = {
+        "s_per_step": "`s/step`: seconds per optimiser step as the run measured it",
+        "tokens_per_s": "`tokens/s`: training tokens per second",
+        "peak_mem_mb": "`peak mem (MB)`: peak memory while training (CUDA: the allocator's "
+        "maximum; CPU: the process's resident peak)",
+    }
+    text = "; ".join(what[f] for _, f, _p in groups)
+    devs = _run_devices(r)
+    if len(devs) > 1:
+        where = (
+            f"the runs were measured on different devices ({'; '.join(devs)}): the "
+            f"`{DEVICE_GROUP}` columns name each entry's; compare rates only within one device"
+        )
+    elif devs[0] == UNRECORDED:
+        where = "the train rows do not record the device (`device_name`)"
+    else:
+        where = f"measured on {devs[0]}"
+    return [f"{text}; {where}." if text else f"Rates {where}."]
 
 
 def _section(sec: Section, df: pd.DataFrame, out: Path, args) -> list[Path]:

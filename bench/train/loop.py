@@ -285,6 +285,10 @@ class TrainResult:
     is_global_zero: bool = True  # False on the other DDP ranks (they write nothing)
     device: str = "cpu"  # "cuda:<name of GPU 0>" or "cpu" (the training-cost table's kind)
     devices: int = 1  # processes of the run: devices x num_nodes
+    # what this process's steps cost (bench.cost.measure.TRAIN_COST_COLUMNS); None: no step ran
+    s_per_step: float | None = None  # seconds / steps
+    tokens_per_s: float | None = None  # batch_size x seq_len x steps/s (global batch: all ranks)
+    peak_mem_mb: float | None = None  # this rank's peak since training started (PeakMemory)
 
 
 class _Timer(Callback):
@@ -292,8 +296,12 @@ class _Timer(Callback):
         self.t0 = None
         self.steps0 = 0
         self.last_loss: torch.Tensor | float = float("nan")  # a tensor: read once, at the end
+        self.peak = None  # bench.cost.measure.PeakMemory, reset when training starts
 
     def on_train_start(self, trainer, pl_module):
+        from bench.cost.measure import PeakMemory  # on the module's device, set up by now
+
+        self.peak = PeakMemory(pl_module.device).reset()
         self.t0, self.steps0 = time.perf_counter(), trainer.global_step
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
@@ -447,4 +455,7 @@ def fit(
         trainer.is_global_zero,
         f"cuda:{torch.cuda.get_device_name(0)}" if accelerator == "gpu" else "cpu",
         cfg.devices * cfg.num_nodes,
+        s_per_step=seconds / done if done > 0 and seconds > 0 else None,
+        tokens_per_s=cfg.batch_size * data.x.shape[1] * done / seconds if seconds > 0 else None,
+        peak_mem_mb=timer.peak.peak_mb() if timer.peak is not None else None,
     )

@@ -44,7 +44,10 @@ def test_run_folder_with_limit_writes_rows_records_and_sweep_ids(runs, tmp_path,
     lines = _table_lines(out)
     assert len(lines) == 2 and all("1 seed x 8" in line for line in lines), out
     assert "model" in out and "CI" in out and "wall_s" in out
+    assert "s/sample" in out and "tok/s" in out
     ep = bench_eval.prepare(str(runs["mdlm"]), nfe=[2, 4], limit=8)
+    df = bench_eval.table(ep)
+    assert len(df) and all(float(v) > 0 for col in ("s/sample", "tok/s") for v in df[col])
     store = Store(rd)
     for c in ep.sample_cells:
         rows = store.load(c.id)

@@ -138,8 +138,8 @@ def test_rows_from_a_newer_version_are_read_in_place(tmp_path, capsys):
     p = s.write_cell("abc", _rows(0.5))
     q = s.write_cell("def", _rows(0.1))
     want = {c: s.rows(c) for c in ("abc", "def")}
-    _add_newer_columns(p, tokens_per_s=12.5, note="new")
-    _add_newer_columns(q, tokens_per_s=3.0, extra={"nested": [1, 2]})  # dropped unchecked
+    _add_newer_columns(p, joules_per_sample=12.5, note="new")
+    _add_newer_columns(q, joules_per_sample=3.0, extra={"nested": [1, 2]})  # dropped unchecked
     before = {f: f.read_bytes() for f in (p, q)}
     capsys.readouterr()
     fresh = Store(tmp_path)
@@ -147,9 +147,9 @@ def test_rows_from_a_newer_version_are_read_in_place(tmp_path, capsys):
     assert fresh.has("def") and fresh.rows("def") == want["def"]
     df = Store(tmp_path).read()  # a second reader in the same process: no second warning
     assert len(df) == 4 and list(df.columns) == [c for c in COLUMNS if c in df.columns]
-    assert "tokens_per_s" not in df.columns and "note" not in df.columns
+    assert "joules_per_sample" not in df.columns and "note" not in df.columns
     [line] = _warnings(capsys.readouterr().err)
-    assert "newer version" in line and str(p) in line and "'tokens_per_s'" in line
+    assert "newer version" in line and str(p) in line and "'joules_per_sample'" in line
     assert "stays in place" in line
     assert {f: f.read_bytes() for f in (p, q)} == before  # untouched, in place
     assert not (tmp_path / "store" / "corrupt").exists()
@@ -165,8 +165,8 @@ def test_newer_columns_do_not_excuse_a_bad_file(tmp_path, capsys):
     is still moved aside."""
     s = Store(tmp_path)
     p = s.write_cell("abc", _rows(0.5))
-    _add_newer_columns(p, tokens_per_s=1.0)
-    _tamper(p, lambda d: d["rows"][0].update(tokens_per_s=2.0))  # after the checksum
+    _add_newer_columns(p, joules_per_sample=1.0)
+    _tamper(p, lambda d: d["rows"][0].update(joules_per_sample=2.0))  # after the checksum
     assert not Store(tmp_path).has("abc")
     assert "checksum mismatch" in capsys.readouterr().err
     rows = [{**dict.fromkeys(COLUMNS), **r, "cell_id": "old", "zz": 1} for r in _rows(0.5)]

@@ -204,6 +204,11 @@ class OWTTask(Task):
     def groups(self) -> list[str]:
         return [self.label]
 
+    def cost_profile(self) -> dict:
+        """Unconditional samples scored by the Gen. PPL reference LM; each job phase loads the
+        GPT-2 tokenizer."""
+        return {"prompt_tokens": 1, "scorer": "genppl", "tokenizer": True}
+
     def sweep_defaults(self) -> dict:
         """NFE 32, 64, ... up to L (the paper's 32 ... 1024, sweeps/owt_frontier.yaml), 512
         samples in batches of 32 (50,258 classes); on OpenWebText itself also the paper's recipe,

@@ -301,6 +301,9 @@ class ArithTask(ProgramTask):
     name = "arith_standin"
     stand_in_for = "GSM8K"
     Options = ArithOptions
+    #: the shortest prompt of a batch of 128 held-out problems (an AR sampler makes 46 calls
+    #: at the default 64 positions)
+    cost_prompt_tokens = 18
     opts: ArithOptions
 
     def __init__(self, cfg):

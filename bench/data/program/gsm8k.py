@@ -160,8 +160,14 @@ class GSM8KTask(ProgramTask):
 
     name = "gsm8k"
     title = "GSM8K"
+    #: an estimate of the shortest question of a sampling batch (BOS, question, separator)
+    cost_prompt_tokens = 32
     Options = GSM8KOptions
     opts: GSM8KOptions
+
+    def cost_profile(self) -> dict:
+        """As every program task's, and each job phase loads the SmolLM tokenizer."""
+        return {**super().cost_profile(), "tokenizer": True}
 
     def __init__(self, cfg, tokenizer=None):
         super().__init__(cfg)

@@ -164,6 +164,15 @@ class ProgramTask(Task):
         L = 512, sweeps/gsm8k_nfe.yaml), scaled to this task's length."""
         return {"sample": {"nfe": nfe_grid(8, 2 * self.seq_len)}}
 
+    #: the shortest prompt of a sampling batch, in tokens (an AR sampler starts there):
+    #: :meth:`cost_profile`'s estimate, set by each task
+    cost_prompt_tokens: int = 32
+
+    def cost_profile(self) -> dict:
+        """Every item's program runs in the sandbox; generation starts after the shortest
+        prompt of the batch (:attr:`cost_prompt_tokens`)."""
+        return {"prompt_tokens": self.cost_prompt_tokens, "scorer": "sandbox"}
+
     def validate_plan(self, *, backbone, train, sample) -> None:
         try:  # the sandbox's own rules (e.g. a finite timeout), checked when evaluate() runs
             self.sandbox_config()

@@ -165,6 +165,10 @@ class SudokuTask(Task):
         4x4) and every validation puzzle (``task.n_valid``; the paper's 2,000)."""
         return {"sample": {"nfe": [self.seq_len], "n_samples": self.cfg.n_valid}}
 
+    def cost_profile(self) -> dict:
+        """The puzzle half and the solution's BOS are given (an AR sampler's calls: the rest)."""
+        return {"prompt_tokens": self.prompt_len}
+
     def validate_plan(self, *, backbone, train, sample) -> None:
         check_eval_size(sample.n_samples, self.cfg.n_valid, key="sample.n_samples")
 

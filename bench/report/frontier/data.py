@@ -24,6 +24,7 @@ import pandas as pd
 
 from bench.evaluate import degenerate as dg
 from bench.report.common import flag, rows
+from bench.report.cost import DEVICE, SPS, with_cost
 
 KIND = "frontier"
 DATA_METHOD = "data"
@@ -167,11 +168,14 @@ def _source(deg: bool | None, frac: float, h: float) -> str:
 def frontier_cells(task: str, df: pd.DataFrame) -> pd.DataFrame:
     """One row per sample cell of ``task`` (and per "data" reference): curve, nfe, temperature,
     H (+ CI), PPL (+ CI), pooled PPL, n, the degenerate fraction and flag (``deg_source``:
-    :func:`_source`), t_free, length_bound, is_data."""
+    :func:`_source`), t_free, length_bound, is_data, and the sampling seconds per sample with the
+    device they were measured on (``seconds``, ``device``: :func:`bench.report.cost.with_cost`;
+    NaN and "" where the row has none)."""
     s = rows(df, task, kind=None)
     s = s[s["kind"].isin(["sample", REFERENCE]) & s["metric"].isin(METRICS)]
     if not len(s):
         return pd.DataFrame()
+    s = with_cost(s, df)
     keys = ["recipe_id", "method", "variant", "decoding", "nfe", "temperature", "seed", "subset"]
     out = []
     for _, g in s.groupby(keys, dropna=False, sort=False):
@@ -210,6 +214,8 @@ def frontier_cells(task: str, df: pd.DataFrame) -> pd.DataFrame:
                 "is_data": is_data,
                 "stand_in_for": first.get("stand_in_for") or "",
                 "protocol": first.get("task_protocol") or "",
+                "seconds": float(m[PPL][SPS]),
+                "device": m[PPL][DEVICE],
             }
         )
     return pd.DataFrame(out)

@@ -12,6 +12,9 @@ fraction, so ``<task>.md`` only points to ``<task>_frontier.md``:
   degenerate cells as crosses, Pareto-optimal cells ringed, the held-out "data" point, rows with
   ``method == "data"`` and ``kind == "reference"``, a star; autoregressive models, NFE =
   length, on every panel);
+- ``<task>_gen_ppl_vs_seconds``: Gen. PPL against sampling seconds per sample, where the cells
+  carry their measured seconds (:mod:`bench.report.frontier.seconds`; the scalar table and the
+  cell table then gain ``s / sample``, and ``device`` where the seconds come from several);
 - ``<task>_frontier.md``: one scalar per (model, decoding, NFE): the Gen. PPL interpolated at the
   data's entropy along the model's curve (linear in log PPL between the two cells that bracket
   it) with a 95 % interval (:func:`bench.report.frontier.data.scalar_ci`), or "outside the
@@ -59,6 +62,17 @@ from bench.report.frontier.data import (  # noqa: F401 - the frontier's API, re-
     scalar_ci,
 )
 from bench.report.frontier.draw import draw_panel, frontier_figures  # noqa: F401
+from bench.report.frontier.seconds import (
+    COL_DEVICE,
+    COL_SECONDS,
+    cell_seconds,
+    device_text,
+    has_seconds,
+    seconds_figure,
+    seconds_note,
+    seconds_text,
+    several_devices,
+)
 from bench.report.items import TaskSection, cli_flag
 
 SCALAR_COL = "Gen. PPL at H_data [95 % CI]"
@@ -81,6 +95,7 @@ def scalar_table(c: pd.DataFrame, window: Window) -> pd.DataFrame:
     """Per (curve, NFE): Gen. PPL interpolated at the data's entropy inside the window, from
     healthy cells, with its interval."""
     data = data_point(c)
+    secs, devs = has_seconds(c), several_devices(c) if has_seconds(c) else False
     out = []
     for nfe in nfe_panels(c):
         at = at_nfe(c, nfe)
@@ -93,6 +108,8 @@ def scalar_table(c: pd.DataFrame, window: Window) -> pd.DataFrame:
                     SCALAR_COL: _scalar_text(sc),
                     "cells in window": f"{sc.in_window}/{sc.cells}",
                     "degenerate cells": f"{sc.degenerate}/{sc.cells}",
+                    **({COL_SECONDS: seconds_text(cell_seconds(g))} if secs else {}),
+                    **({COL_DEVICE: device_text(g)} if devs else {}),
                     SOURCES: ids(x for cs in g["cells"] for x in cs),
                 }
             )
@@ -139,6 +156,11 @@ def _ci_text(v, lo, hi, fmt: str) -> str:
 
 def cell_table(c: pd.DataFrame, window: Window) -> pd.DataFrame:
     cells = c.sort_values(["is_data", "curve", "nfe", "temperature"], na_position="first")
+    cost = {}
+    if has_seconds(c):  # the cell's sampling seconds per sample (and device, where they differ)
+        cost[COL_SECONDS] = [seconds_text(v) for v in cells["seconds"]]
+        if several_devices(c):
+            cost[COL_DEVICE] = [device_text(cells.loc[[i]]) for i in cells.index]
     return pd.DataFrame(
         {
             "model": cells["curve"],
@@ -157,6 +179,7 @@ def cell_table(c: pd.DataFrame, window: Window) -> pd.DataFrame:
             "n": cells["n"],
             "degenerate": [_degenerate_text(r) for _, r in cells.iterrows()],
             "in window": ["yes" if w else "no" for w in window.contains(cells["H"], cells["PPL"])],
+            **cost,
             SOURCES: list(cells["cells"]) if "cells" in cells else [()] * len(cells),
         }
     )
@@ -208,6 +231,8 @@ def frontier_markdown(task: str, c: pd.DataFrame, window: Window, note: str = ""
     protocols = sorted({p for p in c["protocol"] if isinstance(p, str) and p})
     if protocols:  # corpus, L, reference LM, end-of-text masking (bench/data/owt/task.py)
         out += ["Protocol: " + "; ".join(f"`{p}`" for p in protocols) + ".", ""]
+    if seconds_note(c):
+        out += [seconds_note(c), ""]
     if data is not None:
         out += [
             f"Held-out data (same length, same scorer): H = {data.H:.3f}, "
@@ -221,12 +246,13 @@ def frontier_markdown(task: str, c: pd.DataFrame, window: Window, note: str = ""
         out += [
             "## Gen. PPL at the data's entropy (per model and NFE)",
             "",
-            _table(sc, {"model", "NFE"}),
+            _table(sc, {"model", "NFE", COL_DEVICE}),
             "",
         ]
         out += ["## Pareto-optimal cells (per NFE panel)", ""]
         out += [_table(pareto_table(c, window), {"NFE"}), ""]
-    out += ["## Every cell", "", _table(cell_table(c, window), {"model", "NFE", "T"}), ""]
+    every = _table(cell_table(c, window), {"model", "NFE", "T", COL_DEVICE})
+    out += ["## Every cell", "", every, ""]
     return Doc(out)
 
 
@@ -264,7 +290,11 @@ def _files(task: str, df: pd.DataFrame, out: Path, args=None) -> list[Path]:
     w = getattr(args, "frontier_window", None)
     window, note = effective_window(c, Window(*w) if w else Window())
     text = frontier_markdown(task, c, window, note)
-    return [text.write(out / f"{task}_frontier.md")] + frontier_figures(task, c, out, window)
+    return (
+        [text.write(out / f"{task}_frontier.md")]
+        + frontier_figures(task, c, out, window)
+        + seconds_figure(task, c, out, window)
+    )
 
 
 ITEMS = [

@@ -1,0 +1,174 @@
+"""Throughput tables: the constants :mod:`bench.cost.model` predicts with, per device kind.
+
+A table **entry** holds, for one device kind (``cpu``, ``a100``, ``h100``, ``h200``, or a kind
+a calibration named) at one CPU thread count, every constant of the cost model, each section with
+a one-line ``source``:
+
+- ``forward``: a sampling forward of the bare backbone = ``overhead_s`` + FLOPs / ``flops_per_s``;
+- ``train``: a plain optimiser step of the bare backbone (forward + backward + AdamW) =
+  ``overhead_s`` + 3 x forward FLOPs / ``flops_per_s`` + parameters x ``param_s``;
+- ``trainer``: what the Lightning trainer adds: ``step_s`` per step (hooks, EMA, clipping,
+  logging), ``start_s`` once per run (set-up, first checkpoint, weights file);
+- ``job``: ``start_s`` per job process (interpreter, imports, the task), ``load_bytes_per_s``
+  (weights read back for sampling), ``write_bytes_per_s`` (checkpoints);
+- ``methods``: each model's forward-equivalents per sampling call (``sample``, keyed
+  ``<model>|<decoding>``, per sampling dtype) and per training step (``train``, keyed
+  ``<model>``), each a pair measured at two shapes whose head shares (the output layer's part of
+  a forward's FLOPs) are ``head_share``: a shape in between is interpolated by its head share (a
+  sampler's extra work grows with |V|);
+- ``scorers``: ``item_s`` and ``cell_s`` (any task's scoring and records per item and per cell),
+  ``sandbox_cpu_s`` (CPU seconds per GSM8K program in the sandbox, spread over the job's cores),
+  ``genppl_load_s`` / ``genppl_tokens_per_s`` (the Gen. PPL reference LM), ``tokenizer_load_s``
+  (a hub tokenizer loaded by a job phase);
+- ``memory_bytes``: the device's memory (CPU: the machine's).
+
+The shipped entries (:mod:`bench.cost.defaults`) come from the paper's training-cost table and
+the project's measurements; ``python -m bench.perf calibrate`` measures an entry on the machine
+at hand and stores it in ``<calibration dir>/<kind>.json`` (:func:`calibration_dir`:
+``$SFLM_CALIBRATION_DIR``, else ``<data cache>/calibration``, i.e.
+``~/.cache/sflm-bench/calibration`` unless ``$SFLM_BENCH_DATA`` moves the data cache), one entry
+per CPU thread count. A calibrated entry wins over the shipped one of its kind.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+from pathlib import Path
+
+FORMAT = "sflm-bench-calibration"
+VERSION = 1
+ENV_DIR = "SFLM_CALIBRATION_DIR"
+#: the sections every entry has (a calibrated file may leave some to the shipped entry)
+SECTIONS = ("forward", "train", "trainer", "job", "methods", "scorers")
+
+
+def calibration_dir() -> Path:
+    """Where calibrated tables live: ``$SFLM_CALIBRATION_DIR``, else ``calibration/`` in the
+    data cache (``$SFLM_BENCH_DATA`` or ``~/.cache/sflm-bench``)."""
+    if os.environ.get(ENV_DIR):
+        return Path(os.environ[ENV_DIR]).expanduser()
+    from bench.text.locate import data_cache_root
+
+    return data_cache_root() / "calibration"
+
+
+def kind_of(device_name: str) -> str:
+    """The table kind of a device name: ``cpu`` for a CPU, ``h100`` / ``h200`` / ``a100`` / ...
+    for an NVIDIA GPU whose name says it (``NVIDIA H100 80GB HBM3`` -> ``h100``), else the name
+    lower-cased with non-alphanumerics as ``-``."""
+    name = device_name.lower()
+    if name.startswith("cpu") or not name:
+        return "cpu"
+    name = name.split(":", 1)[-1]
+    m = re.search(r"\b([a-z]\d{2,3}[a-z]?)\b", name.replace("nvidia", " "))
+    if m:
+        return m.group(1)
+    return re.sub(r"[^a-z0-9]+", "-", name).strip("-") or "gpu"
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        return None
+    return data
+
+
+def calibrated(kind: str, directory: Path | None = None) -> dict[int, dict]:
+    """The calibrated entries of ``kind`` in ``directory`` (default :func:`calibration_dir`), by
+    thread count ({} when none)."""
+    data = _read((directory or calibration_dir()) / f"{kind}.json")
+    if not data:
+        return {}
+    out = {}
+    for k, e in (data.get("entries") or {}).items():
+        try:
+            out[int(k)] = e
+        except ValueError:
+            continue
+    return out
+
+
+def known_kinds(directory: Path | None = None) -> list[str]:
+    """Every kind a table exists for: the shipped ones and the calibrated ones."""
+    from bench.cost.defaults import DEFAULTS
+
+    kinds = set(DEFAULTS)
+    d = directory or calibration_dir()
+    if d.is_dir():
+        kinds |= {p.stem for p in d.glob("*.json") if _read(p)}
+    return sorted(kinds)
+
+
+def _merge(base: dict, over: dict) -> dict:
+    """``over``'s sections over ``base``'s (a calibrated entry may leave sections out; method
+    factors merge by key, so a calibration that measured some models keeps the others')."""
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def _scaled(entry: dict, threads: int) -> dict:
+    """A CPU entry measured at ``entry['threads']`` threads, its rates scaled to ``threads``
+    (parallel efficiency 0.8 per doubling, rates only; overheads are per call, not per core)."""
+    have = int(entry.get("threads") or 0)
+    if not have or threads == have:
+        return entry
+    f = (threads / have) ** 0.8
+    out = copy.deepcopy(entry)
+    for sec in ("forward", "train"):
+        out[sec]["flops_per_s"] *= f
+    out["train"]["param_s"] /= f
+    for key in ("genppl_tokens_per_s",):
+        if key in out["scorers"]:
+            out["scorers"][key] *= f
+    out["threads"] = threads
+    out["source"] = f"{entry.get('source', '')} (scaled from {have} to {threads} threads)"
+    return out
+
+
+def load(kind: str, threads: int = 0, directory: Path | None = None) -> dict:
+    """The entry the planner predicts with for ``kind`` (at ``threads`` CPU threads, 0 = any):
+    the calibrated entry of that thread count, else the nearest calibrated one scaled, else the
+    shipped one (scaled), each over the shipped entry's sections. Raises KeyError for a kind with
+    neither."""
+    from bench.cost.defaults import DEFAULTS
+
+    cal = calibrated(kind, directory)
+    base = DEFAULTS.get(kind)
+    if not cal and base is None:
+        raise KeyError(kind)
+    if cal:
+        t = threads or min(cal)
+        near = min(cal, key=lambda k: (abs(k - t), k))
+        entry = _merge(base, cal[near]) if base is not None else cal[near]
+        entry["calibrated"] = True
+    else:
+        entry = copy.deepcopy(base)
+        entry["calibrated"] = False
+    if threads and entry.get("threads"):
+        entry = _scaled(entry, threads)
+    return entry
+
+
+def save(entry: dict, directory: Path | None = None) -> Path:
+    """Store ``entry`` (its ``kind`` and ``threads`` say where) in the kind's file, beside the
+    entries of other thread counts, atomically."""
+    from bench import atomic
+
+    d = directory or calibration_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / f"{entry['kind']}.json"
+    data = _read(path) or {"format": FORMAT, "version": VERSION, "kind": entry["kind"]}
+    data.setdefault("entries", {})[str(int(entry.get("threads") or 0))] = entry
+    atomic.write_json_atomic(data, path)
+    return path
