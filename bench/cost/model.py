@@ -73,7 +73,9 @@ class Net:
         d, c, n = self.d_model, self.cond_dim, self.n_blocks
         time = 0 if self.causal else 256 * c + c + c * c + c
         if self.arch == "sarch":
-            block = 4 * d * d + (4 * d * d + 4 * d) + (4 * d * d + d) + 4 * d + 3 * d + 2 * c * d + 2 * d
+            # q, k, v, o; c_fc (+ bias); mlp_out (+ bias); s_fc; s_qk and the two gammas; delta
+            block = 4 * d * d + (4 * d * d + 4 * d) + (4 * d * d + d) + 4 * d + 3 * d
+            block += 2 * c * d + 2 * d
             return self.vocab_in * d + time + n * block + self.vocab_out * d + self.vocab_out
         block = 2 * d + 4 * d * d + (4 * d * d + 4 * d) + (4 * d * d + d)
         if not self.causal:
@@ -85,7 +87,8 @@ class Net:
         """FLOPs of one position of a forward: the matrices (blocks and output layer), then
         attention over ``context`` keys."""
         d = self.d_model
-        return 2.0 * (12 * self.n_blocks * d * d + d * self.vocab_out) + 4.0 * self.n_blocks * d * context
+        matrices = 12 * self.n_blocks * d * d + d * self.vocab_out
+        return 2.0 * matrices + 4.0 * self.n_blocks * d * context
 
     def head_share(self, context: float) -> float:
         """The output layer's part of a forward's FLOPs (what a sampler's extra work over |V|
@@ -136,27 +139,20 @@ def model_label(method: str, options: dict) -> str:
     """The label of the benchmark model (:data:`bench.perf.models.MODELS`) a cell's method and
     options are: the most specific one whose options the cell's include (``sflm/sarch`` for
     S-FLM on the S-arch, ``candi/pure-gaussian``), else the method's name."""
-    from bench.perf.models import MODELS, VARIANTS
+    from bench.perf.models import FAST_PATHS, MODELS, VARIANTS
 
     best, n = method, -1
     for label, name, opts in MODELS + VARIANTS:
-        if name != method or label in _FAST_PATH_LABELS:
+        if name != method or label in FAST_PATHS:
             continue
         if all(options.get(k) == v for k, v in opts.items()) and len(opts) > n:
             best, n = label, len(opts)
     return best
 
 
-def _fast_labels() -> frozenset:
-    from bench.perf.models import FAST_PATHS
-
-    return frozenset(FAST_PATHS)
-
-
-_FAST_PATH_LABELS: frozenset = frozenset()
-
-
-def sample_factor(entry: dict, label: str, decoding: str, dtype: str, h: float) -> tuple[float, str]:
+def sample_factor(
+    entry: dict, label: str, decoding: str, dtype: str, h: float
+) -> tuple[float, str]:
     """(forward-equivalents per sampling call, the table key it came from) of model ``label``
     with ``decoding`` in ``dtype`` at head share ``h``: the key ``<label>|<decoding>``, else
     ``<label>|top<k>`` as ``<label>|topk``, else the label's first decoding, else the method's
@@ -164,14 +160,16 @@ def sample_factor(entry: dict, label: str, decoding: str, dtype: str, h: float) 
     m = entry["methods"]
     table = m.get("sample", {})
     base = label.split("/")[0]
-    keys = [f"{label}|{decoding}", f"{label}|{re.sub(r'^top([2-9]|\d\d+)$', 'topk', decoding)}"]
+    topk = re.sub(r"^top([2-9]|\d\d+)$", "topk", decoding)
+    keys = [f"{label}|{decoding}", f"{label}|{topk}"]
     keys += [k for k in table if k.startswith(f"{label}|")][:1]
     keys += [f"{base}|{decoding}"] + [k for k in table if k.startswith(f"{base}|")][:1]
     for k in keys:
         if k in table:
             v = table[k]
-            pair = v.get(dtype) or v.get("float32") or v.get("float64") if isinstance(v, dict) else v
-            return _interp(pair, h, m.get("head_share", (0.0, 1.0))), k
+            if isinstance(v, dict):
+                v = v.get(dtype) or v.get("float32") or v.get("float64")
+            return _interp(v, h, m.get("head_share", (0.0, 1.0))), k
     return 1.0, "none"
 
 
@@ -505,8 +503,6 @@ def predict_plan(p, kind: str | None = None, store=None, *, ex: ExecutorConfig |
     sandbox as many cores); a GPU kind's sandbox the executor's ``cpus_per_task``."""
     from bench.cost import table
 
-    global _FAST_PATH_LABELS
-    _FAST_PATH_LABELS = _fast_labels()
     ex = ex or p.cfg.executor
     kind = kind or device_kind(ex)[0]
     todo = []

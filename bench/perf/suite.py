@@ -19,7 +19,7 @@ import torch
 
 from bench import atomic
 from bench.config import ConfigError
-from bench.perf import agreement, arcache, genppl, sample, startup, train, velocity
+from bench.perf import agreement, arcache, calibrate, genppl, sample, startup, train, velocity
 from bench.perf.models import BARE, LEGACY, MODELS, SCALES, VARIANTS
 
 #: name -> benchmark module, in run (and report) order
@@ -31,6 +31,7 @@ BENCHMARKS = {
     "arcache": arcache,
     "genppl": genppl,
     "startup": startup,
+    "calibrate": calibrate,
 }
 BENCHES = tuple(BENCHMARKS)
 #: what runs without a benchmark named

@@ -70,7 +70,11 @@ def device_of(name, threads) -> str:
         t = int(float(threads))
     except (TypeError, ValueError):
         t = 0
-    return f"{name} ({t} threads)" if t > 0 and name.lower().startswith("cpu") else name
+    return (
+        f"{name} ({t} thread{'s' if t > 1 else ''})"
+        if t > 0 and name.lower().startswith("cpu")
+        else name
+    )
 
 
 def _own(s: pd.DataFrame) -> tuple[pd.Series, pd.Series, pd.Series]:
@@ -90,9 +94,9 @@ def with_cost(s: pd.DataFrame, store: pd.DataFrame | None = None) -> pd.DataFram
     ``store``: the rows a re-scored row's ``rescored_from`` cell is looked up in (default ``s``)."""
     s = s.copy()
     sps, score, dev = _own(s)
-    if "rescored_from" in s:
+    frm = s["rescored_from"].map(_text) if "rescored_from" in s else None
+    if frm is not None and (sps.isna() & (frm != "")).any():  # re-scored rows without seconds
         src = _source_costs(s if store is None else store)
-        frm = s["rescored_from"].map(_text)
         take = sps.isna() & frm.isin(src.index)
         if take.any():
             sps[take] = frm[take].map(src["sps"]).astype(float)

@@ -1,0 +1,533 @@
+"""``calibrate``: measure the cost model's throughput table (:mod:`bench.cost.table`) here and store
+it where the planner finds it (``--calib-dir``, default :func:`bench.cost.table.calibration_dir`:
+``$SFLM_CALIBRATION_DIR`` or ``~/.cache/sflm-bench/calibration``), one entry per device kind
+and CPU thread count (``--threads``: measure at the threads a job will use; the local executor
+gives each of its ``max_parallel`` jobs ``cpu_count // max_parallel``).
+
+What it measures (every time the minimum of ``--calib-reps`` runs, so that a burst of load on a
+shared machine is not read as the machine's speed):
+
+- bare backbone forwards (no gradients) at five shapes, fitted to ``overhead_s + FLOPs /
+  flops_per_s`` (relative least squares);
+- plain optimiser steps of the bare backbone at four shapes, fitted to ``overhead_s + 3 FLOPs /
+  flops_per_s + parameters x param_s``;
+- each model's sampling call (every decoding; float64 and float32) and training step at a small
+  and a large vocabulary, as forward-equivalents of the fitted bare forward / step (models:
+  ``--models``, default all of :data:`bench.perf.models.MODELS`);
+- the trainer's own cost (``bench.train.fit`` for two step counts: per step and once), a job's
+  process start (``import bench.cells`` in a fresh interpreter), the disk's write and read rates,
+  the GSM8K sandbox's CPU seconds per program (when the sandbox runs here);
+- opt-in: ``--calib-tokenizer`` (the GPT-2 tokenizer loaded as a text task's job loads it: where
+  the hub is unreachable and ``HF_HUB_OFFLINE`` is unset, each load waits out its retries),
+  ``--calib-genppl`` (the Gen. PPL reference LM: load and tokens/s).
+
+``--calib-quick`` (tests): tiny shapes, one run each, no trainer, job, disk or sandbox
+measurement (those sections keep the shipped entry's values).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import types
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+from bench.config import ConfigError
+from bench.perf import common, models
+
+HELP = "measure the cost model's throughput table here and store it (bench.cost)"
+
+#: (DiT size, |V|, L, batch) of the fitted shapes and the two factor shapes, per device type;
+#: ``small`` / ``large``: the method factors' small- and large-vocabulary shapes (head shares at
+#: the two ends of the interpolation, bench.cost.model._interp)
+SHAPES = {
+    "cpu": {
+        "forward": [("cpu-mini", 12, 40, 8), ("cpu-mini", 12, 40, 64), ("cpu-small", 12, 64, 64),
+                    ("cpu-mini", 8192, 32, 8), ("cpu-small", 195, 64, 128)],
+        "train": [("cpu-mini", 12, 40, 16), ("cpu-mini", 12, 40, 128), ("cpu-small", 12, 64, 32),
+                  ("cpu-mini", 8192, 32, 8)],
+        "small": ("cpu-mini", 12, 40, 64),
+        "large": ("cpu-mini", 8192, 32, 8),
+    },
+    "cuda": {
+        "forward": [("tiny", 12, 180, 16), ("tiny", 12, 180, 128), ("small", 12, 256, 64),
+                    ("small", 32768, 256, 16), ("small", 32768, 512, 32)],
+        "train": [("tiny", 12, 180, 32), ("tiny", 12, 180, 128), ("small", 12, 256, 32),
+                  ("small", 32768, 256, 16)],
+        "small": ("tiny", 12, 180, 64),
+        "large": ("small", 32768, 256, 16),
+    },
+    "quick": {
+        "forward": [("cpu-mini", 12, 8, 2), ("cpu-mini", 12, 8, 8), ("cpu-mini", 256, 8, 4)],
+        "train": [("cpu-mini", 12, 8, 2), ("cpu-mini", 12, 8, 8), ("cpu-mini", 256, 8, 4)],
+        "small": ("cpu-mini", 12, 8, 4),
+        "large": ("cpu-mini", 256, 8, 4),
+    },
+}  # fmt: skip
+#: sampling calls per timed run of a non-AR sampler
+NFE = 4
+
+
+def add_arguments(group) -> None:
+    group.add_argument("--calib-reps", type=int, default=3, help="calibrate: runs per timing (min)")
+    group.add_argument(
+        "--calib-dir", help="calibrate: where to store the table (default: the calibration dir)"
+    )
+    group.add_argument("--calib-kind", help="calibrate: the table kind (default: from the device)")
+    group.add_argument(
+        "--calib-quick", action="store_true", help="calibrate: tiny and fast (tests)"
+    )
+    group.add_argument(
+        "--calib-tokenizer", action="store_true", help="calibrate: time a GPT-2 tokenizer load"
+    )
+    group.add_argument(
+        "--calib-genppl", action="store_true", help="calibrate: time the Gen. PPL reference LM"
+    )
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _clock(device) -> float:
+    """Seconds of this process's work: on CUDA wall seconds (after a synchronisation); on the CPU
+    its CPU seconds over its threads, which on a machine shared with other work stay what the
+    work costs when the cores are free (wall seconds there count the waits for a core)."""
+    if device.type == "cuda":
+        common.sync(device)
+        return time.perf_counter()
+    return time.process_time() / max(1, torch.get_num_threads())
+
+
+def _min_time(fn, reps: int, device, warmup: int = 1) -> float:
+    """The least of ``reps`` timed calls of ``fn`` (:func:`_clock`), after ``warmup`` calls."""
+    for _ in range(warmup):
+        fn()
+    best = math.inf
+    for _ in range(max(1, reps)):
+        t0 = _clock(device)
+        fn()
+        best = min(best, _clock(device) - t0)
+    return best
+
+
+def _net(size: str, vocab: int, *, arch: str = "dit", causal: bool = False):
+    from bench.cost.model import net_of
+
+    return net_of({"size": size}, vocab, arch=arch, causal=causal)
+
+
+def fit(rows: list[list[float]], y: list[float]) -> list[float]:
+    """Non-negative coefficients b minimising sum(((X b - y) / y)^2) (relative errors): a
+    coefficient that comes out negative is fixed at 0 and the rest fitted again."""
+    import numpy as np
+
+    X, t = np.asarray(rows, dtype=float), np.asarray(y, dtype=float)
+    active = list(range(X.shape[1]))
+    while active:
+        A = X[:, active] / t[:, None]
+        b, *_ = np.linalg.lstsq(A, np.ones_like(t), rcond=None)
+        if (b >= 0).all():
+            out = [0.0] * X.shape[1]
+            for i, v in zip(active, b):
+                out[i] = float(v)
+            return out
+        active.pop(int(np.argmin(b)))
+    return [0.0] * X.shape[1]
+
+
+def _adamw(backbone, device):
+    """AdamW as the trainer builds it (fused on CUDA), without importing the trainer."""
+    return torch.optim.AdamW(backbone.parameters(), lr=1e-4, fused=(device.type == "cuda") or None)
+
+
+def _decodings(name: str, opts: dict, vocab: int, seq_len: int) -> list[tuple[str, str]]:
+    """(table decoding key, decoding passed to the sampler) of a model: each of its decodings,
+    S-FLM's ``topk`` as top 5."""
+    from bench import registry
+
+    cls = registry.METHODS[name]
+    m = cls(cls.Options(**opts), vocab, seq_len)
+    out = []
+    for d in m.decodings:
+        out.append((d, "top5" if d == "topk" else d))
+    return out
+
+
+# --------------------------------------------------------------------------- measurements
+
+
+def _forward_fit(shapes, args, device, rows) -> dict:
+    """Bare forwards (the DiT, ids in, time input) at ``shapes`` and at one position (a KV-cached
+    decoding step's shape), fitted to overhead + FLOPs / rate."""
+    from bench.backbones.dit import build_dit
+    from bench.config import BackboneConfig
+
+    X, y = [], []
+    pts = [(s, v, L, b, L) for s, v, L, b in shapes] + [(shapes[1][0], 12, 1, shapes[1][3], 1)]
+    for size, V, L, B, ctx in pts:
+        torch.manual_seed(0)
+        bb = build_dit(BackboneConfig(size=size), V, V).to(device).eval()
+        x = torch.randint(0, V, (B, L), device=device)
+        t = torch.rand(B, device=device)
+
+        def fwd(bb=bb, x=x, t=t):
+            with torch.no_grad(), common.autocast(device, args.precision):
+                bb(x, t)
+
+        s = _min_time(fwd, args.calib_reps + 2, device)
+        flops = B * L * _net(size, V).token_flops(ctx)
+        X.append([1.0, flops])
+        y.append(s)
+        rows.append({"bench": "calibrate", "what": "forward", "size": size, "vocab": V,
+                     "seq_len": L, "batch": B, "seconds": s, "gflops": flops / 1e9})  # fmt: skip
+    c0, k = fit(X, y)
+    out = {"overhead_s": c0, "flops_per_s": 1.0 / k if k > 0 else 1e18}
+    common.progress(f"calibrate forward: {c0 * 1e3:.2f} ms + FLOPs / {out['flops_per_s']:.3g}/s")
+    return out
+
+
+def _train_fit(shapes, args, device, rows) -> dict:
+    """Plain optimiser steps of the bare backbone (:class:`bench.perf.train.Bare`) at ``shapes``,
+    fitted to overhead + 3 FLOPs / rate + parameters x param_s."""
+    from bench.perf.train import Bare
+
+    X, y = [], []
+    for size, V, L, B in shapes:
+        bare = Bare(V, size, device)
+        bb = bare.backbone.train()
+        opt = _adamw(bb, device)
+        batch = common.sudoku_batch(B, V, L, device)
+        a = types.SimpleNamespace(batch=B, precision=args.precision)
+        step = _train_step_fn(bare, bb, opt, batch, a, device)
+        s = _min_time(step, args.calib_reps + 2, device, warmup=2)
+        net = _net(size, V)
+        flops = 3.0 * B * L * net.token_flops(L)
+        X.append([1.0, flops, float(net.params())])
+        y.append(s)
+        rows.append({"bench": "calibrate", "what": "train step", "size": size, "vocab": V,
+                     "seq_len": L, "batch": B, "seconds": s, "gflops": flops / 1e9})  # fmt: skip
+    t0, k, p = fit(X, y)
+    out = {"overhead_s": t0, "flops_per_s": 1.0 / k if k > 0 else 1e18, "param_s": p}
+    common.progress(
+        f"calibrate train: {t0 * 1e3:.2f} ms + 3 FLOPs / {out['flops_per_s']:.3g}/s "
+        f"+ {p * 1e9:.3g} ns/parameter"
+    )
+    return out
+
+
+def _train_step_fn(method, backbone, opt, batch, args, device):
+    from bench.method import antithetic_times
+
+    def step():
+        t = antithetic_times(len(batch), device=device) if method.uses_time else None
+        with common.autocast(device, args.precision):
+            loss = method.loss(backbone, batch, t).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        method.on_after_optimizer_step(backbone)
+
+    return step
+
+
+def _method_factors(model_list, shapes, entry, args, device, rows) -> dict:
+    """Each model's forward-equivalents per sampling call (each decoding; float64 at the small
+    shape, both dtypes at the large one) and per training step, against the fitted bare forward
+    and step of the same shape."""
+    from bench.cost.model import forward_s, train_step_s
+
+    sample, train, shares = {}, {}, []
+    for which in ("small", "large"):
+        size, V, L, B = shapes[which]
+        shares.append(_net(size, V).head_share(L))
+    for label, name, opts in model_list:
+        pair_t = []
+        pairs: dict[str, dict[str, list]] = {}
+        for which in ("small", "large"):
+            size, V, L, B = shapes[which]
+            method, bb = common.make_model(name, opts, V, L, size, device)
+            models.fast_path(label, method, bb)
+            common.as_asked(method)
+            arch = "sarch" if opts.get("backbone") == "sarch" else "dit"
+            net = _net(size, V, arch=arch, causal=not method.uses_time)
+            batch = common.sudoku_batch(B, V, L, device, prompt_frac=0.5)
+            # training step
+            bb.train()
+            opt = _adamw(bb, device)
+            a = types.SimpleNamespace(batch=B, precision=args.precision)
+            T = L - 1 if net.causal else L
+            ctx = T / 2 if net.causal else T
+            s = _min_time(_train_step_fn(method, bb, opt, batch, a, device), args.calib_reps,
+                          device, warmup=2)  # fmt: skip
+            pair_t.append(s / train_step_s(entry, net, B, T, ctx))
+            rows.append({"bench": "calibrate", "what": f"train {label}", "vocab": V,
+                         "seconds": s, "factor": pair_t[-1]})  # fmt: skip
+            # sampling calls
+            bb.eval()
+            dtypes = ("float64",) if which == "small" else ("float64", "float32")
+            for key, dec in _decodings(name, opts, V, L):
+                for dtype in dtypes:
+                    s, calls = _sample_time(method, bb, batch, dec, dtype, args, device)
+                    cached = bool(getattr(method, "kv_cache", None)) and method.nfe_is_length
+                    if cached:
+                        given = L - calls
+                        ref = forward_s(entry, net, B, given, given) + (calls - 1) * forward_s(
+                            entry, net, B, 1, (given + L) / 2
+                        )
+                    else:
+                        ref = calls * forward_s(entry, net, B, L, L)
+                    f = s / ref
+                    d = pairs.setdefault(key, {})
+                    d.setdefault(dtype, []).append(f)
+                    what = f"sample {label} {key} {dtype}"
+                    rows.append({"bench": "calibrate", "what": what, "vocab": V, "calls": calls,
+                                 "seconds": s, "factor": f})  # fmt: skip
+        train[label] = pair_t
+        for key, d in pairs.items():
+            small = d["float64"][0]
+            sample[f"{label}|{key}"] = {
+                "float64": [small, d["float64"][1]],
+                "float32": [small, d.get("float32", d["float64"])[-1]],
+            }
+        common.progress(
+            f"calibrate {label}: train x{pair_t[0]:.2f}/{pair_t[1]:.2f}, sample "
+            + ", ".join(
+                f"{k} x{v['float64'][0]:.2f}/{v['float64'][1]:.2f}"
+                for k, v in sample.items()
+                if k.startswith(label + "|")
+            )  # fmt: skip
+        )
+    return {"head_share": shares, "sample": sample, "train": train}
+
+
+def _sample_time(method, backbone, batch, decoding, dtype, args, device) -> tuple[float, int]:
+    def once():
+        method.nfe_counter = 0
+        with common.autocast(device, args.precision):
+            method.sample(backbone, batch.x, batch.clean_mask, nfe=NFE, decoding=decoding,
+                          float64=dtype == "float64",
+                          generator=torch.Generator(device=device).manual_seed(0))  # fmt: skip
+
+    s = _min_time(once, args.calib_reps, device)
+    return s, method.nfe_counter
+
+
+def _trainer(shape, entry, args, device, rows) -> dict:
+    """What ``bench.train.fit`` adds to plain steps: per step (hooks, EMA, clipping, logging) and
+    once (trainer set-up, the weights file), from MDLM runs of two lengths without validation or
+    periodic checkpoints (the model prices those apart)."""
+    from bench.config import TrainConfig
+    from bench.cost.model import train_factor, train_step_s
+    from bench.data.base import TaskData
+    from bench.train import fit as train_fit
+
+    size, V, L, B = shape
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, V, (512, L), generator=g)
+    clean = torch.zeros_like(x, dtype=torch.bool)
+    clean[:, : L // 2] = True
+    data = TaskData(x, clean, ~clean)
+    runs = {}
+    for steps in (10, 40):
+        method, bb = common.make_model("mdlm", {}, V, L, size, device)
+        cfg = TrainConfig(steps=steps, batch_size=B, lr=1e-3, warmup_steps=2, ema=0.99,
+                          checkpoint_every=10_000, logger="csv", val_every=0,
+                          threads=torch.get_num_threads())  # fmt: skip
+        with tempfile.TemporaryDirectory() as d:
+            t0 = _clock(device)
+            train_fit(method, bb, data, cfg, d, progress=False)
+            runs[steps] = _clock(device) - t0
+    per = (runs[40] - runs[10]) / 30
+    net = _net(size, V)
+    plain = train_factor(entry, "mdlm", net.head_share(L)) * train_step_s(entry, net, B, L, L)
+    step_s = max(0.0, per - plain)
+    start_s = max(0.0, runs[10] - 10 * per)
+    rows.append({"bench": "calibrate", "what": "trainer", "seconds": per, "plain_s": plain,
+                 "start_s": start_s})  # fmt: skip
+    common.progress(f"calibrate trainer: +{step_s * 1e3:.1f} ms per step, {start_s:.2f} s once")
+    return {"step_s": step_s, "start_s": start_s}
+
+
+def _job(rows) -> dict:
+    """A job's process start: ``import bench.cells`` (the trainer, the methods) in a fresh
+    interpreter; the disk's write and read rates (a 64 MiB torch file, atomically)."""
+    from bench.atomic import atomic_torch_save
+
+    root = Path(__file__).resolve().parents[2]
+    times = []
+    for _ in range(2):
+        t0 = _children_cpu()
+        subprocess.run([sys.executable, "-c", "import bench.cells, bench.registry"], cwd=root,
+                       check=True, capture_output=True)  # fmt: skip
+        times.append(_children_cpu() - t0)
+    start = min(times)
+    buf = torch.zeros(16 * 2**20)
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "w.pt"
+        t0 = time.perf_counter()
+        atomic_torch_save({"w": buf}, p)
+        w = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        torch.load(p, weights_only=True)
+        r = time.perf_counter() - t0
+    n = buf.numel() * 4
+    rows.append({"bench": "calibrate", "what": "job start", "seconds": start,
+                 "write_MBps": n / w / 1e6, "read_MBps": n / r / 1e6})  # fmt: skip
+    common.progress(f"calibrate job: start {start:.2f} s; disk write {n / w / 1e6:.0f} MB/s")
+    return {"start_s": start, "write_bytes_per_s": n / w, "load_bytes_per_s": n / r}
+
+
+def _children_cpu() -> float:
+    """CPU seconds (user + system) of this process's finished children."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _sandbox(rows) -> dict:
+    """CPU seconds per program of the GSM8K sandbox (32 short programs over every core)."""
+    from bench.evaluate.sandbox.runner import Sandbox, SandboxConfig
+
+    prog = "def simple_math_problem():\n    return sum(range(10)) * 3\n"
+    programs = [prog] * 32
+    try:
+        with Sandbox(SandboxConfig()) as sb:
+            sb.run_many(programs[:2])  # probe the isolation level first
+            t0, c0 = time.perf_counter(), _children_cpu()
+            sb.run_many(programs)
+            s, cpu = time.perf_counter() - t0, _children_cpu() - c0
+    except Exception as e:  # noqa: BLE001 - no sandbox here: keep the shipped value
+        common.progress(f"calibrate sandbox: not measured ({type(e).__name__}: {e})")
+        return {}
+    # the programs' CPU seconds where the sandbox reaps them as this process's children, else the
+    # wall time spread over every core
+    cpu_s = (cpu if cpu > 0.05 * s else s * (os.cpu_count() or 1)) / len(programs)
+    rows.append({"bench": "calibrate", "what": "sandbox", "seconds": s, "cpu_s": cpu_s})
+    common.progress(f"calibrate sandbox: {cpu_s * 1e3:.1f} CPU-ms per program")
+    return {"sandbox_cpu_s": cpu_s}
+
+
+def _tokenizer(rows) -> dict:
+    from bench.text.gpt2 import load_gpt2_tokenizer
+
+    t0 = time.perf_counter()
+    tok = load_gpt2_tokenizer()
+    s = time.perf_counter() - t0
+    rows.append({"bench": "calibrate", "what": "tokenizer", "seconds": s,
+                 "source": tok.sflm_source})  # fmt: skip
+    common.progress(f"calibrate tokenizer: {s:.1f} s ({tok.sflm_source})")
+    return {"tokenizer_load_s": s}
+
+
+def _genppl(device, rows) -> dict:
+    from bench.evaluate.genppl import evaluator as genppl
+
+    t0 = _clock(device)
+    try:
+        ref = genppl.load_reference("smollm2-135m", device=device)
+    except genppl.ReferenceModelError as e:
+        common.progress(f"calibrate genppl: not measured ({e})")
+        return {}
+    load = _clock(device) - t0
+    V = int(ref.model.get_output_embeddings().weight.shape[0])
+    g = torch.Generator().manual_seed(0)
+    items = []
+    for _ in range(8):
+        ids = torch.randint(0, V, (64,), generator=g)
+        ids[ids == ref.eot_id] = (ref.eot_id + 1) % V
+        items.append(genppl.Prepared([ref.context_id, *ids.tolist()], [False] + [True] * 64, False))
+    genppl.score_prepared(ref, items[:1], batch_tokens=4096)
+    t0 = _clock(device)
+    _, cnt = genppl.score_prepared(ref, items, batch_tokens=4096)
+    s = _clock(device) - t0
+    tps = float(cnt.sum()) / s
+    rows.append({"bench": "calibrate", "what": "genppl", "seconds": s, "load_s": load,
+                 "tokens_per_s": tps})  # fmt: skip
+    common.progress(f"calibrate genppl: load {load:.1f} s, {tps:.0f} tokens/s")
+    return {"genppl_load_s": load, "genppl_tokens_per_s": tps}
+
+
+def _memory(device) -> int:
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+# --------------------------------------------------------------------------- the benchmark
+
+
+def run(model_list, args, device) -> list[dict]:
+    from bench.cost import table
+    from bench.cost.defaults import DEFAULTS
+    from bench.cost.measure import device_name
+
+    t_start = time.perf_counter()
+    name = device_name(device)
+    kind = args.calib_kind or table.kind_of(name)
+    threads = torch.get_num_threads() if device.type == "cpu" else 0
+    shapes = SHAPES["quick" if args.calib_quick else device.type]
+    if args.calib_reps < 1:
+        raise ConfigError("--calib-reps: must be >= 1")
+    if args.calib_quick:
+        args.calib_reps = 1
+    base = DEFAULTS.get(kind) or DEFAULTS["cpu" if device.type == "cpu" else "h100"]
+    rows: list[dict] = []
+    entry = {"kind": kind, "threads": threads, "device_name": name}
+    entry["forward"] = _forward_fit(shapes["forward"], args, device, rows)
+    entry["train"] = _train_fit(shapes["train"], args, device, rows)
+    full = {**base, **entry}  # the fitted sections, the shipped ones for what is not measured
+    entry["methods"] = _method_factors(model_list, shapes, full, args, device, rows)
+    full["methods"] = entry["methods"]
+    scorers = {}
+    if not args.calib_quick:
+        entry["trainer"] = _trainer(shapes["small"], full, args, device, rows)
+        entry["job"] = {**base["job"], **_job(rows)}
+        scorers.update(_sandbox(rows))
+    if args.calib_tokenizer:
+        scorers.update(_tokenizer(rows))
+    if args.calib_genppl:
+        scorers.update(_genppl(device, rows))
+    if scorers:
+        entry["scorers"] = {**base["scorers"], **scorers}
+    entry["memory_bytes"] = _memory(device)
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    load = _loadavg()
+    for sec in ("forward", "train", "trainer", "job", "methods"):
+        if sec in entry:
+            entry[sec]["source"] = f"python -m bench.perf calibrate, {when}"
+    if "scorers" in entry:
+        entry["scorers"]["source"] = (
+            f"python -m bench.perf calibrate, {when} (measured: {', '.join(sorted(scorers))}; "
+            f"the rest: {base['scorers']['source']})"
+        )
+    entry["source"] = (
+        f"python -m bench.perf calibrate on {name}, {threads or 'all'} thread(s), {when}"
+        + (f", 1-min load {load}" if load is not None else "")
+        + (" (--calib-quick)" if args.calib_quick else "")
+    )
+    entry["calibrated_at"] = when
+    d = Path(args.calib_dir) if args.calib_dir else None
+    path = table.save(entry, d)
+    took = time.perf_counter() - t_start
+    common.progress(f"calibrate: {kind} table ({threads or 'all'} threads) -> {path} "
+                    f"in {took:.0f} s")  # fmt: skip
+    rows.append({"bench": "calibrate", "what": "table", "kind": kind, "threads": threads,
+                 "path": str(path), "seconds": took})  # fmt: skip
+    return rows
+
+
+def _loadavg() -> float | None:
+    try:
+        return float(Path("/proc/loadavg").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
