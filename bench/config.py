@@ -215,6 +215,24 @@ class ExecutorConfig:
     )
     max_parallel: int = option(2, gt=0, help="local executor: jobs running at once")
     log_dir: str = option("", help="'' = <results>/logs")
+    device: str = option(
+        "",
+        help="the device kind the jobs run on, for --dry-run's predicted cost (bench.cost: cpu, "
+        "a100, h100, h200 or a calibrated kind); '' = this machine's (local), h100 (SLURM with "
+        "GPUs), cpu (SLURM without)",
+    )
+
+    def validate(self) -> None:
+        """``device`` names a kind the cost model has a table for (shipped or calibrated)."""
+        if self.device:
+            from bench.cost.table import known_kinds
+
+            kinds = known_kinds()
+            if self.device not in kinds:
+                raise ConfigError(
+                    f"device: unknown device kind {self.device!r} (known: {', '.join(kinds)}; "
+                    "python -m bench.perf calibrate adds this machine's)"
+                )
 
 
 @dataclass

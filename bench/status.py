@@ -1,6 +1,8 @@
 """What ``python -m bench.sweep`` prints about a planned sweep: the ``--status`` table (one line
-per cell, with the log and last error line of a failure) and the ``--dry-run`` plan (the jobs,
-their resources and, on SLURM, an upper bound of the cost).
+per cell, with the log and last error line of a failure; once cells are done, the cost model's
+prediction beside what they took: :mod:`bench.cost.check`) and the ``--dry-run`` plan (the jobs,
+their resources, on SLURM an upper bound of the cost, and the cost model's prediction:
+:mod:`bench.cost.model`).
 
 The statuses themselves are the model of :mod:`bench.executors.cell_status` (store, locks, local
 and SLURM jobs, failures), which the SLURM executor shares.
@@ -14,7 +16,7 @@ from bench.executors.state import state_dir
 from bench.plan import Plan
 from bench.results import Store
 
-__all__ = ["dry_run", "model_cells", "status_table"]
+__all__ = ["dry_run", "model_cells", "predicted_cost", "status_table"]
 
 
 def status_table(p: Plan) -> str:
@@ -32,6 +34,13 @@ def status_table(p: Plan) -> str:
         ", ".join(f"{n} {s}" for s, n in counts.items()) + f" (of {len(rows)} cells); "
         f"state: {state_dir(p.cfg) / 'state.json'}"
     )
+    if counts.get("done"):  # the cost model against what the done cells took
+        from bench.cost.check import comparison
+
+        try:
+            lines.append(comparison(p, Store(p.cfg.results_dir)))
+        except (KeyError, ValueError, RuntimeError, NotImplementedError) as e:
+            lines.append(f"predicted / measured: not available ({type(e).__name__}: {e})")
     return "\n".join(lines)
 
 
@@ -116,5 +125,62 @@ def dry_run(p: Plan) -> str:
         )
     else:
         lines.append(f"jobs: {n_train} local job(s) for {n_cells} sample cell(s)")
+    lines += predicted_cost(p, ex, store)
     lines.append("nothing submitted (--dry-run)")
     return "\n".join(lines)
+
+
+def predicted_cost(p: Plan, ex, store) -> list[str]:
+    """The cost model's prediction (:mod:`bench.cost.model`) of the jobs ``--dry-run`` lists: per
+    model its training, its sampling and its peak memory; in total the device-hours on the
+    executor's device kind (SLURM: beside the bound) or the local executor's wall time."""
+    from bench.cost.model import (
+        device_kind,
+        fmt_bytes,
+        fmt_s,
+        local_wall,
+        predict_plan,
+        slurm_cost,
+    )
+
+    kind, why = device_kind(ex)
+    try:
+        pred = predict_plan(p, kind, store, ex=ex)
+    except (KeyError, ValueError, RuntimeError, NotImplementedError) as e:
+        return [f"predicted cost: not available ({type(e).__name__}: {e})"]
+    if not pred.jobs:
+        return []
+    lines = [
+        f"predicted cost ({pred.source()}, kind {kind}: {why}; python -m bench.perf calibrate "
+        "measures this machine's):",
+        f"  {'model':42s} {'start+train':>11s} {'sampling':>9s} {'peak tensors':>12s}",
+    ]
+    for j in pred.jobs:
+        train = fmt_s(j.prepare_s + j.start_s + j.train_s) if j.train else "-"
+        lines.append(
+            f"  {j.label[:42]:42s} {train:>11s} {fmt_s(j.sample_s):>9s} "
+            f"{fmt_bytes(j.peak_bytes):>12s}"
+        )
+    mem = pred.entry.get("memory_bytes") or 0
+    if mem and pred.peak_bytes > mem:
+        lines.append(
+            f"  warning: a job's predicted peak ({fmt_bytes(pred.peak_bytes)}) is above the "
+            f"{kind}'s memory ({fmt_bytes(mem)}): lower sample.batch_size / train.batch_size"
+        )
+    if ex.kind == "slurm":
+        sc = slurm_cost(pred, p, ex, store)
+        bound = plan_cost(p, ex, store)
+        lines.append(
+            f"predicted cost: {sc.gpu_h:.1f} GPU-hours on {kind}, {sc.cpu_h:.1f} CPU-hours "
+            f"(the bound: {bound.gpu_h:.1f} GPU-hours); longest job or array task "
+            f"{fmt_s(sc.longest_s)} (time limit {ex.time_min} min)"
+        )
+    else:
+        parallel = max(1, min(ex.max_parallel, len(pred.jobs))) if ex.kind == "local" else 1
+        wall = local_wall(pred.jobs, parallel)
+        threads = pred.jobs[0].threads
+        lines.append(
+            f"predicted time: {fmt_s(wall)} wall, {parallel} job(s) at once with {threads} "
+            f"thread(s) each ({pred.device_hours:.2f} {kind} device-hours of jobs)"
+        )
+    return lines

@@ -1,5 +1,5 @@
 """``python -m bench.sweep SWEEP.yaml [--set KEY=VALUE ...] [--executor local|slurm|debug] \
-[--status] [--dry-run] [--cancel]``
+[--status] [--dry-run] [--cancel] [--rehearse [--memory-gb GB]]``
 
 Plans a sweep into content-addressed cells (:mod:`bench.plan`) and runs what is not yet in the
 results store (:mod:`bench.cells`) on the chosen executor (:mod:`bench.executors`):
@@ -14,7 +14,9 @@ results store (:mod:`bench.cells`) on the chosen executor (:mod:`bench.executors
 Cells already in the store are skipped, so re-running a finished sweep does nothing.
 Bad input (missing file, malformed YAML, unknown key / method, out-of-range values) exits 2
 with one line naming the problem, before anything is written. ``--status`` / ``--dry-run``
-print :mod:`bench.status`'s table / plan and submit nothing.
+print :mod:`bench.status`'s table / plan and submit nothing. ``--rehearse`` runs every distinct
+model at its real size with random weights through one step of each kind of work, here, and
+prints time and peak memory extrapolated to the sweep's batches (:mod:`bench.rehearse`).
 
 ``--set KEY=VALUE`` (repeatable; :func:`bench.config.apply_overrides`) changes the file's
 values without editing it: ``--set sample.nfe=[8,16] --set methods[2].options.top_k=1``. They
@@ -84,7 +86,28 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="on Ctrl-C / SIGTERM stop the jobs this driver started (default: they keep running)",
     )
+    ap.add_argument(
+        "--rehearse",
+        action="store_true",
+        help="build every distinct model at its real size with random weights, run one training "
+        "step, one sampling call and the scorer at batch 1 and 2 here, print time and peak "
+        "memory extrapolated to the sweep's batches; writes nothing into the results folder",
+    )
+    ap.add_argument(
+        "--memory-gb",
+        type=float,
+        metavar="GB",
+        help="--rehearse: stop (exit 1) when a peak extrapolated to the sweep's batch is above "
+        "this device memory (default: compare with 40 / 80 / 141 GB cards, stop on none)",
+    )
+    ap.add_argument(
+        "--all-decodings",
+        action="store_true",
+        help="--rehearse: one sampling call per decoding of each model (default: its first)",
+    )
     args = ap.parse_args(argv)
+    if (args.memory_gb is not None or args.all_decodings) and not args.rehearse:
+        ap.error("--memory-gb and --all-decodings need --rehearse")
     if args.list:
         from bench import registry
 
@@ -105,11 +128,16 @@ def main(argv: list[str] | None = None) -> int:
             cfg.executor.kind = args.executor
         if args.results_dir:
             cfg.results_dir = args.results_dir
-        # a dry run / status may plan a released checkpoint offline (catalogue, no sha256)
-        p = plan(cfg, args.sweep, offline_ok=args.dry_run or args.status)
+        # a dry run / status / rehearsal may plan a released checkpoint offline (catalogue, no
+        # sha256; a rehearsal imports a random file of its format instead)
+        p = plan(cfg, args.sweep, offline_ok=args.dry_run or args.status or args.rehearse)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if args.rehearse:
+        from bench.rehearse import rehearse
+
+        return rehearse(p, args.sweep, memory_gb=args.memory_gb, all_decodings=args.all_decodings)
     if args.status or args.dry_run:
         try:
             print(status.dry_run(p) if args.dry_run else status.status_table(p))

@@ -105,8 +105,8 @@ def rotary_cos_sin(seq_len: int, head_dim: int, device, base: float = 1e4) -> tu
 
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate (B, H, L, Dh) by position, rotate-half convention
-    (GPT-NeoX / flash-attn non-interleaved)."""
+    """Rotate (..., L, Dh) by position (e.g. (B, H, L, Dh), or q and k stacked), rotate-half
+    convention (GPT-NeoX / flash-attn non-interleaved)."""
     x1, x2 = x.float().chunk(2, dim=-1)
     c, s = cos[None, None], sin[None, None]
     return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).to(x.dtype)
@@ -149,8 +149,11 @@ class Block(nn.Module):
 
     def attention(self, h: Tensor, cos: Tensor, sin: Tensor, cache: dict | None = None) -> Tensor:
         B, L, d = h.shape
-        q, k, v = self.qkv(h).view(B, L, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        qkv = self.qkv(h).view(B, L, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
+        # q and k rotated in one call: the values of one call each (elementwise), half the
+        # kernel launches (4 % of a CPU quickstart training step; docs/measurements/quickstart.md)
+        q, k = apply_rotary(qkv[:2], cos, sin).unbind(0)
+        v = qkv[2]
         causal = self.causal
         if cache is not None:  # KV cache (causal decoding): keys / values of earlier positions
             if "k" in cache:

@@ -168,9 +168,11 @@ class pickle_module:  # noqa: N801 - passed to torch.save as a module
 # --------------------------------------------------------------------------- the file
 
 
-def export(run_dir: str | Path, out: str | Path) -> Path:
+def export(run_dir: str | Path, out: str | Path, *, ours: bool = True) -> Path:
     """Write the model of ``run_dir`` (a run or model folder with ``weights.pt``) to ``out`` in
-    the reference format. Returns ``out``."""
+    the reference format. Returns ``out``. ``ours=False`` leaves out the ``sflm_bench`` record,
+    as in the reference's own files: the importer then reads the options from the config alone,
+    as it reads the released files (``python -m bench.sweep --rehearse`` imports such a file)."""
     from bench import atomic
     from bench.backbones.dit import resolve_size
     from bench.checkpoints import build_model
@@ -235,11 +237,12 @@ def export(run_dir: str | Path, out: str | Path) -> Path:
             "config": DictConfigPickle(config),
             "tokenizer": None,
             "vocab_size": rows if family.vocab_in_hparams else None,
-            "sflm_bench": {
-                k: facts[k] for k in ("method", "options", "backbone", "vocab_size", "seq_len")
-            },  # fmt: skip
         },
     }
+    if ours:
+        ckpt["hyper_parameters"]["sflm_bench"] = {
+            k: facts[k] for k in ("method", "options", "backbone", "vocab_size", "seq_len")
+        }
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic.write_with(out, lambda tmp: torch.save(ckpt, tmp, pickle_module=pickle_module))
     return out

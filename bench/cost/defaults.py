@@ -5,9 +5,8 @@ machine at hand; a calibrated entry wins over these.
 Sources:
 
 - ``cpu``: ``python -m bench.perf calibrate`` on the project's 2-core AMD EPYC VM (AVX-512), one
-  thread (the quickstart's jobs: two at once, one thread each), and the project's measured CPU
-  stores (docs/measurements/quickstart.md, gsm8k_smoke_seeds.md, owt_smoke.md; the GSM8K sandbox
-  and Gen. PPL rates of docs/measurements/cpu_perf_genppl.json);
+  thread (the quickstart's jobs: two at once, one thread each; other thread counts are scaled,
+  :func:`bench.cost.table.load`), and the quickstart's measured scoring times;
 - ``h200``: the project's H200 runs (docs/measurements/gpu_h200_perf_tiny.json: train steps/s and
   sampling seconds per call of every model, tiny DiT, batch 256, bf16;
   gpu_h200_perf_velocity_b1 / b32 / b32_f32.json: the small DiT's forward at batch 1 and 32 and
@@ -166,52 +165,85 @@ A100 = _scaled(H100, "a100", "cuda: NVIDIA A100-SXM4-80GB", 312 / 989, 80 * 2**3
 A100["forward"]["overhead_s"] = 0.01
 A100["train"]["overhead_s"] = 0.025
 
+#: one thread of the project's 2-core AMD EPYC VM (AVX-512): ``python -m bench.perf calibrate
+#: --threads 1`` (CPU seconds, so the machine's load, 1-min 3-5, does not count; see
+#: :mod:`bench.perf.calibrate`); factors [small |V|, large |V|] at head shares 0.007 (cpu-mini,
+#: |V| 12, L 40) and 0.831 (cpu-mini, |V| 8,192, L 32)
+_CPU_TRAIN = {
+    "ar": {"factor": [1.03, 1.03], "step_s": 0.0},
+    "candi": {"factor": [0.998, 1.4], "step_s": 0.0013},
+    "candi/pure-gaussian": {"factor": [1.02, 1.47], "step_s": 0.000353},
+    "duo": {"factor": [1.05, 0.916], "step_s": 0.000128},
+    "flm": {"factor": [0.898, 1.19], "step_s": 0.005},
+    "mdlm": {"factor": [0.994, 0.703], "step_s": 0.0},
+    "sflm": {"factor": [1.11, 1.02], "step_s": 0.00028},
+    "sflm/sarch": {"factor": [1.26, 0.754], "step_s": 0.000701},
+}
+_CPU_SAMPLE = {
+    "ar|greedy": {"float64": [0.765, 0.999], "float32": [0.765, 0.962], "call_s": 0.0},
+    "ar|sample": {"float64": [0.805, 1.95], "float32": [0.805, 1.35], "call_s": 0.0},
+    "candi/pure-gaussian|continuous": {
+        "float64": [1.15, 8.89],
+        "float32": [1.15, 4.31],
+        "call_s": 0.0,
+    },
+    "candi|cached": {"float64": [0.999, 9.65], "float32": [0.999, 4.56], "call_s": 0.000638},
+    "candi|nocache": {"float64": [1.01, 21.7], "float32": [1.01, 10.9], "call_s": 0.000931},
+    "duo|ancestral": {"float64": [1.05, 8.69], "float32": [1.05, 5.0], "call_s": 0.000351},
+    "duo|greedy": {"float64": [1.05, 9.27], "float32": [1.05, 4.47], "call_s": 0.000489},
+    "flm|euler": {"float64": [1.02, 6.34], "float32": [1.02, 2.72], "call_s": 0.000192},
+    "mdlm|ancestral": {"float64": [1.17, 8.09], "float32": [1.17, 3.76], "call_s": 0.0},
+    "mdlm|greedy": {"float64": [1.21, 7.3], "float32": [1.21, 3.08], "call_s": 0.0},
+    "sflm/sarch|exact": {"float64": [1.32, 6.14], "float32": [1.32, 3.11], "call_s": 0.0},
+    "sflm/sarch|stochastic": {"float64": [1.21, 9.61], "float32": [1.21, 5.6], "call_s": 0.0},
+    "sflm/sarch|top1": {"float64": [1.13, 3.94], "float32": [1.13, 1.77], "call_s": 2.14e-05},
+    "sflm/sarch|topk": {"float64": [1.27, 4.45], "float32": [1.27, 2.03], "call_s": 0.0},
+    "sflm|exact": {"float64": [1.24, 5.17], "float32": [1.24, 2.62], "call_s": 0.0},
+    "sflm|stochastic": {"float64": [1.19, 9.14], "float32": [1.19, 4.66], "call_s": 0.0},
+    "sflm|top1": {"float64": [1.17, 2.96], "float32": [1.17, 1.35], "call_s": 0.0},
+    "sflm|topk": {"float64": [1.24, 3.15], "float32": [1.24, 1.53], "call_s": 0.000166},
+}
+_CALIBRATED = "python -m bench.perf calibrate --threads 1 on the project's 2-core AMD EPYC VM"
+
 CPU = {
     "kind": "cpu",
     "threads": 1,
     "device_name": "cpu: AMD EPYC (2 cores, AVX-512)",
-    "source": "python -m bench.perf calibrate --threads 1 on the project's 2-core VM, and its "
-    "measured CPU sweeps",
+    "source": f"{_CALIBRATED} (2026-11-27, 1-min load 4); other thread counts scaled",
     "memory_bytes": 8 * 2**30,
-    "forward": {
-        "overhead_s": 0.0015,
-        "flops_per_s": 4.0e10,
-        "source": "python -m bench.perf calibrate --threads 1 (2-core AMD EPYC VM)",
-    },
+    "forward": {"overhead_s": 0.000628, "flops_per_s": 5.59e10, "source": _CALIBRATED},
     "train": {
-        "overhead_s": 0.01,
-        "flops_per_s": 2.0e10,
-        "param_s": 5e-8,
-        "source": "python -m bench.perf calibrate --threads 1 (2-core AMD EPYC VM)",
+        "overhead_s": 0.00499,
+        "flops_per_s": 6.09e10,
+        "param_s": 2.28e-9,
+        "source": _CALIBRATED,
     },
-    "trainer": {
-        "step_s": 0.01,
-        "start_s": 1.5,
-        "source": "python -m bench.perf calibrate --threads 1 (2-core AMD EPYC VM)",
-    },
+    "trainer": {"step_s": 0.015, "start_s": 0.12, "source": _CALIBRATED},
     "job": {
-        "start_s": 3.5,
-        "load_bytes_per_s": 5e8,
-        "write_bytes_per_s": 3e8,
+        "start_s": 5.51,
+        "load_bytes_per_s": 1.15e9,
+        "write_bytes_per_s": 1.84e8,
         "download_bytes_per_s": 5e7,
-        "source": "python -m bench.perf calibrate --threads 1 (2-core AMD EPYC VM)",
+        "source": f"{_CALIBRATED} (download: an estimate)",
     },
     "methods": {
-        "head_share": [0.01, 0.84],
-        "sample": {},
-        "train": {},
-        "source": "python -m bench.perf calibrate --threads 1 (2-core AMD EPYC VM)",
+        "head_share": [0.00703, 0.831],
+        "sample": _CPU_SAMPLE,
+        "train": _CPU_TRAIN,
+        "source": _CALIBRATED,
     },
     "scorers": {
         "item_s": 1e-4,
         "cell_s": 0.02,
-        "sandbox_cpu_s": 0.022,
-        "genppl_load_s": 5.0,
-        "genppl_tokens_per_s": 250.0,
+        "sandbox_cpu_s": 0.0281,
+        "genppl_load_s": 0.717,
+        "genppl_tokens_per_s": 324.0,
         "tokenizer_load_s": 1.0,
-        "source": "Sudoku scoring 0.02-0.05 s per 256-puzzle cell (the quickstart's score_s); "
-        "sandbox 128 programs in 1.4 s on 2 cores (docs/gsm8k-sandbox.md); Gen. PPL "
-        "docs/measurements/cpu_perf_genppl.json; tokenizer: a cached or offline load",
+        "source": f"{_CALIBRATED} (--calib-genppl: the offline SmolLM2 reference LM); Sudoku "
+        "scoring: the quickstart's score_s, 0.02-0.05 s per 256-puzzle cell "
+        "(docs/measurements/quickstart.md); tokenizer: a cached or offline load (where the hub "
+        "is unreachable and HF_HUB_OFFLINE is unset, each load waits out ~47 s of retries: "
+        "calibrate --calib-tokenizer measures it)",
     },
 }
 

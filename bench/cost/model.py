@@ -152,11 +152,11 @@ def model_label(method: str, options: dict) -> str:
 
 def sample_factor(
     entry: dict, label: str, decoding: str, dtype: str, h: float
-) -> tuple[float, str]:
-    """(forward-equivalents per sampling call, the table key it came from) of model ``label``
-    with ``decoding`` in ``dtype`` at head share ``h``: the key ``<label>|<decoding>``, else
-    ``<label>|top<k>`` as ``<label>|topk``, else the label's first decoding, else the method's
-    (``sflm/sarch`` -> ``sflm``), else 1."""
+) -> tuple[float, float, str]:
+    """(forward-equivalents per sampling call, the sampler's own seconds per call, the table key
+    they came from) of model ``label`` with ``decoding`` in ``dtype`` at head share ``h``: the key
+    ``<label>|<decoding>``, else ``<label>|top<k>`` as ``<label>|topk``, else the label's first
+    decoding, else the method's (``sflm/sarch`` -> ``sflm``), else 1 and 0."""
     m = entry["methods"]
     table = m.get("sample", {})
     base = label.split("/")[0]
@@ -166,20 +166,24 @@ def sample_factor(
     keys += [f"{base}|{decoding}"] + [k for k in table if k.startswith(f"{base}|")][:1]
     for k in keys:
         if k in table:
-            v = table[k]
+            v, call_s = table[k], 0.0
             if isinstance(v, dict):
+                call_s = float(v.get("call_s", 0.0))
                 v = v.get(dtype) or v.get("float32") or v.get("float64")
-            return _interp(v, h, m.get("head_share", (0.0, 1.0))), k
-    return 1.0, "none"
+            return _interp(v, h, m.get("head_share", (0.0, 1.0))), call_s, k
+    return 1.0, 0.0, "none"
 
 
-def train_factor(entry: dict, label: str, h: float) -> float:
-    """Forward-equivalents of one training step of model ``label`` (relative to the bare
-    backbone's) at head share ``h``."""
+def train_factor(entry: dict, label: str, h: float) -> tuple[float, float]:
+    """(forward-equivalents of one training step of model ``label`` relative to the bare
+    backbone's at head share ``h``, the loss's own seconds per step)."""
     m = entry["methods"]
     table = m.get("train", {})
-    pair = table.get(label, table.get(label.split("/")[0], 1.0))
-    return _interp(pair, h, m.get("head_share", (0.0, 1.0)))
+    v = table.get(label, table.get(label.split("/")[0], 1.0))
+    step_s = 0.0
+    if isinstance(v, dict):
+        v, step_s = v.get("factor", 1.0), float(v.get("step_s", 0.0))
+    return _interp(v, h, m.get("head_share", (0.0, 1.0))), step_s
 
 
 # --------------------------------------------------------------------------- predictions
@@ -212,6 +216,8 @@ class JobPrediction:
     train: CellPrediction | None
     samples: list[CellPrediction]
     threads: int = 0
+    prepare_s: float = 0.0  # the task's data caches, built by the sweep's first job
+    process_s: float = 0.0  # of start_s, the process alone (what each SLURM array task pays)
 
     @property
     def train_s(self) -> float:
@@ -223,7 +229,7 @@ class JobPrediction:
 
     @property
     def seconds(self) -> float:
-        return self.start_s + self.train_s + self.sample_s
+        return self.prepare_s + self.start_s + self.train_s + self.sample_s
 
     @property
     def peak_bytes(self) -> int:
@@ -235,7 +241,8 @@ class JobPrediction:
         ``cell_ids`` of this model's cells (SLURM sizing: :func:`chunk_seconds`)."""
         ids = set(cell_ids)
         cells = [c for c in self.samples if c.cell_id in ids]
-        return self.start_s + (self.load_s if cells else 0.0) + sum(c.seconds for c in cells)
+        start = self.process_s or self.start_s
+        return start + (self.load_s if cells else 0.0) + sum(c.seconds for c in cells)
 
 
 @dataclass
@@ -329,8 +336,8 @@ def _sampler_peak(entry, m: _Model, batch: int, dtype: str, cached: bool) -> int
 
 
 def predict_sample(entry: dict, m: _Model, c, *, cores: int = 1) -> CellPrediction:
-    """One sample or likelihood cell of model ``m`` (``cores``: CPU cores of the job, which the
-    GSM8K sandbox spreads its programs over)."""
+    """One sample or likelihood cell of model ``m`` (``cores``: the CPU cores the GSM8K sandbox
+    spreads its programs over: the machine's for a local job, ``cpus_per_task`` on SLURM)."""
     from bench.plan import LikelihoodCell
 
     sc = entry["scorers"]
@@ -342,12 +349,12 @@ def predict_sample(entry: dict, m: _Model, c, *, cores: int = 1) -> CellPredicti
         block = c.block or L
         batches = math.ceil(n / c.batch_size)
         draws = 1 if type(m.method).nfe_is_length else c.draws
-        fe, _ = sample_factor(entry, m.label, "*", "float64", net.head_share(block))
+        fe, call_s, _ = sample_factor(entry, m.label, "*", "float64", net.head_share(block))
         fwd = sum(
             forward_s(entry, net, min(c.batch_size, n - i * c.batch_size), block, block)
             for i in range(batches)
         )
-        net_s = draws * fe * fwd
+        net_s = draws * (fe * fwd + batches * call_s)
         peak = int(net.params() * 4 + c.batch_size * block * net.vocab_out * (4 + 8))
         flops = draws * n * block * net.token_flops(block)
         parts = {"network": net_s, "score": sc["cell_s"]}
@@ -360,17 +367,17 @@ def predict_sample(entry: dict, m: _Model, c, *, cores: int = 1) -> CellPredicti
     sizes = [min(B, n - i * B) for i in range(batches)]
     if cached:  # the prefill reads the given positions, each later call one position
         ctx = (given + L) / 2
-        fe, key = sample_factor(entry, m.label, c.decoding, dtype, net.head_share(ctx))
+        fe, call_s, key = sample_factor(entry, m.label, c.decoding, dtype, net.head_share(ctx))
         per = [
             forward_s(entry, net, b, given, given) + (calls - 1) * forward_s(entry, net, b, 1, ctx)
             for b in sizes
         ]
         flops = n * (given * net.token_flops(given) + (calls - 1) * net.token_flops(ctx))
     else:
-        fe, key = sample_factor(entry, m.label, c.decoding, dtype, net.head_share(L))
+        fe, call_s, key = sample_factor(entry, m.label, c.decoding, dtype, net.head_share(L))
         per = [calls * forward_s(entry, net, b, L, L) for b in sizes]
         flops = n * calls * L * net.token_flops(L)
-    network = fe * sum(per)
+    network = fe * sum(per) + calls * batches * call_s
     scorer = m.profile.get("scorer", "light")
     score = sc["cell_s"] + n * sc["item_s"]
     if scorer == "sandbox":
@@ -400,16 +407,18 @@ def predict_train(entry: dict, m: _Model) -> CellPrediction:
     T = m.L - 1 if net.causal else m.L
     ctx = T / 2 if net.causal else T
     h = net.head_share(ctx)
-    ft = train_factor(entry, m.label, h)
-    step = ft * train_step_s(entry, net, B, T, ctx) + entry["trainer"]["step_s"]
+    ft, loss_s = train_factor(entry, m.label, h)
+    step = ft * train_step_s(entry, net, B, T, ctx) + loss_s + entry["trainer"]["step_s"]
     val_every = tr.get("val_every")
     val_every = max(1, steps // 20) if val_every is None else int(val_every)
     n_val = (steps // val_every) * int(tr.get("val_batches", 2)) if val_every else 0
     if tr.get("logger") == "none":
         n_val = 0
     val = n_val * ft * forward_s(entry, net, B, T, ctx)
+    # each periodic checkpoint writes its file and last.ckpt (weights, AdamW moments, EMA: 16
+    # bytes a parameter), the end one more last.ckpt and weights.pt
     ckpts = math.ceil(steps / int(tr.get("checkpoint_every", 1000) or steps))
-    ckpt = ckpts * 16.0 * P / job["write_bytes_per_s"]
+    ckpt = ((2 * ckpts + 1) * 16.0 + 4.0) * P / job["write_bytes_per_s"]
     parts = {"steps": steps * step, "validation": val, "checkpoints": ckpt,
              "trainer": entry["trainer"]["start_s"]}  # fmt: skip
     act = B * T * (net.n_blocks * ACT_PER_BLOCK * net.d_model * _act_bytes(entry)
@@ -440,7 +449,8 @@ def predict_job(entry: dict, tc, cells: list, *, trained: bool, cores: int = 1,
         load += tok if bound else 0.0
         if sampled and m.profile.get("scorer") == "genppl":
             load += sc["genppl_load_s"]
-    return JobPrediction(tc.label(), tc.id, start, load, train, samples)
+    return JobPrediction(tc.label(), tc.id, start, load, train, samples,
+                         process_s=job["start_s"])  # fmt: skip
 
 
 def _model(tc, models: dict | None) -> _Model:
@@ -499,8 +509,7 @@ def predict_plan(p, kind: str | None = None, store=None, *, ex: ExecutorConfig |
     """Every job plan ``p`` still needs (cells in ``store`` skipped; ``store`` None: every cell),
     predicted on device ``kind`` (None: :func:`device_kind` of the executor section ``ex``, default
     the plan's) with ``entry`` (default: :func:`bench.cost.table.load` for the kind and the threads
-    each job gets). A CPU kind's jobs use the threads the executor gives them (and the GSM8K
-    sandbox as many cores); a GPU kind's sandbox the executor's ``cpus_per_task``."""
+    each job gets: a CPU kind's jobs use the threads the executor gives them)."""
     from bench.cost import table
 
     ex = ex or p.cfg.executor
@@ -515,13 +524,18 @@ def predict_plan(p, kind: str | None = None, store=None, *, ex: ExecutorConfig |
     threads = job_threads(p, ex, len(todo))
     if entry is None:
         entry = table.load(kind, threads if kind == "cpu" else 0)
-    cores = threads if kind == "cpu" or ex.kind != "slurm" else max(1, int(ex.cpus_per_task))
+    # the sandbox runs programs on every core it sees (bench.evaluate.sandbox: 4 workers a core)
+    cores = max(1, int(ex.cpus_per_task)) if ex.kind == "slurm" else (os.cpu_count() or 1)
     models: dict = {}
     jobs = []
     for tc, cells, trained in todo:
         j = predict_job(entry, tc, cells, trained=trained, cores=cores, models=models)
         j.threads = threads
         jobs.append(j)
+    if jobs:  # a cold data cache: the first job builds it (the others wait for it or reuse it)
+        prof = models[jobs[0].train_cell_id].profile
+        loads = prof.get("prepare_tokenizer_loads", 0) * entry["scorers"]["tokenizer_load_s"]
+        jobs[0].prepare_s = float(prof.get("prepare_s", 0.0)) + loads
     return PlanPrediction(kind, entry, jobs)
 
 
@@ -555,3 +569,59 @@ def fmt_bytes(b: float) -> str:
         if b >= k:
             return f"{b / k:.1f} {unit}"
     return f"{b / 1024:.0f} KiB"
+
+
+@dataclass
+class SlurmPrediction:
+    """A plan's predicted SLURM jobs: seconds of each train / import job and of each sampling
+    array task (each task starts a process and loads its model), and the device-hours they use
+    (GPU-hours: a train job's GPUs, one per array task on a cluster with GPUs)."""
+
+    train_s: dict[str, float] = field(default_factory=dict)  # train cell id -> seconds
+    import_s: dict[str, float] = field(default_factory=dict)  # import cell id -> seconds
+    task_s: dict[str, list[float]] = field(default_factory=dict)  # train cell id -> per task
+    gpu_h: float = 0.0
+    cpu_h: float = 0.0  # import jobs and, without GPUs, every job (x cpus_per_task)
+
+    @property
+    def longest_s(self) -> float:
+        """The longest job or array task (what a time limit must cover)."""
+        every = [*self.train_s.values(), *self.import_s.values()]
+        every += [t for ts in self.task_s.values() for t in ts]
+        return max(every, default=0.0)
+
+
+def slurm_cost(pred: PlanPrediction, p, ex: ExecutorConfig, store=None) -> SlurmPrediction:
+    """What the SLURM executor would submit for ``p`` (as
+    :func:`bench.executors.slurm_cluster.plan_cost` counts it), predicted: each train job, each
+    import job (CPU) and each sampling array task (:func:`chunk_seconds`)."""
+    from bench.executors.slurm_cluster import chunk_cells, train_resources
+
+    out = SlurmPrediction()
+    jobs = {j.train_cell_id: j for j in pred.jobs}
+    cpus = max(1, int(ex.cpus_per_task))
+    for tc in p.train_cells:
+        j = jobs.get(tc.id)
+        if j is None:
+            continue
+        if j.train is not None:
+            secs = j.prepare_s + j.start_s + j.train_s
+            r = train_resources(ex, tc)
+            if j.train.kind == "import":
+                out.import_s[tc.id] = secs
+                out.cpu_h += secs * r["cpus_per_task"] / 3600
+            else:
+                out.train_s[tc.id] = secs
+                gpus = r["gpus_per_node"] * r["nodes"]
+                if gpus:
+                    out.gpu_h += secs * gpus / 3600
+                else:
+                    out.cpu_h += secs * cpus * r["tasks_per_node"] * r["nodes"] / 3600
+        todo = [s for s in p.samples_of(tc) if store is None or not store.has(s.id)]
+        ts = chunk_seconds(j, chunk_cells(todo, ex))
+        out.task_s[tc.id] = ts
+        if ex.gpus_per_node:
+            out.gpu_h += sum(ts) / 3600
+        else:
+            out.cpu_h += sum(ts) * cpus / 3600
+    return out

@@ -150,7 +150,10 @@ def load(kind: str, threads: int = 0, directory: Path | None = None) -> dict:
     if cal:
         t = threads or min(cal)
         near = min(cal, key=lambda k: (abs(k - t), k))
-        entry = _merge(base, cal[near]) if base is not None else cal[near]
+        if base is None:  # a kind only calibrated: any section it lacks, from the CPU / H100 one
+            cpu = str(cal[near].get("device_name", "cpu")).startswith("cpu")
+            base = DEFAULTS["cpu" if cpu else "h100"]
+        entry = _merge(base, cal[near])
         entry["calibrated"] = True
     else:
         entry = copy.deepcopy(base)

@@ -162,7 +162,10 @@ class Task:
           ``"genppl"`` (a reference LM scores each sample, ``seq_len`` tokens), or ``"light"``
           (the default: scoring costs little per item);
         - ``tokenizer``: True when each phase of a job (training, sampling, likelihood) loads a
-          hub tokenizer (the task builds it on first use); default False.
+          hub tokenizer (the task builds it on first use); default False;
+        - ``prepare_s`` / ``prepare_tokenizer_loads``: what the first job of a sweep spends
+          building the task's data caches when they are missing (an estimate, and the tokenizer
+          loads it makes); default none.
 
         Pure and cheap like :meth:`sweep_defaults` (the planner's ``--dry-run`` calls it)."""
         return {}

@@ -6,7 +6,10 @@ at most ``executor.max_parallel`` at once, CPU threads split between them.
 
 - A job is a process of its own (``python -m bench.executors.local_job <folder>``, folder
   ``<logs>/local/<model>-<time>`` with ``job.pkl``, ``log.out``, ``log.err``, ``result.json``),
-  in its own session: a Ctrl-C or SIGTERM aimed at the driver does not reach it.
+  in its own session: a Ctrl-C or SIGTERM aimed at the driver does not reach it. On Linux the
+  driver's fork server (:mod:`bench.executors.forkserver`, log ``<logs>/local-forkserver.log``)
+  forks it with the trainer's imports done, instead of a new interpreter importing them again
+  for every model (``SFLM_LOCAL_FORK=0``: a new interpreter per job).
 - It holds its train cell's lock (:mod:`bench.locks`) for its whole life, and the driver
   records it in the sweep state (``state["local"][<train cell id>]``: pid, process start time,
   host, start time, folder), so ``--status`` shows it running and ``--cancel`` can stop it.
@@ -38,6 +41,7 @@ from tqdm import tqdm
 
 from bench import atomic, locks
 from bench.executors import log_dir
+from bench.executors.forkserver import Forked, ForkServer
 from bench.executors.state import load_state, save_state, state_dir
 from bench.plan import Plan, SampleCell, TrainCell
 from bench.results import Store
@@ -72,6 +76,7 @@ def execute(p: Plan, kind: str, progress: bool = True, started: list | None = No
     failures: list[str] = []
     running: list[LocalJob] = []
     queue = list(todo)
+    server = ForkServer(log_dir(cfg) / "local-forkserver.log", _job_env(), _ROOT)
     bar = tqdm(total=len(todo), desc=f"sweep {cfg.name}", unit="model", disable=not progress)
     try:
         while queue or running:
@@ -95,7 +100,7 @@ def execute(p: Plan, kind: str, progress: bool = True, started: list | None = No
                         flush=True,
                     )
                     continue
-                job = LocalJob.launch(cfg, tc, cells, threads)
+                job = LocalJob.launch(cfg, tc, cells, threads, server)
                 running.append(job)
                 if started is not None:
                     started.append(job)
@@ -140,6 +145,7 @@ def execute(p: Plan, kind: str, progress: bool = True, started: list | None = No
             running = still
     finally:
         bar.close()
+        server.close()  # the jobs it forked run on (an interrupted driver leaves them running)
     return failures
 
 
@@ -163,44 +169,60 @@ def _execute_debug(p: Plan, todo, progress: bool) -> list[str]:
 # --------------------------------------------------------------------------- jobs
 
 
+def _job_env() -> dict:
+    """A job's environment: this one, with the repository first on ``PYTHONPATH``."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
 @dataclass
 class LocalJob:
-    """A job of this driver (``proc``) or one it attached to (``owner``: the lock holder)."""
+    """A job of this driver (``proc``: a :class:`subprocess.Popen`, or a
+    :class:`bench.executors.forkserver.Forked` when the fork server started it) or one it
+    attached to (``owner``: the lock holder)."""
 
     tc: TrainCell
     cells: list = field(default_factory=list)
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen | Forked | None = None
     folder: Path | None = None
     owner: dict | None = None
     t0: float = field(default_factory=time.monotonic)
     term_at: float | None = None
 
     @classmethod
-    def launch(cls, cfg, tc: TrainCell, cells: list[SampleCell], threads: int) -> LocalJob:
+    def launch(
+        cls,
+        cfg,
+        tc: TrainCell,
+        cells: list[SampleCell],
+        threads: int,
+        server: ForkServer | None = None,
+    ) -> LocalJob:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
         folder = log_dir(cfg) / "local" / f"{tc.method}-{tc.variant}-{tc.id[:10]}-{stamp}"
         folder.mkdir(parents=True)
         atomic.write_with(
             folder / "job.pkl", lambda t: t.write_bytes(pickle.dumps((tc, cells, threads)))
         )
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_ROOT), env.get("PYTHONPATH")]))
-        with open(folder / "log.out", "wb") as out, open(folder / "log.err", "wb") as err:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "bench.executors.local_job", str(folder)],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                env=env,
-                cwd=_ROOT,
-                start_new_session=True,
-            )  # its own session: the driver's Ctrl-C is not its
+        proc = server.spawn(folder) if server is not None else None
+        if proc is None:
+            with open(folder / "log.out", "wb") as out, open(folder / "log.err", "wb") as err:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "bench.executors.local_job", str(folder)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    env=_job_env(),
+                    cwd=_ROOT,
+                    start_new_session=True,
+                )  # its own session: the driver's Ctrl-C is not its
         record(
             cfg,
             tc.id,
             {
                 "pid": proc.pid,
-                "start": locks.process_start(proc.pid),
+                "start": getattr(proc, "start", None) or locks.process_start(proc.pid),
                 "host": socket.gethostname(),
                 "since": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "folder": str(folder),
@@ -225,11 +247,14 @@ class LocalJob:
         if self.proc is None:
             return
         now = time.monotonic()
-        if self.term_at is None and now - self.t0 > limit_s:
-            self.term_at = now
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        elif self.term_at is not None and now - self.term_at > KILL_GRACE_S:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        try:  # a forked job is reaped by the fork server: it may be gone by now
+            if self.term_at is None and now - self.t0 > limit_s:
+                self.term_at = now
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            elif self.term_at is not None and now - self.term_at > KILL_GRACE_S:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def read_result(folder: str | Path | None) -> dict:

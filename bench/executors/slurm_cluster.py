@@ -29,6 +29,7 @@ _ENV_FIELDS = (
     "mem_gb",
     "array_parallelism",
     "log_dir",
+    "device",
 )
 # a Python exception line, or slurmstepd's "*** JOB 12 ON node CANCELLED AT ... ***"
 _ERROR_LINE = re.compile(
@@ -56,6 +57,12 @@ def settings(ex: ExecutorConfig, env: dict | None = None) -> ExecutorConfig:
                 raise ConfigError(f"environment {key}: expected an integer, got {raw!r}") from None
         else:
             merged[name] = raw
+    if merged["device"] and ENV_PREFIX + "DEVICE" in env:  # name the variable, not the key
+        try:
+            build(ExecutorConfig, {"device": merged["device"]}, where="executor")
+        except ConfigError as e:
+            msg = str(e).split(": ", 1)[-1]
+            raise ConfigError(f"environment {ENV_PREFIX}DEVICE: {msg}") from None
     return build(
         ExecutorConfig, merged, where=f"executor (with {ENV_PREFIX}* environment overrides)"
     )

@@ -18,6 +18,9 @@ each runs on CPU or GPU (``--device``; bf16 autocast on CUDA unless ``--precisio
 - ``startup`` (opt-in, :mod:`bench.perf.startup`): wall seconds of ``python -m bench.sweep
   --help / --list / --status / --dry-run`` and ``python -m bench.report`` on a small store,
   each a fresh process (docs/measurements/startup.md).
+- ``calibrate`` (opt-in, :mod:`bench.perf.calibrate`): the cost model's throughput table of this
+  machine (bare forwards and steps fitted over shapes, each model's forward-equivalents, the
+  trainer, a job's start, the sandbox), stored where ``--dry-run`` finds it (:mod:`bench.cost`).
 
 The models (labels, opt-in fast paths) and ``--scale`` presets are :mod:`bench.perf.models`';
 timing, memory and batch helpers :mod:`bench.perf.common`'s; the flags and the output

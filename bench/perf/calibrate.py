@@ -4,19 +4,23 @@ it where the planner finds it (``--calib-dir``, default :func:`bench.cost.table.
 and CPU thread count (``--threads``: measure at the threads a job will use; the local executor
 gives each of its ``max_parallel`` jobs ``cpu_count // max_parallel``).
 
-What it measures (every time the minimum of ``--calib-reps`` runs, so that a burst of load on a
-shared machine is not read as the machine's speed):
+Each timing is the least of ``--calib-reps`` runs; on one CPU thread it counts the process's CPU
+seconds, not wall seconds, so that on a machine shared with other work the table says what the
+work costs when the core is free (on several threads CPU seconds would count the threads'
+spin-waits: calibrate those on an idle machine). What it measures:
 
-- bare backbone forwards (no gradients) at five shapes, fitted to ``overhead_s + FLOPs /
-  flops_per_s`` (relative least squares);
-- plain optimiser steps of the bare backbone at four shapes, fitted to ``overhead_s + 3 FLOPs /
+- bare backbone forwards (no gradients) at six shapes and a one-position decoding step, fitted
+  to ``overhead_s + FLOPs / flops_per_s`` (relative least squares);
+- plain optimiser steps of the bare backbone at six shapes, fitted to ``overhead_s + 3 FLOPs /
   flops_per_s + parameters x param_s``;
-- each model's sampling call (every decoding; float64 and float32) and training step at a small
-  and a large vocabulary, as forward-equivalents of the fitted bare forward / step (models:
-  ``--models``, default all of :data:`bench.perf.models.MODELS`);
+- each model's sampling call (every decoding; float64, and float32 at the large vocabulary)
+  and training step at a small vocabulary (two batch sizes: its own seconds per call apart) and
+  a large one, as forward-equivalents of the bare forward / step timed right before it at the
+  same shape (models: ``--models``, default all of :data:`bench.perf.models.MODELS`);
 - the trainer's own cost (``bench.train.fit`` for two step counts: per step and once), a job's
-  process start (``import bench.cells`` in a fresh interpreter), the disk's write and read rates,
-  the GSM8K sandbox's CPU seconds per program (when the sandbox runs here);
+  process start (``import bench.cells`` in a fresh interpreter, its CPU seconds), the disk's
+  write and read rates, the GSM8K sandbox's seconds per program over every core (when the
+  sandbox runs here);
 - opt-in: ``--calib-tokenizer`` (the GPT-2 tokenizer loaded as a text task's job loads it: where
   the hub is unreachable and ``HF_HUB_OFFLINE`` is unset, each load waits out its retries),
   ``--calib-genppl`` (the Gen. PPL reference LM: load and tokens/s).
@@ -50,10 +54,11 @@ HELP = "measure the cost model's throughput table here and store it (bench.cost)
 #: the two ends of the interpolation, bench.cost.model._interp)
 SHAPES = {
     "cpu": {
-        "forward": [("cpu-mini", 12, 40, 8), ("cpu-mini", 12, 40, 64), ("cpu-small", 12, 64, 64),
-                    ("cpu-mini", 8192, 32, 8), ("cpu-small", 195, 64, 128)],
-        "train": [("cpu-mini", 12, 40, 16), ("cpu-mini", 12, 40, 128), ("cpu-small", 12, 64, 32),
-                  ("cpu-mini", 8192, 32, 8)],
+        "forward": [("cpu-mini", 12, 40, 8), ("cpu-mini", 12, 40, 256), ("cpu-mini", 195, 64, 128),
+                    ("cpu-small", 12, 64, 64), ("cpu-mini", 8192, 32, 8),
+                    ("cpu-small", 195, 64, 128)],
+        "train": [("cpu-mini", 12, 40, 16), ("cpu-mini", 12, 40, 128), ("cpu-mini", 195, 64, 32),
+                  ("cpu-small", 12, 64, 32), ("cpu-mini", 8192, 32, 8), ("cpu-mini", 32768, 8, 2)],
         "small": ("cpu-mini", 12, 40, 64),
         "large": ("cpu-mini", 8192, 32, 8),
     },
@@ -61,7 +66,7 @@ SHAPES = {
         "forward": [("tiny", 12, 180, 16), ("tiny", 12, 180, 128), ("small", 12, 256, 64),
                     ("small", 32768, 256, 16), ("small", 32768, 512, 32)],
         "train": [("tiny", 12, 180, 32), ("tiny", 12, 180, 128), ("small", 12, 256, 32),
-                  ("small", 32768, 256, 16)],
+                  ("small", 32768, 256, 16), ("small", 32768, 16, 2)],
         "small": ("tiny", 12, 180, 64),
         "large": ("small", 32768, 256, 16),
     },
@@ -97,13 +102,16 @@ def add_arguments(group) -> None:
 
 
 def _clock(device) -> float:
-    """Seconds of this process's work: on CUDA wall seconds (after a synchronisation); on the CPU
-    its CPU seconds over its threads, which on a machine shared with other work stay what the
-    work costs when the cores are free (wall seconds there count the waits for a core)."""
+    """Seconds of this process's work: on one CPU thread its CPU seconds, which on a machine
+    shared with other work stay what the work costs when the core is free (wall seconds there
+    count the waits for a core); else wall seconds (CUDA: after a synchronisation; several CPU
+    threads: their CPU seconds would count the threads' spin-waits, so calibrate those on an
+    idle machine)."""
     if device.type == "cuda":
         common.sync(device)
-        return time.perf_counter()
-    return time.process_time() / max(1, torch.get_num_threads())
+    elif torch.get_num_threads() == 1:
+        return time.process_time()
+    return time.perf_counter()
 
 
 def _min_time(fn, reps: int, device, warmup: int = 1) -> float:
@@ -164,26 +172,51 @@ def _decodings(name: str, opts: dict, vocab: int, seq_len: int) -> list[tuple[st
 # --------------------------------------------------------------------------- measurements
 
 
-def _forward_fit(shapes, args, device, rows) -> dict:
-    """Bare forwards (the DiT, ids in, time input) at ``shapes`` and at one position (a KV-cached
-    decoding step's shape), fitted to overhead + FLOPs / rate."""
+def _bare_forward(size: str, V: int, L: int, B: int, args, device):
+    """One bare forward (the DiT, ids in, time input, no gradients) as a callable."""
     from bench.backbones.dit import build_dit
     from bench.config import BackboneConfig
 
+    torch.manual_seed(0)
+    bb = build_dit(BackboneConfig(size=size), V, V).to(device).eval()
+    x = torch.randint(0, V, (B, L), device=device)
+    t = torch.rand(B, device=device)
+
+    def fwd():
+        with torch.no_grad(), common.autocast(device, args.precision):
+            bb(x, t)
+
+    return fwd
+
+
+def _bare_step(size: str, V: int, L: int, B: int, args, device):
+    """One plain optimiser step of the bare backbone (:class:`bench.perf.train.Bare`)."""
+    from bench.perf.train import Bare
+
+    bare = Bare(V, size, device)
+    bb = bare.backbone.train()
+    batch = common.sudoku_batch(B, V, L, device)
+    a = types.SimpleNamespace(batch=B, precision=args.precision)
+    return _train_step_fn(bare, bb, _adamw(bb, device), batch, a, device)
+
+
+def _with_factor_shapes(fitted: list, shapes: dict) -> list:
+    """The fitted shapes and the factor shapes (each once)."""
+    extra = [_lo(shapes["small"]), shapes["small"], shapes["large"]]
+    return list(dict.fromkeys([*fitted, *extra]))
+
+
+def _forward_fit(shapes, args, device, rows, bare: dict) -> dict:
+    """Bare forwards at the fitted shapes, the factor shapes and one position (a KV-cached
+    decoding step's shape), fitted to overhead + FLOPs / rate; ``bare`` receives each shape's
+    seconds."""
     X, y = [], []
-    pts = [(s, v, L, b, L) for s, v, L, b in shapes] + [(shapes[1][0], 12, 1, shapes[1][3], 1)]
-    for size, V, L, B, ctx in pts:
-        torch.manual_seed(0)
-        bb = build_dit(BackboneConfig(size=size), V, V).to(device).eval()
-        x = torch.randint(0, V, (B, L), device=device)
-        t = torch.rand(B, device=device)
-
-        def fwd(bb=bb, x=x, t=t):
-            with torch.no_grad(), common.autocast(device, args.precision):
-                bb(x, t)
-
-        s = _min_time(fwd, args.calib_reps + 2, device)
-        flops = B * L * _net(size, V).token_flops(ctx)
+    pts = _with_factor_shapes(shapes["forward"], shapes)
+    size1, _, _, b1 = shapes["small"]
+    for size, V, L, B in [*pts, (size1, 12, 1, b1)]:
+        s = _min_time(_bare_forward(size, V, L, B, args, device), args.calib_reps + 2, device)
+        bare[("forward", size, V, L, B)] = s
+        flops = B * L * _net(size, V).token_flops(L)
         X.append([1.0, flops])
         y.append(s)
         rows.append({"bench": "calibrate", "what": "forward", "size": size, "vocab": V,
@@ -194,20 +227,15 @@ def _forward_fit(shapes, args, device, rows) -> dict:
     return out
 
 
-def _train_fit(shapes, args, device, rows) -> dict:
-    """Plain optimiser steps of the bare backbone (:class:`bench.perf.train.Bare`) at ``shapes``,
-    fitted to overhead + 3 FLOPs / rate + parameters x param_s."""
-    from bench.perf.train import Bare
-
+def _train_fit(shapes, args, device, rows, bare: dict) -> dict:
+    """Plain optimiser steps of the bare backbone at the fitted shapes and the factor shapes,
+    fitted to overhead + 3 FLOPs / rate + parameters x param_s; ``bare`` receives each shape's
+    seconds."""
     X, y = [], []
-    for size, V, L, B in shapes:
-        bare = Bare(V, size, device)
-        bb = bare.backbone.train()
-        opt = _adamw(bb, device)
-        batch = common.sudoku_batch(B, V, L, device)
-        a = types.SimpleNamespace(batch=B, precision=args.precision)
-        step = _train_step_fn(bare, bb, opt, batch, a, device)
+    for size, V, L, B in _with_factor_shapes(shapes["train"], shapes):
+        step = _bare_step(size, V, L, B, args, device)
         s = _min_time(step, args.calib_reps + 2, device, warmup=2)
+        bare[("train", size, V, L, B)] = s
         net = _net(size, V)
         flops = 3.0 * B * L * net.token_flops(L)
         X.append([1.0, flops, float(net.params())])
@@ -238,21 +266,43 @@ def _train_step_fn(method, backbone, opt, batch, args, device):
     return step
 
 
+def _lo(shape: tuple) -> tuple:
+    """The small-vocabulary shape at a quarter of its batch (per-call costs against per-row)."""
+    size, V, L, B = shape
+    return (size, V, L, max(1, B // 4))
+
+
+def _split(t_lo: float, ref_lo: float, t_hi: float, ref_hi: float) -> tuple[float, float]:
+    """(factor, seconds per call) with ``t = factor x ref + seconds``, from two batch sizes (the
+    seconds are the sampler's or the loss's own per-call work that no batch row pays for)."""
+    fe = (t_hi - t_lo) / (ref_hi - ref_lo) if ref_hi > ref_lo else t_hi / ref_hi
+    oh = t_lo - fe * ref_lo
+    if oh < 0 or fe <= 0:
+        return t_hi / ref_hi, 0.0
+    return fe, oh
+
+
 def _method_factors(model_list, shapes, entry, args, device, rows) -> dict:
     """Each model's forward-equivalents per sampling call (each decoding; float64 at the small
-    shape, both dtypes at the large one) and per training step, against the fitted bare forward
-    and step of the same shape."""
+    shape, both dtypes at the large one) and per training step, and its own seconds per call /
+    step (from the small shape at two batch sizes): its times over the bare forward's and step's
+    of the same shape, timed right before it (so that a change of the machine's load since the
+    fit does not count, and the factor is the model's work over the bare backbone's, whatever
+    the fit says of that shape)."""
     from bench.cost.model import forward_s, train_step_s
 
     sample, train, shares = {}, {}, []
     for which in ("small", "large"):
         size, V, L, B = shapes[which]
         shares.append(_net(size, V).head_share(L))
+    settings = (("lo", _lo(shapes["small"])), ("small", shapes["small"]),
+                ("large", shapes["large"]))  # fmt: skip
     for label, name, opts in model_list:
-        pair_t = []
-        pairs: dict[str, dict[str, list]] = {}
-        for which in ("small", "large"):
-            size, V, L, B = shapes[which]
+        tt: dict[str, tuple[float, float]] = {}  # setting -> (seconds, reference) per step
+        ts: dict[tuple, tuple[float, float]] = {}  # (decoding, dtype, setting) -> per call
+        for which, (size, V, L, B) in settings:
+            now_f = _min_time(_bare_forward(size, V, L, B, args, device), args.calib_reps, device)
+            now_t = _min_time(_bare_step(size, V, L, B, args, device), args.calib_reps, device)
             method, bb = common.make_model(name, opts, V, L, size, device)
             models.fast_path(label, method, bb)
             common.as_asked(method)
@@ -265,14 +315,19 @@ def _method_factors(model_list, shapes, entry, args, device, rows) -> dict:
             a = types.SimpleNamespace(batch=B, precision=args.precision)
             T = L - 1 if net.causal else L
             ctx = T / 2 if net.causal else T
-            s = _min_time(_train_step_fn(method, bb, opt, batch, a, device), args.calib_reps,
-                          device, warmup=2)  # fmt: skip
-            pair_t.append(s / train_step_s(entry, net, B, T, ctx))
-            rows.append({"bench": "calibrate", "what": f"train {label}", "vocab": V,
-                         "seconds": s, "factor": pair_t[-1]})  # fmt: skip
+            step = _train_step_fn(method, bb, opt, batch, a, device)
+            s = _min_time(step, args.calib_reps, device, warmup=2)
+            tt[which] = (
+                s,
+                now_t
+                * train_step_s(entry, net, B, T, ctx)
+                / train_step_s(entry, _net(size, V), B, L, L),
+            )
+            rows.append({"bench": "calibrate", "what": f"train {label}", "vocab": V, "batch": B,
+                         "seconds": s, "bare_s": now_t})  # fmt: skip
             # sampling calls
             bb.eval()
-            dtypes = ("float64",) if which == "small" else ("float64", "float32")
+            dtypes = ("float64",) if which != "large" else ("float64", "float32")
             for key, dec in _decodings(name, opts, V, L):
                 for dtype in dtypes:
                     s, calls = _sample_time(method, bb, batch, dec, dtype, args, device)
@@ -284,23 +339,31 @@ def _method_factors(model_list, shapes, entry, args, device, rows) -> dict:
                         )
                     else:
                         ref = calls * forward_s(entry, net, B, L, L)
-                    f = s / ref
-                    d = pairs.setdefault(key, {})
-                    d.setdefault(dtype, []).append(f)
+                    # the bare forward as timed just now, scaled to this model's calls
+                    ref *= now_f / forward_s(entry, _net(size, V), B, L, L)
+                    ts[(key, dtype, which)] = (s / calls, ref / calls)
                     what = f"sample {label} {key} {dtype}"
-                    rows.append({"bench": "calibrate", "what": what, "vocab": V, "calls": calls,
-                                 "seconds": s, "factor": f})  # fmt: skip
-        train[label] = pair_t
-        for key, d in pairs.items():
-            small = d["float64"][0]
+                    rows.append({"bench": "calibrate", "what": what, "vocab": V, "batch": B,
+                                 "calls": calls, "seconds": s, "bare_s": now_f})  # fmt: skip
+        fe, oh = _split(*tt["lo"], *tt["small"])
+        fe_lv = max(0.0, (tt["large"][0] - oh) / tt["large"][1])
+        train[label] = {"factor": [fe, fe_lv], "step_s": oh}
+        for key in dict.fromkeys(k for k, _, _ in ts):
+            fe, oh = _split(*ts[(key, "float64", "lo")], *ts[(key, "float64", "small")])
+            lv = {dt: max(0.0, (ts[(key, dt, "large")][0] - oh) / ts[(key, dt, "large")][1])
+                  for dt in ("float64", "float32")}  # fmt: skip
             sample[f"{label}|{key}"] = {
-                "float64": [small, d["float64"][1]],
-                "float32": [small, d.get("float32", d["float64"])[-1]],
+                "float64": [fe, lv["float64"]],
+                "float32": [fe, lv["float32"]],
+                "call_s": oh,
             }
+        tf = train[label]
         common.progress(
-            f"calibrate {label}: train x{pair_t[0]:.2f}/{pair_t[1]:.2f}, sample "
+            f"calibrate {label}: train x{tf['factor'][0]:.2f}/{tf['factor'][1]:.2f} "
+            f"+{tf['step_s'] * 1e3:.1f} ms; sample "
             + ", ".join(
-                f"{k} x{v['float64'][0]:.2f}/{v['float64'][1]:.2f}"
+                f"{k.split('|')[1]} x{v['float64'][0]:.2f}/{v['float64'][1]:.2f}"
+                f" +{v['call_s'] * 1e3:.1f} ms"
                 for k, v in sample.items()
                 if k.startswith(label + "|")
             )  # fmt: skip
@@ -322,8 +385,9 @@ def _sample_time(method, backbone, batch, decoding, dtype, args, device) -> tupl
 
 def _trainer(shape, entry, args, device, rows) -> dict:
     """What ``bench.train.fit`` adds to plain steps: per step (hooks, EMA, clipping, logging) and
-    once (trainer set-up, the weights file), from MDLM runs of two lengths without validation or
-    periodic checkpoints (the model prices those apart)."""
+    once (trainer set-up, the weights file), from runs of two lengths of the catalogue's
+    diffusion reference model without validation or periodic checkpoints (the cost model prices
+    those apart)."""
     from bench.config import TrainConfig
     from bench.cost.model import train_factor, train_step_s
     from bench.data.base import TaskData
@@ -335,9 +399,12 @@ def _trainer(shape, entry, args, device, rows) -> dict:
     clean = torch.zeros_like(x, dtype=torch.bool)
     clean[:, : L // 2] = True
     data = TaskData(x, clean, ~clean)
+    # the diffusion reference model of the catalogue (bench.perf.models.REFERENCES)
+    label = models.REFERENCES[-1]
+    _, name, opts = next(m for m in models.MODELS if m[0] == label)
     runs = {}
     for steps in (10, 40):
-        method, bb = common.make_model("mdlm", {}, V, L, size, device)
+        method, bb = common.make_model(name, opts, V, L, size, device)
         cfg = TrainConfig(steps=steps, batch_size=B, lr=1e-3, warmup_steps=2, ema=0.99,
                           checkpoint_every=10_000, logger="csv", val_every=0,
                           threads=torch.get_num_threads())  # fmt: skip
@@ -347,7 +414,8 @@ def _trainer(shape, entry, args, device, rows) -> dict:
             runs[steps] = _clock(device) - t0
     per = (runs[40] - runs[10]) / 30
     net = _net(size, V)
-    plain = train_factor(entry, "mdlm", net.head_share(L)) * train_step_s(entry, net, B, L, L)
+    ft, loss_s = train_factor(entry, label, net.head_share(L))
+    plain = ft * train_step_s(entry, net, B, L, L) + loss_s
     step_s = max(0.0, per - plain)
     start_s = max(0.0, runs[10] - 10 * per)
     rows.append({"bench": "calibrate", "what": "trainer", "seconds": per, "plain_s": plain,
@@ -400,15 +468,16 @@ def _sandbox(rows) -> dict:
     try:
         with Sandbox(SandboxConfig()) as sb:
             sb.run_many(programs[:2])  # probe the isolation level first
-            t0, c0 = time.perf_counter(), _children_cpu()
+            t0 = time.perf_counter()
             sb.run_many(programs)
-            s, cpu = time.perf_counter() - t0, _children_cpu() - c0
+            s = time.perf_counter() - t0
     except Exception as e:  # noqa: BLE001 - no sandbox here: keep the shipped value
         common.progress(f"calibrate sandbox: not measured ({type(e).__name__}: {e})")
         return {}
-    # the programs' CPU seconds where the sandbox reaps them as this process's children, else the
-    # wall time spread over every core
-    cpu_s = (cpu if cpu > 0.05 * s else s * (os.cpu_count() or 1)) / len(programs)
+    # wall seconds over every core (the programs' own CPU time leaves out the interpreters'
+    # start-up in their namespaces, which is most of a program's cost): on a loaded machine
+    # this counts the waits for a core too
+    cpu_s = s * (os.cpu_count() or 1) / len(programs)
     rows.append({"bench": "calibrate", "what": "sandbox", "seconds": s, "cpu_s": cpu_s})
     common.progress(f"calibrate sandbox: {cpu_s * 1e3:.1f} CPU-ms per program")
     return {"sandbox_cpu_s": cpu_s}
@@ -483,8 +552,9 @@ def run(model_list, args, device) -> list[dict]:
     base = DEFAULTS.get(kind) or DEFAULTS["cpu" if device.type == "cpu" else "h100"]
     rows: list[dict] = []
     entry = {"kind": kind, "threads": threads, "device_name": name}
-    entry["forward"] = _forward_fit(shapes["forward"], args, device, rows)
-    entry["train"] = _train_fit(shapes["train"], args, device, rows)
+    bare: dict = {}
+    entry["forward"] = _forward_fit(shapes, args, device, rows, bare)
+    entry["train"] = _train_fit(shapes, args, device, rows, bare)
     full = {**base, **entry}  # the fitted sections, the shipped ones for what is not measured
     entry["methods"] = _method_factors(model_list, shapes, full, args, device, rows)
     full["methods"] = entry["methods"]
@@ -497,8 +567,13 @@ def run(model_list, args, device) -> list[dict]:
         scorers.update(_tokenizer(rows))
     if args.calib_genppl:
         scorers.update(_genppl(device, rows))
-    if scorers:
-        entry["scorers"] = {**base["scorers"], **scorers}
+    # scorer rates measured by an earlier calibration of this kind and thread count stay (the
+    # tokenizer and the reference LM are opt-in measurements)
+    d = Path(args.calib_dir) if args.calib_dir else None
+    earlier = table.calibrated(kind, d).get(threads, {}).get("scorers", {})
+    kept = {k: v for k, v in earlier.items() if k != "source" and k not in scorers}
+    if scorers or kept:
+        entry["scorers"] = {**base["scorers"], **kept, **scorers}
     entry["memory_bytes"] = _memory(device)
     when = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     load = _loadavg()
@@ -507,8 +582,9 @@ def run(model_list, args, device) -> list[dict]:
             entry[sec]["source"] = f"python -m bench.perf calibrate, {when}"
     if "scorers" in entry:
         entry["scorers"]["source"] = (
-            f"python -m bench.perf calibrate, {when} (measured: {', '.join(sorted(scorers))}; "
-            f"the rest: {base['scorers']['source']})"
+            f"python -m bench.perf calibrate, {when} (measured: "
+            f"{', '.join(sorted(scorers)) or 'none'}; earlier: {', '.join(sorted(kept)) or 'none'}"
+            f"; the rest: {base['scorers']['source']})"
         )
     entry["source"] = (
         f"python -m bench.perf calibrate on {name}, {threads or 'all'} thread(s), {when}"
@@ -516,7 +592,8 @@ def run(model_list, args, device) -> list[dict]:
         + (" (--calib-quick)" if args.calib_quick else "")
     )
     entry["calibrated_at"] = when
-    d = Path(args.calib_dir) if args.calib_dir else None
+    # a self-contained entry: what was not measured here is the shipped entry's (its source says)
+    entry = {**{k: v for k, v in base.items() if k in table.SECTIONS}, **entry}
     path = table.save(entry, d)
     took = time.perf_counter() - t_start
     common.progress(f"calibrate: {kind} table ({threads or 'all'} threads) -> {path} "

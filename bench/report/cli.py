@@ -1,6 +1,9 @@
-"""``python -m bench.report [--results-dir DIR] [--out DIR]``: tables and figures from the store.
+"""``python -m bench.report [--results-dir DIR] [--out DIR] [--force]``: tables and figures from
+the store.
 
 Reads the results table only (:func:`bench.results.read`); see :mod:`bench.report` for the files.
+Run again when nothing it reads changed (store, run logs, code, options:
+:mod:`bench.report.unchanged`), it writes nothing and says so; ``--force`` rewrites it anyway.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from pathlib import Path
 
 from bench import atomic
 from bench.plugins import PluginError
-from bench.report import html, renderers
+from bench.report import html, renderers, unchanged
 from bench.report.common import rows
 from bench.report.document import Doc
 from bench.report.figures import figures
@@ -36,6 +39,12 @@ def main(argv: list[str] | None = None) -> int:
         "--no-html",
         action="store_true",
         help="do not write <out>/index.html (the report as one page)",
+    )
+    ap.add_argument(
+        "--force",
+        action="store_true",
+        help="write the report even when nothing it reads changed since the last one (store, run "
+        "logs, code, options: by default it is then kept as it is)",
     )
     ap.add_argument(
         "--open",
@@ -66,6 +75,15 @@ def _report(args) -> int:
         )
         return 2
     out = Path(args.out or Path(args.results_dir) / "report")
+    digest = unchanged.inputs_digest(args, Path(args.results_dir), out)
+    stamp = None if args.force else unchanged.current(out, digest)
+    if stamp is not None:
+        print(
+            f"{out}: nothing changed since the report of {stamp['written']} (same store, run "
+            "logs, code and options); nothing written (--force rewrites it)"
+        )
+        html.open_if_asked(args, out)
+        return 0
     out.mkdir(parents=True, exist_ok=True)
     df = read(args.results_dir)
     if args.sweep:
@@ -79,6 +97,7 @@ def _report(args) -> int:
             )
             return 2
         df = df[df["sweep"].isin(args.sweep)].reset_index(drop=True)
+    unchanged.forget(out)  # until this report ends, the folder is not current
     atomic.write_with(out / "results.csv", lambda t: df.to_csv(t, index=False))
     written = [out / "results.csv"]
     df = rows(df, kind=None)  # report columns and models, once for every item
@@ -102,6 +121,7 @@ def _report(args) -> int:
         for r in extra:
             written += r.figures(task, filled, out, args)
     written += html.finish(args, out, df)
+    unchanged.remember(out, digest)
     print(f"{len(df)} rows -> {out}")
     for p in written:
         print(f"  {p}")

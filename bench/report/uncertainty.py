@@ -44,7 +44,7 @@ def _seed_of(g: pd.DataFrame) -> pd.Series:
 
 def one_per_seed(g: pd.DataFrame) -> pd.DataFrame:
     """One row per training seed (the first; a store never holds two for one cell and seed)."""
-    return g.assign(_seed=_seed_of(g)).drop_duplicates("_seed").drop(columns="_seed")
+    return g[~_seed_of(g).duplicated().to_numpy()]
 
 
 def cell_interval(g: pd.DataFrame, seed: int = 0) -> Interval | None:

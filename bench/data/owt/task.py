@@ -206,8 +206,25 @@ class OWTTask(Task):
 
     def cost_profile(self) -> dict:
         """Unconditional samples scored by the Gen. PPL reference LM; each job phase loads the
-        GPT-2 tokenizer."""
-        return {"prompt_tokens": 1, "scorer": "genppl", "tokenizer": True}
+        GPT-2 tokenizer. On a cold cache (no block file of this corpus and length yet, or no
+        offline reference LM folder when it is the one scored with) the first job also builds
+        them: its tokenising workers load the tokenizer once per split, tokenising the stand-in
+        takes about 15 s and converting the SmolLM2 GGUF about 35 s
+        (docs/measurements/owt_smoke.md); OpenWebText itself is not estimated."""
+        from bench.text.locate import data_cache_root
+        from bench.text.reference_lm import smollm2_folder_path
+
+        out = {"prompt_tokens": 1, "scorer": "genppl", "tokenizer": True}
+        root = data_cache_root(self.cfg.data_dir) / "owt"
+        prepare, loads = 0.0, 0
+        if self.opts.corpus and not any(root.glob(f"{self.label}-train-L{self.seq_len}-*.json")):
+            prepare, loads = prepare + 15.0, 2
+        offline_ref = self.opts.ref_model in ("smollm2-135m", "auto") and self.opts.corpus
+        if offline_ref and not (smollm2_folder_path(self.cfg.data_dir) / "config.json").is_file():
+            prepare += 35.0
+        if prepare:
+            out |= {"prepare_s": prepare, "prepare_tokenizer_loads": loads}
+        return out
 
     def sweep_defaults(self) -> dict:
         """NFE 32, 64, ... up to L (the paper's 32 ... 1024, sweeps/owt_frontier.yaml), 512

@@ -114,3 +114,41 @@ def test_detectable_difference_has_the_stated_power():
         rejections += abs(z) > stats.norm.ppf(0.975)
     assert 0.72 <= rejections / 400 <= 0.88
     assert detectable_difference(4 * n, WORST_CASE_SD) == pytest.approx(mde / 2)
+
+
+def test_cached_item_weights_give_the_uncached_intervals_exactly():
+    """The first item draw of a fresh generator is computed once per (seed, items, resamples)
+    (bench.evaluate.paired._first_weights); every interval is the one drawn from scratch, on a
+    first call and on a cached one, the seed draws after it included (several seeds per model)."""
+    from bench.evaluate import paired
+
+    def from_scratch(a, b, seed, n_resamples=paired.RESAMPLES):
+        a, b = paired._matrix(a, "a"), paired._matrix(b, "b")
+        rng = np.random.default_rng(seed)
+        w = paired._item_weights(rng, a.shape[1], n_resamples)
+        one = paired._seed_means(a, w, rng)
+        rng = np.random.default_rng(seed)
+        w = paired._item_weights(rng, a.shape[1], n_resamples)
+        diff = paired._seed_means(a, w, rng) - paired._seed_means(b, w, rng)
+        rng = np.random.default_rng(seed)
+        ua = paired._seed_means(a, paired._item_weights(rng, a.shape[1], n_resamples), rng)
+        ub = paired._seed_means(b, paired._item_weights(rng, b.shape[1], n_resamples), rng)
+        return [paired._percentiles(v, paired.CONFIDENCE) for v in (one, diff, ua - ub)]
+
+    rng = np.random.default_rng(7)
+    paired._first_weights.cache_clear()
+    for seeds, n, seed in [(1, 50, 0), (2, 50, 0), (3, 64, 5), (2, 50, np.int64(0))]:
+        a = (rng.random((seeds, n)) < 0.6).astype(float)
+        b = (rng.random((seeds, n)) < 0.5).astype(float)
+        want = from_scratch(a, b, seed)
+        for _ in range(2):  # first call fills the cache, the second reads it
+            got = [
+                paired.two_level_bootstrap(a, seed=seed),
+                paired.two_level_difference(a, b, seed=seed),
+                paired.unpaired_difference(a, b, seed=seed),
+            ]
+            assert [(iv.low, iv.high) for iv in got] == want
+    assert paired._first_weights.cache_info().hits > 0
+    w, _ = paired._first_weights(0, 50, paired.RESAMPLES)
+    with pytest.raises(ValueError):  # shared by every caller: read-only
+        w[0, 0] = 1.0

@@ -1,0 +1,129 @@
+"""Predicted against measured: the cost model (:mod:`bench.cost.model`) beside what a sweep's
+jobs took, per job group (one model: its training and its sampling) and in total.
+
+Measured, from the store (:class:`bench.results.Store`): a train row's ``wall_s`` (its training
+loop), the sum of a model's sample and likelihood rows' ``wall_s`` (sampling + scoring); and, where
+the local executor recorded the job (the sweep's state file), the job's wall time from its start
+to its ``result.json``. Predicted: the same plan's cells as if none were done (the model's train
+cell, its sample cells, the job's start and loads).
+
+``python -m bench.sweep SWEEP --status`` prints this after its table once cells are done;
+``python -m bench.cost SWEEP [--set ...] [--device KIND]`` prints it alone.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from bench.cost.model import PlanPrediction, fmt_s, local_wall, predict_plan
+
+
+@dataclass
+class Measured:
+    train_s: float | None = None  # the train row's wall_s
+    sample_s: float | None = None  # sum of the sample / likelihood rows' wall_s
+    cells: int = 0  # sample / likelihood cells with a wall_s
+    job_s: float | None = None  # the local job's wall time (start to result.json)
+    start: float | None = None  # the local job's start (epoch seconds)
+    end: float | None = None
+
+
+def _wall(rows: list[dict] | None) -> float | None:
+    for r in rows or []:
+        v = r.get("wall_s")
+        if isinstance(v, int | float) and v == v:
+            return float(v)
+    return None
+
+
+def _local_jobs(p) -> dict[str, tuple[float, float]]:
+    """train cell id -> (start, end) epoch seconds of its local job, from the sweep's state file
+    (``local``: folder and start time) and the job's ``result.json``."""
+    from bench.executors.state import state_dir
+
+    try:
+        state = json.loads((state_dir(p.cfg) / "state.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    out = {}
+    for tid, rec in (state.get("local") or {}).items():
+        try:
+            start = datetime.fromisoformat(rec["since"]).timestamp()
+            end = (Path(rec["folder"]) / "result.json").stat().st_mtime
+        except (KeyError, OSError, ValueError, TypeError):
+            continue
+        if end >= start:
+            out[tid] = (start, end)
+    return out
+
+
+def measured(p, store) -> dict[str, Measured]:
+    """What the store (and the local jobs' records) say each model's work took."""
+    jobs = _local_jobs(p)
+    out = {}
+    for tc in p.train_cells:
+        m = Measured(train_s=_wall(store.load(tc.id)))
+        walls = [_wall(store.load(c.id)) for c in p.samples_of(tc)]
+        walls = [w for w in walls if w is not None]
+        if walls:
+            m.sample_s, m.cells = sum(walls), len(walls)
+        if tc.id in jobs:
+            m.start, m.end = jobs[tc.id]
+            m.job_s = m.end - m.start
+        out[tc.id] = m
+    return out
+
+
+def _pair(pred: float, meas: float | None) -> str:
+    if meas is None:
+        return f"{fmt_s(pred):>8s} / {'-':>8s}       "
+    dev = f"{(pred - meas) / meas:+.0%}" if meas > 0 else ""
+    return f"{fmt_s(pred):>8s} / {fmt_s(meas):>8s} {dev:>5s}"
+
+
+def comparison(p, store, pred: PlanPrediction | None = None) -> str:
+    """The predicted-vs-measured table of plan ``p`` (every cell predicted as if not done)."""
+    pred = pred or predict_plan(p, store=None)
+    meas = measured(p, store)
+    lines = [
+        f"predicted / measured ({pred.source()}; measured: train row wall_s, the sum of the "
+        "sample and likelihood rows' wall_s, the local job's wall):",
+        f"  {'model':42s} {'train':>24s} {'sampling':>24s} {'job':>24s}",
+    ]
+    tot_p = {"train": 0.0, "sample": 0.0, "job": 0.0}
+    tot_m = {"train": 0.0, "sample": 0.0, "job": 0.0}
+    have = {"train": True, "sample": True, "job": True}
+    for j in pred.jobs:
+        m = meas.get(j.train_cell_id, Measured())
+        pt, ps, pj = j.train_s, j.sample_s, j.seconds
+        lines.append(
+            f"  {j.label[:42]:42s} {_pair(pt, m.train_s)} {_pair(ps, m.sample_s)} "
+            f"{_pair(pj, m.job_s)}"
+        )
+        for key, pv, mv in (("train", pt, m.train_s), ("sample", ps, m.sample_s),
+                            ("job", pj, m.job_s)):  # fmt: skip
+            tot_p[key] += pv
+            if mv is None:
+                have[key] = False
+            else:
+                tot_m[key] += mv
+    lines.append(
+        f"  {'total (device seconds)':42s} "
+        + " ".join(
+            _pair(tot_p[k], tot_m[k] if have[k] else None) for k in ("train", "sample", "job")
+        )
+    )
+    ex = p.cfg.executor
+    if ex.kind == "local" and pred.jobs:
+        spans = [(m.start, m.end) for m in meas.values() if m.start is not None]
+        span = max(e for _, e in spans) - min(s for s, _ in spans) if spans else None
+        parallel = max(1, min(ex.max_parallel, len(pred.jobs)))
+        wall = local_wall(pred.jobs, parallel)
+        lines.append(
+            f"  {'sweep wall, ' + str(parallel) + ' job(s) at once':42s} "
+            f"{'':24s} {'':24s} {_pair(wall, span)}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,902 @@
+"""``python -m bench.sweep SWEEP.yaml --rehearse [--set KEY=VALUE ...] [--memory-gb G]
+[--all-decodings]``: every
+distinct model of a sweep at its real size, with random weights, through each kind of work its
+jobs do, on this machine, before any GPU-hour is spent.
+
+For every distinct model of the plan (method + options + backbone + vocabulary; models that
+differ only by training seed, training subset or sampling grid, or import files with the same
+facts, are one) it runs, at batch 1 and at batch 2:
+
+- **build**: the method and its backbone at the sweep's size, random weights, on the device. An
+  import cell (``checkpoint:``) instead writes a random model of the file's facts in the
+  reference format (:func:`bench.checkpoints.export.export`, without our own record, as the
+  released files are) into a temp folder, runs the import job on it (:func:`bench.cells.run_train`
+  on a copy of the cell whose results folder is the temp folder) and loads the imported weights
+  as a sampling job does: the load path is rehearsed too;
+- **train** (cells that train): the method's loss on antithetic times and its backward at
+  batch 1 and at batch 2 on the task's layout, then one optimizer step as the trainer takes it
+  (gradient clipping, AdamW, the method's post-step hook, the EMA), without Lightning; bf16
+  autocast on CUDA as ``precision: auto``. The step's own peak does not grow with the batch: it
+  is a floor under the extrapolation (:meth:`Rehearsal.train`);
+- **sample**: one sampling call of the model's first sampling setup (its first decoding and
+  sampling-only options; ``--all-decodings``: of each setup), through
+  :func:`bench.cells.sample_batch`, at ``nfe = 1`` (a method whose NFE is the generated
+  length gets a prompt of all but the last 2 positions: a prefill of L - 2 positions, then one
+  cached call, which bounds its real peak from above), in the cell's dtype (``sample.float64``);
+  the output's shape, id range and NFE count are checked;
+- **likelihood** (a sweep with a ``likelihood`` section, a method with a bound): one call of the
+  method's bound on blocks of the evaluated length;
+
+and once per sweep **score**: the task's ``evaluate`` on one item (the first model's sample),
+with its reference LM where the task has one (OWT's Gen. PPL: the configured model when it is on
+this machine, else its architecture with random weights from a known configuration, said in the
+output).
+
+Each phase reports seconds and peak memory (:class:`bench.cost.measure.PeakMemory`: CUDA max
+allocated, or the process's resident peak on the CPU) at both batches, and the peak extrapolated
+linearly to the sweep's batch: ``sample.batch_size`` (sampling), ``likelihood.batch_size``, and
+``train.batch_size / (devices x num_nodes)``, the batch of one device under DDP (training). The
+table ends with the cards each model fits (40 / 80 / 141 GB, or ``--memory-gb``).
+
+Inputs: the task's evaluation items (``eval_data``: prompts, masks, lengths) when this machine
+has them; otherwise ids drawn at random in the task's shape (said in the output), so a missing
+data set is not a failure here. Training batches are always the evaluation layout with random ids
+in the generated positions: the training corpus is not read (its shape is the same, and reading it
+at paper scale means tokenising it). With the hub unreachable, only local copies are tried
+(``HF_HUB_OFFLINE=1`` for the run).
+
+A shape, dtype or memory failure (an exception in a phase, an unexpected output, a peak
+extrapolated above ``--memory-gb``) stops the rehearsal with one line naming the cell and the
+phase, exit 1 (2 for a configuration error). Nothing is written into the sweep's results folder:
+everything the import path writes goes to a temp folder, removed at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from bench.cell_model import cell_task, method_backbone
+from bench.config import ConfigError, canonical, config_hash
+from bench.cost.measure import PeakMemory, device_name
+from bench.data.base import TaskData
+from bench.method import Batch, antithetic_times
+from bench.plan import LikelihoodCell, Plan, SampleCell, TrainCell
+
+#: the cards the table compares with when no ``--memory-gb`` is given (nominal GB = 1e9 bytes)
+CARDS_GB = (40, 80, 141)
+GB = 1e9
+#: positions a method whose NFE is the generated length (AR) generates in the rehearsal
+LENGTH_NFE_TAIL = 2
+#: Gen. PPL reference LMs whose architecture is known here (transformers' GPT-2 configurations)
+GPT2_CONFIGS = {
+    "gpt2": {"n_embd": 768, "n_layer": 12, "n_head": 12},
+    "gpt2-medium": {"n_embd": 1024, "n_layer": 24, "n_head": 16},
+    "gpt2-large": {"n_embd": 1280, "n_layer": 36, "n_head": 20},
+    "gpt2-xl": {"n_embd": 1600, "n_layer": 48, "n_head": 25},
+}
+
+
+class RehearsalFailure(Exception):
+    """A phase failed: ``line`` names the sweep, the cell and the phase."""
+
+    def __init__(self, line: str, code: int = 1):
+        super().__init__(line)
+        self.line, self.code = line, code
+
+
+# --------------------------------------------------------------------------- the models
+
+
+@dataclass
+class Model:
+    """One distinct model of a plan and the cells it stands for."""
+
+    cells: list[TrainCell] = field(default_factory=list)
+    #: one sample cell per distinct sampling setup (sampling options, decoding, dtype)
+    samples: list[SampleCell] = field(default_factory=list)
+    likelihood: LikelihoodCell | None = None
+    n_sample_cells: int = 0
+
+    @property
+    def train(self) -> TrainCell:
+        return self.cells[0]
+
+    def label(self) -> str:
+        more = len(self.cells) - 1
+        return self.train.label() + (f" (+{more} alike)" if more else "")
+
+    def train_batch(self) -> int | None:
+        """The batch one device trains on: the global batch over devices x nodes (DDP ranks take
+        every world-th example of it; :class:`bench.train.loop.StepBatches`)."""
+        if self.train.imported:
+            return None
+        return max(
+            -(
+                -int(tc.train["batch_size"])
+                // (int(tc.train["devices"]) * int(tc.train["num_nodes"]))
+            )
+            for tc in self.cells
+        )
+
+
+def model_key(tc: TrainCell) -> str:
+    """What makes two train cells the same model here: method, options, backbone, classes, and
+    whether it is imported (not its seed, training subsets or file)."""
+    return config_hash(
+        {
+            "method": tc.method,
+            "options": tc.options,
+            "backbone": tc.backbone,
+            "vocab": getattr(tc, "vocab_size", None),
+            "import": tc.imported,
+        }
+    )
+
+
+def models_of(p: Plan) -> list[Model]:
+    """The plan's distinct models, in plan order, with their sampling setups."""
+    by: dict[str, Model] = {}
+    for tc in p.train_cells:
+        by.setdefault(model_key(tc), Model()).cells.append(tc)
+    seen: set = set()
+    for sc in p.sample_cells:
+        key = model_key(sc.train)
+        m = by[key]
+        if isinstance(sc, LikelihoodCell):
+            m.likelihood = m.likelihood or sc
+            continue
+        m.n_sample_cells += 1
+        setup = (key, config_hash(sc.options), sc.decoding, bool(sc.float64))
+        if setup not in seen:
+            seen.add(setup)
+            m.samples.append(sc)
+    return list(by.values())
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+@dataclass
+class Phase:
+    """One phase of one model: seconds and peak bytes at batch 1 and 2 (or once)."""
+
+    model: str
+    name: str
+    cell: str  # the cell it stands for, in a failure line
+    seconds: list[float] = field(default_factory=list)
+    peaks: list[int | None] = field(default_factory=list)
+    batch: int | None = None  # the sweep's batch the peak is extrapolated to
+    per_device: bool = False
+    #: a peak that does not grow with the batch (training: the optimizer step's)
+    floor: int | None = None
+    note: str = ""
+
+    def extrapolated(self) -> float | None:
+        """Bytes at :attr:`batch`: linear through the peaks at batch 1 and 2 (at least
+        :attr:`floor`)."""
+        if self.batch is None or len(self.peaks) < 2 or None in self.peaks[:2]:
+            return None
+        p1, p2 = self.peaks[0], self.peaks[1]
+        return max(p1 + (self.batch - 1) * max(p2 - p1, 0), self.floor or 0)
+
+
+def _fixed_mmap_threshold() -> None:
+    """CPU: serve every allocation of 128 kB or more by its own mapping, returned to the system
+    when freed, so that the resident peak follows what is live (glibc otherwise raises the
+    threshold as buffers are freed and keeps them, which made the batch-1 / batch-2 difference,
+    and its extrapolation, vary by tens of GB between runs)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        pass
+
+
+def _trim() -> None:
+    """Give freed memory back (so the next peak starts from what is live)."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure(fn, device: torch.device):
+    """(fn(), seconds, peak bytes) with the peak counter reset first."""
+    _trim()
+    pm = PeakMemory(device).reset()
+    t0 = time.perf_counter()
+    out = fn()
+    _sync(device)
+    return out, time.perf_counter() - t0, pm.peak_bytes()
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+@dataclass
+class Inputs:
+    """Two items in the task's evaluation layout (``real``: the task's own items)."""
+
+    data: TaskData
+    subset: str
+    real: bool
+    note: str
+
+
+def task_inputs(task, subset: str) -> Inputs:
+    """The task's first two evaluation items of ``subset``, or random ids in its shape (a prompt
+    of L / 8 positions) when this machine cannot load them."""
+    try:
+        d = task.eval_data(subset, 2)
+    except Exception as e:  # noqa: BLE001 - a data set, package or tokenizer missing here
+        try:
+            d = task.eval_data(subset, 1)
+        except Exception:  # noqa: BLE001
+            L, V = int(task.seq_len), int(task.vocab_size)
+            g = torch.Generator().manual_seed(0)
+            x = torch.randint(0, V, (2, L), generator=g)
+            clean = torch.zeros(2, L, dtype=torch.bool)
+            clean[:, : L // 8] = True
+            why = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+            note = (
+                f"{task.name} {subset}: evaluation items unavailable here ({why}); random ids "
+                f"in its shape (L = {L}, |V| = {V}, a prompt of L / 8 positions)"
+            )
+            return Inputs(TaskData(x, clean, ~clean, {}), subset, False, note)
+    if len(d) < 2:  # one item: use it twice
+        d = TaskData(
+            d.x.repeat(2, 1),
+            d.clean_mask.repeat(2, 1),
+            d.loss_mask.repeat(2, 1),
+            {k: list(v) * 2 for k, v in d.meta.items()},
+        )
+    d = TaskData(
+        d.x[:2].clone(),
+        torch.as_tensor(d.clean_mask[:2]).clone(),
+        torch.as_tensor(d.loss_mask[:2]).clone(),
+        {k: list(v)[:2] for k, v in d.meta.items()},
+    )
+    return Inputs(d, subset, True, f"{task.name} {subset}: the task's evaluation items")
+
+
+def train_batch(inp: Inputs, n: int, vocab: int, device) -> Batch:
+    """``n`` rows of the evaluation layout, random ids where the model generates."""
+    d = inp.data
+    g = torch.Generator().manual_seed(n)
+    noise = torch.randint(0, vocab, d.x[:n].shape, generator=g)
+    x = torch.where(d.clean_mask[:n], d.x[:n], noise)
+    return Batch(x, d.clean_mask[:n].clone(), d.loss_mask[:n].clone()).to(device)
+
+
+# --------------------------------------------------------------------------- the phases
+
+
+@contextlib.contextmanager
+def _sha_memo(folder: Path):
+    """The checkpoint importer remembers each file's sha256 in the data cache; the temp files'
+    go to ``folder`` instead."""
+    from bench.checkpoints import source
+
+    before = source._sha_cache
+    source._sha_cache = lambda: folder / "sha256.json"
+    try:
+        yield
+    finally:
+        source._sha_cache = before
+
+
+def _write_random_model(folder: Path, tc: TrainCell, task) -> None:
+    """A model folder (``weights.pt`` + ``model.json``) of a random model with ``tc``'s facts."""
+    from bench.checkpoints import MODEL_JSON
+    from bench.weights import save_weights
+
+    torch.manual_seed(0)
+    method, backbone = method_backbone(tc, task)
+    folder.mkdir(parents=True)
+    save_weights(folder / "weights.pt", backbone, method, 0)
+    meta = {
+        "method": tc.method,
+        "options": canonical(dataclasses.asdict(method.opts)),
+        "backbone": tc.backbone,
+        "vocab_size": getattr(tc, "vocab_size", None) or task.vocab_size,
+        "seq_len": task.seq_len,
+    }
+    (folder / MODEL_JSON).write_text(json.dumps(meta))
+
+
+def setup_name(sc: SampleCell) -> str:
+    """A sampling setup: the decoding, and the sampling-only options that are not defaults."""
+    extra = getattr(sc, "sampling", None)
+    return sc.decoding + (f" {json.dumps(extra, sort_keys=True)}" if extra else "")
+
+
+class Rehearsal:
+    """Runs the phases of every model of a plan (see the module docstring)."""
+
+    def __init__(
+        self,
+        p: Plan,
+        source: str,
+        *,
+        memory_gb: float | None,
+        tmp: Path,
+        device,
+        all_decodings: bool = False,
+        err=sys.stderr,
+    ):
+        self.p, self.source, self.memory_gb, self.tmp = p, source, memory_gb, tmp
+        self.all_decodings = all_decodings
+        self.skipped: list[str] = []  # sampling setups not rehearsed, per model
+        self.device = torch.device(device)
+        self.err = err
+        self.phases: list[Phase] = []
+        self.notes: list[str] = []
+        self.task = None
+        self.inputs: dict[str, Inputs] = {}
+        self.scored: tuple[SampleCell, torch.Tensor, Inputs] | None = None
+
+    # -- helpers ----------------------------------------------------------------------
+    def fail(self, cell: str, phase: str, what: str, code: int = 1) -> RehearsalFailure:
+        return RehearsalFailure(f"rehearse: {self.source}: {cell}: {phase}: {what}", code)
+
+    def run_phase(self, ph: Phase, fn, *, device=None, batch_note: str = ""):
+        """Measure ``fn`` into ``ph`` (one more batch); an exception is a failure of it."""
+        try:
+            out, s, peak = measure(fn, torch.device(device or self.device))
+        except RehearsalFailure:
+            raise
+        except Exception as e:  # noqa: BLE001 - any error of the phase stops the rehearsal
+            msg = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+            where = f"{ph.name}{batch_note}"
+            raise self.fail(
+                ph.cell, where, f"{type(e).__name__}: {msg}", 2 if isinstance(e, ConfigError) else 1
+            ) from e
+        ph.seconds.append(s)
+        ph.peaks.append(peak)
+        return out
+
+    def check_memory(self, ph: Phase) -> None:
+        x = ph.extrapolated()
+        if self.memory_gb is None or x is None or x <= self.memory_gb * GB:
+            return
+        per = " per device" if ph.per_device else ""
+        raise self.fail(
+            ph.cell,
+            ph.name,
+            f"peak {x / GB:.1f} GB extrapolated to batch {ph.batch}{per} (from "
+            f"{ph.peaks[0] / GB:.2f} GB at 1, {ph.peaks[1] / GB:.2f} GB at 2) is above "
+            f"--memory-gb {self.memory_gb:g}",
+        )
+
+    def inputs_for(self, subset: str) -> Inputs:
+        if subset not in self.inputs:
+            inp = task_inputs(self.task, subset)
+            self.inputs[subset] = inp
+            if not inp.real:
+                self.notes.append(inp.note)
+        return self.inputs[subset]
+
+    # -- a model ----------------------------------------------------------------------
+    def model(self, m: Model) -> list[Phase]:
+        tc = m.train
+        label = m.label()
+        task = self.task
+        out: list[Phase] = []
+        if tc.imported:
+            method, backbone = self.imported(m, out)
+        else:
+            ph = Phase(label, "build", tc.label())
+            out.append(ph)
+
+            def build():
+                torch.manual_seed(int(tc.train["seed"]))
+                method, backbone = method_backbone(tc, task)
+                return method.to(self.device), backbone.to(self.device)
+
+            method, backbone = self.run_phase(ph, build)
+        n_params = sum(p.numel() for p in backbone.parameters())
+        inp = self.inputs_for(m.samples[0].subset if m.samples else tc.groups[0])
+        if not tc.imported:
+            out.append(self.train(m, method, backbone, inp))
+        backbone.eval()
+        cache: dict = {}
+        setups = m.samples if self.all_decodings else m.samples[:1]
+        for sc in setups:
+            out.append(self.sample(m, sc, method, backbone, inp, cache))
+        if len(setups) < len(m.samples):
+            self.skipped.append(
+                f"{label}: " + ", ".join(setup_name(sc) for sc in m.samples[len(setups) :])
+            )
+        cache.clear()
+        if m.likelihood is not None and getattr(method, "bound_kind", ""):
+            out.append(self.likelihood(m, method, backbone))
+        count = f"{n_params / 1e6:.1f} M" if n_params >= 100_000 else f"{n_params:,}"
+        out[0].note = f"{count} parameters" + (f"; {out[0].note}" if out[0].note else "")
+        del method, backbone
+        _trim()
+        return out
+
+    def imported(self, m: Model, out: list[Phase]):
+        """Export a random model of the file's facts, import it as the sweep's import job does,
+        load it as a sampling job does."""
+        from bench.cells import run_train
+        from bench.checkpoints.export import export
+        from bench.weights import load_weights
+
+        tc, label, task = m.train, m.label(), self.task
+        folder = self.tmp / "model"
+        ckpt = self.tmp / f"{tc.method}-{tc.variant}.ckpt"
+        ph = Phase(label, "export", tc.label(), note="a random file of the checkpoint's format")
+        out.append(ph)
+
+        def write():
+            _write_random_model(folder, tc, task)
+            export(folder, ckpt, ours=False)
+            shutil.rmtree(folder)
+
+        self.run_phase(ph, write, device="cpu")
+        cell = dataclasses.replace(
+            tc,
+            results_dir=str(self.tmp / "results"),
+            source={**tc.source, "checkpoint": str(ckpt), "sha256": None},
+        )
+        ph = Phase(label, "import", tc.label(), note="the import job (host memory)")
+        out.append(ph)
+        with _sha_memo(self.tmp):
+            self.run_phase(ph, lambda: run_train(cell, progress=False), device="cpu")
+        ckpt.unlink(missing_ok=True)
+        ph = Phase(label, "load", tc.label(), note="weights.pt as a sampling job loads it")
+        out.append(ph)
+
+        def load():
+            method, backbone = method_backbone(cell, task)
+            load_weights(method, backbone, cell.weights)
+            return method.to(self.device), backbone.to(self.device)
+
+        method, backbone = self.run_phase(ph, load)
+        shutil.rmtree(cell.run_dir, ignore_errors=True)
+        return method, backbone
+
+    def train(self, m: Model, method, backbone, inp: Inputs) -> Phase:
+        """Forward + backward at batch 1 and at batch 2, then one optimizer step (gradient
+        clipping, AdamW, the method's post-step hook, the EMA) after the batch-2 backward. The
+        step's own peak does not grow with the batch: it is the phase's floor. The batch-1 peak
+        is measured before AdamW made its moments and is counted with their bytes, so that both
+        points hold what every later step holds (one optimizer step in all, not three)."""
+        from torch.optim.swa_utils import AveragedModel
+
+        from bench.train.loop import ema_avg_fn, make_adamw, precision_for
+
+        tc = m.train
+        cfg = tc.train_config()
+        ph = Phase(
+            m.label(),
+            "train",
+            tc.label(),
+            batch=m.train_batch(),
+            per_device=cfg.devices * cfg.num_nodes > 1,
+        )
+        dev = self.device
+        bf16 = dev.type == "cuda" and precision_for(cfg) == "bf16-mixed"
+        backbone.train()
+        params = [p for p in backbone.parameters() if p.requires_grad]
+        ema = None
+        if cfg.ema > 0:
+            ema = AveragedModel(backbone, avg_fn=ema_avg_fn(cfg.ema), use_buffers=True)
+            ema.requires_grad_(False)
+        opt = make_adamw(
+            params,
+            lr=cfg.lr,
+            betas=tuple(cfg.betas),
+            weight_decay=cfg.weight_decay,
+            device=dev,
+            clip_under_amp=bf16,
+        )
+        vocab = int(self.task.vocab_size)
+
+        def forward_backward(n: int):
+            batch = train_batch(inp, n, vocab, dev)
+            t = (
+                antithetic_times(n, antithetic=cfg.antithetic, device=dev)
+                if method.uses_time
+                else None
+            )
+            ctx = torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+            with ctx:
+                res = method.loss(backbone, batch, t)
+            if not bool(torch.isfinite(res.loss.detach())):
+                raise FloatingPointError(f"non-finite loss {float(res.loss)}")
+            if t is not None:
+                method.record_losses(t.detach(), res.per_sample, n)
+            opt.zero_grad(set_to_none=True)
+            res.loss.backward()
+
+        def step():
+            torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+            opt.step()
+            method.on_after_optimizer_step(backbone)
+            if ema is not None:
+                ema.update_parameters(backbone)
+            opt.zero_grad(set_to_none=True)
+
+        self.run_phase(ph, lambda: forward_backward(1), batch_note=" (batch 1)")
+        opt.zero_grad(set_to_none=True)
+        self.run_phase(ph, lambda: forward_backward(2), batch_note=" (batch 2)")
+        opt_ph = Phase(ph.model, "train", ph.cell)
+        self.run_phase(opt_ph, step, batch_note=" (optimizer step)")
+        moments = sum(
+            t.numel() * t.element_size()
+            for st in opt.state.values()
+            for t in st.values()
+            if isinstance(t, torch.Tensor) and t.numel() > 1
+        )
+        if ph.peaks[0] is not None:
+            ph.peaks[0] += moments
+        ph.seconds[1] += opt_ph.seconds[0]
+        ph.floor = opt_ph.peaks[0]
+        ph.note = (
+            f"optimizer step {_gb(ph.floor)} GB; batch-1 peak + AdamW's moments "
+            f"({moments / GB:.2f} GB)"
+        )
+        # the optimizer and the EMA copy go with this frame: a sampling job has neither
+        backbone.eval()
+        self.check_memory(ph)
+        return ph
+
+    def sample(self, m: Model, sc: SampleCell, method, backbone, inp: Inputs, cache) -> Phase:
+        from bench.cells import batch_seed, cell_sampler, sample_batch
+
+        dev = self.device
+        name = f"sample {setup_name(sc)}"
+        ph = Phase(m.label(), name, sc.label(), batch=sc.batch_size)
+        try:
+            sampler = cell_sampler(method, sc, self.task, dev, cache)
+        except Exception as e:  # noqa: BLE001
+            raise self.fail(sc.label(), name, f"{type(e).__name__}: {e}") from e
+        length_nfe = bool(sampler.nfe_is_length)
+        cell = dataclasses.replace(sc, nfe=sc.nfe if length_nfe else 1)
+        if length_nfe:
+            ph.note = (
+                f"NFE = length: prefill of L - {LENGTH_NFE_TAIL} positions + "
+                f"{LENGTH_NFE_TAIL - 1} cached call (an upper bound)"
+            )
+        V = int(sampler.vocab_size)
+        for n in (1, 2):
+            prompt = inp.data.x[:n].to(dev)
+            pmask = inp.data.clean_mask[:n].clone()
+            if length_nfe:
+                pmask[:, : pmask.shape[1] - LENGTH_NFE_TAIL] = True
+            pmask = pmask.to(dev)
+
+            def call(prompt=prompt, pmask=pmask):
+                gen = torch.Generator(device=dev).manual_seed(batch_seed(sc, 0))
+                sampler.nfe_counter = 0
+                ids = sample_batch(sampler, backbone, cell, prompt, pmask, gen, float64=sc.float64)
+                want = sampler.nfe_for(cell.nfe, pmask)
+                if tuple(ids.shape) != tuple(prompt.shape):
+                    raise ValueError(
+                        f"sampler returned shape {tuple(ids.shape)}, expected {tuple(prompt.shape)}"
+                    )
+                if ids.dtype.is_floating_point or ids.dtype == torch.bool:
+                    raise TypeError(f"sampler returned {ids.dtype} ids")
+                if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= V):
+                    raise ValueError(
+                        f"sampled id outside [0, {V}): {int(ids.min())}..{int(ids.max())}"
+                    )
+                if sampler.nfe_counter != want:
+                    raise ValueError(f"{sampler.nfe_counter} backbone calls, nfe_for says {want}")
+                return ids
+
+            ids = self.run_phase(ph, call, batch_note=f" (batch {n})")
+            if n == 1 and self.scored is None:
+                self.scored = (sc, ids, inp)
+        self.check_memory(ph)
+        return ph
+
+    def likelihood(self, m: Model, method, backbone) -> Phase:
+        lc = m.likelihood
+        dev = self.device
+        L = lc.block or int(self.task.seq_len)
+        ph = Phase(
+            m.label(),
+            "likelihood",
+            lc.label(),
+            batch=lc.batch_size,
+            note=f"blocks of {L} random ids, {lc.draws} draw(s)",
+        )
+        vocab = int(self.task.vocab_size)
+        for n in (1, 2):
+            g = torch.Generator().manual_seed(n)
+            x = torch.randint(0, vocab, (n, L), generator=g)
+            clean = torch.zeros(n, L, dtype=torch.bool)
+            batch = Batch(x, clean, ~clean).to(dev)
+
+            def call(batch=batch, n=n):
+                gen = torch.Generator(device=dev).manual_seed(0)
+                with torch.no_grad():
+                    out = method.nll_bound(backbone, batch, n_draws=lc.draws, generator=gen)
+                if out.ndim != 2 or out.shape[1] != n:
+                    raise ValueError(
+                        f"nll_bound returned shape {tuple(out.shape)}, expected (draws, {n})"
+                    )
+                if not bool(torch.isfinite(out).all()):
+                    raise FloatingPointError("non-finite bound")
+                return out
+
+            self.run_phase(ph, call, batch_note=f" (batch {n})")
+        self.check_memory(ph)
+        return ph
+
+    # -- the scorer -------------------------------------------------------------------
+    def reference_lm(self) -> None:
+        """Give the task's Gen. PPL evaluator its reference LM: the configured one when this
+        machine has it, else its architecture with random weights (a known configuration)."""
+        ev = self.task.genppl()
+        if ev.ref is not None:
+            return
+        from bench.evaluate.genppl.evaluator import ReferenceModelError, load_reference
+
+        name = ev.ref_model
+        try:
+            ev.ref = load_reference(
+                name, device=self.device, data_dir=ev.data_dir, max_context=ev.max_context
+            )
+            return
+        except ReferenceModelError as e:
+            why = str(e)
+        if name not in GPT2_CONFIGS:
+            raise RuntimeError(f"{why}; no known configuration of {name!r} to build it from")
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        from bench.evaluate.genppl.evaluator import wrap_model
+        from bench.text.gpt2 import load_gpt2_tokenizer
+
+        tok = load_gpt2_tokenizer(self.task.opts.tokenizer_source, self.task.cfg.data_dir)
+        torch.manual_seed(0)
+        cfg = GPT2Config(vocab_size=len(tok), n_positions=1024, **GPT2_CONFIGS[name])
+        model = GPT2LMHeadModel(cfg)
+        if self.device.type == "cuda":
+            model = model.to(torch.bfloat16)
+        ev.ref = wrap_model(
+            model, tok, f"{name} (random weights)", device=self.device, max_context=ev.max_context
+        )
+        self.notes.append(
+            f"Gen. PPL reference LM {name!r} is not on this machine: its architecture "
+            f"(transformers GPT2Config {GPT2_CONFIGS[name]}) with random weights scored the item"
+        )
+
+    def score(self) -> Phase | None:
+        if self.scored is None:
+            return None
+        sc, ids, inp = self.scored
+        ph = Phase("(the task's scorer)", "score", sc.label(), note="one item")
+        if not inp.real:
+            ph.note = "skipped: the task's evaluation items are unavailable here"
+            return ph
+        data = TaskData(
+            inp.data.x[:1],
+            inp.data.clean_mask[:1],
+            inp.data.loss_mask[:1],
+            {k: list(v)[:1] for k, v in inp.data.meta.items()},
+        )
+        if hasattr(self.task, "genppl"):  # a reference LM (OWT): built before it is measured
+            lm = Phase("(the task's scorer)", "reference LM", sc.label())
+            self.run_phase(lm, self.reference_lm)
+            lm.note = self.task.genppl().ref.name
+            self.phases.append(lm)
+        self.run_phase(ph, lambda: self.task.evaluate(ids[:1], data, inp.subset))
+        return ph
+
+    # -- everything -------------------------------------------------------------------
+    def run(self, models: list[Model]) -> None:
+        self.task = cell_task(self.p.train_cells[0])
+        for i, m in enumerate(models, 1):
+            t0 = time.perf_counter()
+            phases = self.model(m)
+            self.phases += phases
+            print(
+                f"rehearse [{i}/{len(models)}] {m.label()}: {progress_line(phases)} "
+                f"({time.perf_counter() - t0:.0f} s)",
+                file=self.err,
+                flush=True,
+            )
+        ph = self.score()
+        if ph is not None:
+            self.phases.append(ph)
+            print(f"rehearse: score {ph.cell}: {progress_line([ph])}", file=self.err, flush=True)
+
+
+# --------------------------------------------------------------------------- output
+
+
+def _gb(b) -> str:
+    return "" if b is None else f"{b / GB:.2f}"
+
+
+def progress_line(phases: list[Phase]) -> str:
+    parts = []
+    for ph in phases:
+        s = "/".join(f"{x:.1f}" for x in ph.seconds)
+        x = ph.extrapolated()
+        at = f" -> {x / GB:.1f} GB @{ph.batch}" if x is not None else ""
+        parts.append(f"{ph.name} {s} s {_gb(max((p or 0) for p in ph.peaks or [0]))} GB{at}")
+    return "; ".join(parts)
+
+
+def fits(x: float | None, memory_gb: float | None) -> str:
+    if x is None:
+        return ""
+    cards = (memory_gb,) if memory_gb is not None else CARDS_GB
+    return " / ".join("yes" if x <= c * GB else "no" for c in cards)
+
+
+def table(phases: list[Phase], memory_gb: float | None) -> str:
+    cards = f"{memory_gb:g} GB" if memory_gb is not None else " / ".join(f"{c}" for c in CARDS_GB)
+    head = (
+        "| model | phase | s (batch 1 / 2) | peak GB (batch 1 / 2) | sweep batch | "
+        f"peak GB at that batch | fits {cards}{'' if memory_gb else ' GB'} | note |"
+    )
+    lines = [head, "|" + "---|" * 8]
+    last = None
+    for ph in phases:
+        x = ph.extrapolated()
+        batch = "" if ph.batch is None else f"{ph.batch}{' per device' if ph.per_device else ''}"
+        model = ph.model if ph.model != last else ""
+        last = ph.model
+        lines.append(
+            f"| {model} | {ph.name} | {' / '.join(f'{s:.1f}' for s in ph.seconds)} | "
+            f"{' / '.join(_gb(p) for p in ph.peaks)} | {batch} | "
+            f"{'' if x is None else f'{x / GB:.1f}'} | {fits(x, memory_gb)} | {ph.note} |"
+        )
+    return "\n".join(lines)
+
+
+def model_summary(phases: list[Phase], memory_gb: float | None) -> str:
+    """Per model: the largest extrapolated device peak and the cards it fits."""
+    worst: dict[str, tuple[float, str]] = {}
+    for ph in phases:
+        x = ph.extrapolated()
+        if x is not None and (ph.model not in worst or x > worst[ph.model][0]):
+            worst[ph.model] = (x, ph.name)
+    if not worst:
+        return ""
+    cards = f"{memory_gb:g} GB" if memory_gb is not None else " / ".join(map(str, CARDS_GB))
+    lines = [
+        f"| model | largest peak GB (phase) | fits {cards}{'' if memory_gb else ' GB'} |",
+        "|---|---|---|",
+    ]
+    for model, (x, name) in worst.items():
+        lines.append(f"| {model} | {x / GB:.1f} ({name}) | {fits(x, memory_gb)} |")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+@contextlib.contextmanager
+def _hub_offline_if_unreachable(notes: list[str]):
+    """Without a reachable hub, only local copies are tried (no retries, no downloads)."""
+    from bench.checkpoints.source import _hub_reachable
+    from bench.text.locate import hub_offline
+
+    if hub_offline() or _hub_reachable(timeout=3.0):
+        yield
+        return
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    notes.append("the Hugging Face hub is unreachable: local copies only (HF_HUB_OFFLINE=1)")
+    try:
+        yield
+    finally:
+        os.environ.pop("HF_HUB_OFFLINE", None)
+
+
+def rehearse(
+    p: Plan,
+    source: str,
+    *,
+    memory_gb: float | None = None,
+    all_decodings: bool = False,
+    out=None,
+    err=None,
+) -> int:
+    """Rehearse plan ``p`` (module docstring); returns the exit status. ``all_decodings``: every
+    sampling setup of each model (default: its first, one sampling call per batch)."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    if memory_gb is not None and not memory_gb > 0:
+        print(f"error: --memory-gb: must be > 0, got {memory_gb:g}", file=err)
+        return 2
+    models = models_of(p)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.type == "cpu":
+        _fixed_mmap_threshold()
+    threads_before = torch.get_num_threads()
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    threads = max(1, cpus or 1)
+    torch.set_num_threads(threads)
+    where = f"{device_name(device)}, {threads} threads"
+    n_cells = len(p.train_cells) + len(p.sample_cells)
+    print(
+        f"rehearse: {source}: {len(models)} distinct model(s) for {n_cells} cells, on {where}",
+        file=err,
+        flush=True,
+    )
+    tmp = Path(tempfile.mkdtemp(prefix="sflm-rehearse-"))
+    r = Rehearsal(
+        p,
+        source,
+        memory_gb=memory_gb,
+        tmp=tmp,
+        device=device,
+        all_decodings=all_decodings,
+        err=err,
+    )
+    t0 = time.perf_counter()
+    try:
+        with _hub_offline_if_unreachable(r.notes):
+            r.run(models)
+    except RehearsalFailure as f:
+        print(f.line, file=err, flush=True)
+        return f.code
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        torch.set_num_threads(threads_before)
+    total = time.perf_counter() - t0
+    cards = f"--memory-gb {memory_gb:g}" if memory_gb is not None else "40 / 80 / 141 GB cards"
+    print(f"## Rehearsal of {source} ({p.cfg.name})\n", file=out)
+    print(
+        f"{len(models)} distinct model(s) standing for {len(p.train_cells)} train and "
+        f"{len(p.sample_cells)} sample cells; {where}; {total:.0f} s in all. Peaks "
+        f"extrapolated linearly from batch 1 and 2 to the sweep's batch and compared with "
+        f"{cards}.\n",
+        file=out,
+    )
+    print(table(r.phases, memory_gb), file=out)
+    summary = model_summary(r.phases, memory_gb)
+    if summary:
+        print("\n" + summary, file=out)
+    notes = list(dict.fromkeys(r.notes))
+    for inp in r.inputs.values():
+        if inp.real:
+            notes.append(inp.note)
+    if any(ph.name == "train" for ph in r.phases):
+        notes.append(
+            "training batches: the evaluation layout with random ids where the model generates "
+            "(the training corpus is not read)"
+        )
+    if r.skipped:
+        notes.append(
+            "sampling setups not rehearsed (the same model and backbone call; --all-decodings "
+            "runs each): " + "; ".join(r.skipped)
+        )
+    if device.type == "cpu":
+        notes.append(
+            "CPU: peaks are the process's resident set (Python, torch and the model included), "
+            "float32 throughout (a GPU trains in bf16 autocast): a guide to a card's memory, "
+            "not its measurement"
+        )
+    print("\nNotes:\n" + "\n".join(f"- {n}" for n in notes), file=out)
+    return 0
