@@ -39,7 +39,7 @@ def status_table(p: Plan) -> str:
 
         try:
             lines.append(comparison(p, Store(p.cfg.results_dir)))
-        except (KeyError, ValueError, RuntimeError, NotImplementedError) as e:
+        except Exception as e:  # noqa: BLE001 - the comparison never stops a status table
             lines.append(f"predicted / measured: not available ({type(e).__name__}: {e})")
     return "\n".join(lines)
 
@@ -146,7 +146,10 @@ def predicted_cost(p: Plan, ex, store) -> list[str]:
     kind, why = device_kind(ex)
     try:
         pred = predict_plan(p, kind, store, ex=ex)
-    except (KeyError, ValueError, RuntimeError, NotImplementedError) as e:
+    except KeyError:
+        return [f"predicted cost: no table for device kind {kind!r} ({why}; `python -m bench.perf "
+                "calibrate` there makes one, executor.device picks another)"]  # fmt: skip
+    except Exception as e:  # noqa: BLE001 - the prediction never stops a dry run
         return [f"predicted cost: not available ({type(e).__name__}: {e})"]
     if not pred.jobs:
         return []
@@ -177,7 +180,7 @@ def predicted_cost(p: Plan, ex, store) -> list[str]:
         )
     else:
         parallel = max(1, min(ex.max_parallel, len(pred.jobs))) if ex.kind == "local" else 1
-        wall = local_wall(pred.jobs, parallel)
+        wall = local_wall(pred.jobs, parallel, pred.setup_s)
         threads = pred.jobs[0].threads
         lines.append(
             f"predicted time: {fmt_s(wall)} wall, {parallel} job(s) at once with {threads} "

@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"sweep {cfg.name}: {len(pred.jobs)} job(s), {pred.device_hours:.2f} {pred.kind} "
         f"device-hours ({pred.source()}); local wall with {parallel} at once "
-        f"{fmt_s(local_wall(pred.jobs, parallel))}"
+        f"{fmt_s(local_wall(pred.jobs, parallel, pred.setup_s))}"
     )
     store = Store(cfg.results_dir)
     if any(store.has(tc.id) for tc in p.train_cells):

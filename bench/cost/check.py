@@ -121,7 +121,7 @@ def comparison(p, store, pred: PlanPrediction | None = None) -> str:
         spans = [(m.start, m.end) for m in meas.values() if m.start is not None]
         span = max(e for _, e in spans) - min(s for s, _ in spans) if spans else None
         parallel = max(1, min(ex.max_parallel, len(pred.jobs)))
-        wall = local_wall(pred.jobs, parallel)
+        wall = local_wall(pred.jobs, parallel, pred.setup_s)
         lines.append(
             f"  {'sweep wall, ' + str(parallel) + ' job(s) at once':42s} "
             f"{'':24s} {'':24s} {_pair(wall, span)}"

@@ -253,6 +253,8 @@ class PlanPrediction:
     entry: dict
     jobs: list[JobPrediction]
     gpus_per_job: int = 1
+    #: once before the first job: the local executor's fork server importing what jobs need
+    setup_s: float = 0.0
 
     @property
     def cells(self) -> dict[str, CellPrediction]:
@@ -528,21 +530,39 @@ def predict_plan(p, kind: str | None = None, store=None, *, ex: ExecutorConfig |
     cores = max(1, int(ex.cpus_per_task)) if ex.kind == "slurm" else (os.cpu_count() or 1)
     models: dict = {}
     jobs = []
+    forked = ex.kind == "local" and fork_server()
     for tc, cells, trained in todo:
         j = predict_job(entry, tc, cells, trained=trained, cores=cores, models=models)
         j.threads = threads
+        if forked:  # forked with the imports done (bench.executors.forkserver)
+            j.start_s += FORK_S - j.process_s
+            j.process_s = FORK_S
         jobs.append(j)
     if jobs:  # a cold data cache: the first job builds it (the others wait for it or reuse it)
         prof = models[jobs[0].train_cell_id].profile
         loads = prof.get("prepare_tokenizer_loads", 0) * entry["scorers"]["tokenizer_load_s"]
         jobs[0].prepare_s = float(prof.get("prepare_s", 0.0)) + loads
-    return PlanPrediction(kind, entry, jobs)
+    return PlanPrediction(kind, entry, jobs, setup_s=entry["job"]["start_s"] if forked else 0.0)
 
 
-def local_wall(jobs: list[JobPrediction], parallel: int) -> float:
+#: seconds a local job forked by the fork server takes to start (the imports are done): an estimate
+FORK_S = 0.5
+
+
+def fork_server() -> bool:
+    """Whether the local executor forks its jobs from a fork server (Linux, unless
+    ``SFLM_LOCAL_FORK=0``): a job then starts without importing torch and the trainer again."""
+    try:
+        from bench.executors.forkserver import enabled
+    except ImportError:
+        return False
+    return enabled()
+
+
+def local_wall(jobs: list[JobPrediction], parallel: int, setup_s: float = 0.0) -> float:
     """Wall seconds of ``jobs`` on ``parallel`` slots, started in plan order, each on the first
-    slot to free up (as :func:`bench.executors.local.execute` does)."""
-    slots = [0.0] * max(1, parallel)
+    slot to free up (as :func:`bench.executors.local.execute` does), after ``setup_s``."""
+    slots = [setup_s] * max(1, parallel)
     for j in jobs:
         i = min(range(len(slots)), key=slots.__getitem__)
         slots[i] += j.seconds

@@ -97,7 +97,6 @@ def _report(args) -> int:
             )
             return 2
         df = df[df["sweep"].isin(args.sweep)].reset_index(drop=True)
-    unchanged.forget(out)  # until this report ends, the folder is not current
     atomic.write_with(out / "results.csv", lambda t: df.to_csv(t, index=False))
     written = [out / "results.csv"]
     df = rows(df, kind=None)  # report columns and models, once for every item

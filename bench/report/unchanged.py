@@ -15,8 +15,9 @@ A report's inputs, as one digest (:func:`inputs_digest`):
 After a full report, :func:`remember` writes the digest and the listing of the output folder
 (every file under it by path, size, modification time and inode) to ``<out>/.report-inputs.json``;
 :func:`current` is true when both are still the same, so a report file edited, removed or added
-since (``--paper`` output, a figure deleted by hand) makes the next report a full one. A full
-report removes the stamp first (:func:`forget`): an interrupted one is never taken as current.
+since (``--paper`` output, a figure deleted by hand) makes the next report a full one, and so
+does a report that stopped half-way (every file it wrote is a new one: atomic writes), while one
+that failed before writing anything (a full disk) leaves the previous report current.
 """
 
 from __future__ import annotations
@@ -166,11 +167,6 @@ def current(out: Path, digest: str) -> dict | None:
     if stamp.get("files") != _listing(Path(out), hidden=False):
         return None
     return stamp
-
-
-def forget(out: Path) -> None:
-    """Remove ``out``'s stamp (before a full report: until it ends, the folder is not current)."""
-    (Path(out) / STAMP).unlink(missing_ok=True)
 
 
 def remember(out: Path, digest: str) -> None:

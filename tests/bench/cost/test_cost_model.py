@@ -263,3 +263,20 @@ def test_net_flops_and_head_share():
     n = Net(2, 64, 4, 64, 12, 12)
     assert n.token_flops(40) == 2 * (12 * 2 * 64 * 64 + 64 * 12) + 4 * 2 * 64 * 40
     assert 0 < n.head_share(40) < Net(2, 64, 4, 64, 8192, 8192).head_share(40) < 1
+
+
+def test_forked_local_jobs_start_without_the_imports(tmp_path, monkeypatch):
+    """With the local executor's fork server a job starts in FORK_S and the imports are paid once
+    for the sweep (setup_s); without it (SFLM_LOCAL_FORK=0) every job pays them."""
+    from bench.cost.model import FORK_S
+
+    p = _plan(tmp_path, methods=[{"method": "ar"}, {"method": "mdlm"}])
+    entry = DEFAULTS["cpu"]
+    monkeypatch.setenv("SFLM_LOCAL_FORK", "0")
+    own = predict_plan(p, "cpu", entry=entry)
+    monkeypatch.setenv("SFLM_LOCAL_FORK", "1")
+    forked = predict_plan(p, "cpu", entry=entry)
+    start = entry["job"]["start_s"]
+    assert own.setup_s == 0 and [j.process_s for j in own.jobs] == [start, start]
+    assert forked.setup_s == start and [j.process_s for j in forked.jobs] == [FORK_S, FORK_S]
+    assert own.device_seconds - forked.device_seconds == pytest.approx(2 * (start - FORK_S))

@@ -98,21 +98,23 @@ def test_a_change_of_the_code_gives_a_full_report(tmp_path, store, capsys, monke
     assert "rows ->" in _report(tmp_path, capsys)
 
 
-def test_an_interrupted_report_is_not_current(tmp_path, store, capsys, monkeypatch):
+def test_a_report_stopped_half_way_is_not_current(tmp_path, store, capsys, monkeypatch):
+    """Same inputs, a forced report that stops after writing results.csv: the folder is not the
+    report of its stamp any more, so the next report is a full one."""
     out = tmp_path / "report"
     _report(tmp_path, capsys)
+    stamp = (out / unchanged.STAMP).read_text()
 
     def fail(*a, **k):
-        raise RuntimeError("interrupted")
+        raise RuntimeError("stopped")
 
-    store.write_cell("b", _rows(0.25, method="duo"))
     monkeypatch.setattr(cli, "task_markdown", fail)
-    with pytest.raises(RuntimeError, match="interrupted"):
-        report.main(["--results-dir", str(tmp_path), "--no-html"])
-    assert not (out / unchanged.STAMP).exists()  # results.csv was rewritten, the rest not
+    with pytest.raises(RuntimeError, match="stopped"):
+        report.main(["--results-dir", str(tmp_path), "--no-html", "--force"])
+    assert (out / unchanged.STAMP).read_text() == stamp  # the stamp of the last whole report
     monkeypatch.undo()
-    assert "rows ->" in _report(tmp_path, capsys)
-    assert "duo" in (out / "sudoku.md").read_text()
+    assert "rows ->" in _report(tmp_path, capsys)  # results.csv is not the one it lists
+    assert "nothing changed" in _report(tmp_path, capsys)
 
 
 def test_the_stamp_is_not_a_report_file(tmp_path, store, capsys):
