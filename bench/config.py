@@ -202,7 +202,25 @@ class ExecutorConfig:
     partition: str = option("")
     account: str = option("")
     qos: str = option("")
-    time_min: int = option(60, gt=0, help="job time limit (minutes)")
+    time_min: int = option(
+        60,
+        gt=0,
+        help="job time limit (minutes); on SLURM the cap of the limits sized from the cost model "
+        "(time_safety), or every job's limit when time_safety is 0",
+    )
+    time_safety: float = option(
+        3.0,
+        ge=0,
+        help="SLURM: a job's time limit is its predicted time (bench.cost) x this, at least "
+        "time_floor_min, at most time_min; 0 = every job asks time_min",
+    )
+    time_floor_min: int = option(10, gt=0, help="SLURM: the shortest sized time limit (minutes)")
+    task_target_min: float = option(
+        30.0,
+        ge=0,
+        help="SLURM: pack a model's sample cells into array tasks of about this many predicted "
+        "minutes each (0, or cells_per_task set, or no prediction: the split by array_parallelism)",
+    )
     gpus_per_node: int = option(0, ge=0)
     cpus_per_task: int = option(2, gt=0)
     mem_gb: int = option(8, gt=0)

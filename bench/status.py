@@ -11,7 +11,16 @@ and SLURM jobs, failures), which the SLURM executor shares.
 from __future__ import annotations
 
 from bench.executors.cell_status import STATES, statuses
-from bench.executors.slurm_cluster import chunk_cells, plan_cost, settings, train_resources
+from bench.executors.slurm_cluster import (
+    array_limit_min,
+    chunk_cells,
+    limit_min,
+    memory_problem,
+    plan_cost,
+    settings,
+    sizing,
+    train_resources,
+)
 from bench.executors.state import state_dir
 from bench.plan import Plan
 from bench.results import Store
@@ -81,6 +90,15 @@ def dry_run(p: Plan) -> str:
             f"array parallelism {ex.array_parallelism}"
         )
     n_train = n_cells = 0  # local jobs; SLURM's totals: slurm_cluster.plan_cost
+    sizes = sizing(p, ex, store) if kind == "slurm" else None  # time limits, task packing
+    if kind == "slurm":
+        lines.append(
+            f"  time limits: predicted x {ex.time_safety:g}, at least {ex.time_floor_min} min, at "
+            f"most time_min={ex.time_min} min; sample cells packed into tasks of about "
+            f"{ex.task_target_min:g} predicted min"
+            if sizes
+            else f"  time limits: time_min={ex.time_min} min for every job (no prediction)"
+        )
     for tc in p.train_cells:
         todo = [s for s in p.samples_of(tc) if not store.has(s.id)]
         trained = store.has(tc.id) and tc.weights.is_file()
@@ -88,10 +106,11 @@ def dry_run(p: Plan) -> str:
             continue
         if kind == "slurm":
             r = train_resources(ex, tc)
-            chunks = chunk_cells(todo, ex)
+            chunks = chunk_cells(todo, ex, sizes)
             res = (
                 f"nodes={r['nodes']} tasks/node={r['tasks_per_node']} "
-                f"gpus/node={r['gpus_per_node']}"
+                f"gpus/node={r['gpus_per_node']} limit "
+                f"{limit_min(sizes.train_s(tc) if sizes else None, ex)} min"
                 if not trained
                 else "trained"
             )
@@ -101,6 +120,7 @@ def dry_run(p: Plan) -> str:
             lines.append(
                 f"  {verb:6s} {tc.label():40s} {res}; "
                 f"{len(todo)} sample cells in {len(chunks)} array task(s)"
+                + (f", limit {array_limit_min(tc, chunks, ex, sizes)} min" if chunks else "")
             )
         else:
             n_train += 1
@@ -111,7 +131,7 @@ def dry_run(p: Plan) -> str:
             )
         n_cells += len(todo)
     if kind == "slurm":
-        c = plan_cost(p, ex, store)  # what the SLURM executor's preflight also says
+        c = plan_cost(p, ex, store, sizes)  # what the SLURM executor's preflight also says
         lines.append(
             "jobs: "
             + (f"{c.train} train job(s), " if c.train or not c.imports else "")
@@ -119,10 +139,20 @@ def dry_run(p: Plan) -> str:
             + f"{c.arrays} sampling array(s) with {c.tasks} task(s) "
             f"for {c.cells} sample cell(s)"
         )
+        flat = plan_cost(p, ex, store) if sizes else c
         lines.append(
-            "cost upper bound (time limit x resources): "
+            f"cost upper bound ({'sized ' if sizes else ''}time limits x resources): "
             f"{c.gpu_h:.1f} GPU-hours, {c.cpu_h:.1f} CPU-hours"
+            + (
+                f" (every job at time_min={ex.time_min} min: {flat.gpu_h:.1f} GPU-hours, "
+                f"{flat.cpu_h:.1f} CPU-hours)"
+                if sizes
+                else ""
+            )
         )
+        problem = memory_problem(p, sizes)
+        if problem:
+            lines.append(f"error: {problem} (a run stops here)")
     else:
         lines.append(f"jobs: {n_train} local job(s) for {n_cells} sample cell(s)")
     lines += predicted_cost(p, ex, store)
@@ -171,12 +201,26 @@ def predicted_cost(p: Plan, ex, store) -> list[str]:
             f"{kind}'s memory ({fmt_bytes(mem)}): lower sample.batch_size / train.batch_size"
         )
     if ex.kind == "slurm":
+        from bench.executors.slurm_cluster import sizing_of
+
         sc = slurm_cost(pred, p, ex, store)
-        bound = plan_cost(p, ex, store)
+        sized = ex.time_safety > 0
+        bound = plan_cost(p, ex, store, sizing_of(pred) if sized else None)
         lines.append(
             f"predicted cost: {sc.gpu_h:.1f} GPU-hours on {kind}, {sc.cpu_h:.1f} CPU-hours "
-            f"(the bound: {bound.gpu_h:.1f} GPU-hours); longest job or array task "
-            f"{fmt_s(sc.longest_s)} (time limit {ex.time_min} min)"
+            + (
+                f"(the bound: {bound.gpu_h:.1f} GPU-hours); "
+                if ex.gpus_per_node
+                else f"(the bound: {bound.cpu_h:.1f} CPU-hours); "
+            )
+            + "longest job or array task "
+            f"{fmt_s(sc.longest_s)} ("
+            + (
+                f"limits sized to x{ex.time_safety:g}, at most {ex.time_min} min"
+                if sized
+                else f"time limit {ex.time_min} min"
+            )
+            + ")"
         )
     else:
         parallel = max(1, min(ex.max_parallel, len(pred.jobs))) if ex.kind == "local" else 1

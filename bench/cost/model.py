@@ -615,11 +615,12 @@ def slurm_cost(pred: PlanPrediction, p, ex: ExecutorConfig, store=None) -> Slurm
     """What the SLURM executor would submit for ``p`` (as
     :func:`bench.executors.slurm_cluster.plan_cost` counts it), predicted: each train job, each
     import job (CPU) and each sampling array task (:func:`chunk_seconds`)."""
-    from bench.executors.slurm_cluster import chunk_cells, train_resources
+    from bench.executors.slurm_cluster import chunk_cells, sizing_of, train_resources
 
     out = SlurmPrediction()
     jobs = {j.train_cell_id: j for j in pred.jobs}
     cpus = max(1, int(ex.cpus_per_task))
+    sizes = sizing_of(pred) if ex.time_safety > 0 else None  # tasks packed as the executor does
     for tc in p.train_cells:
         j = jobs.get(tc.id)
         if j is None:
@@ -638,7 +639,7 @@ def slurm_cost(pred: PlanPrediction, p, ex: ExecutorConfig, store=None) -> Slurm
                 else:
                     out.cpu_h += secs * cpus * r["tasks_per_node"] * r["nodes"] / 3600
         todo = [s for s in p.samples_of(tc) if store is None or not store.has(s.id)]
-        ts = chunk_seconds(j, chunk_cells(todo, ex))
+        ts = chunk_seconds(j, chunk_cells(todo, ex, sizes))
         out.task_s[tc.id] = ts
         if ex.gpus_per_node:
             out.gpu_h += sum(ts) / 3600

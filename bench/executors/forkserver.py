@@ -13,8 +13,9 @@ writes a job folder per line on the server's stdin; the server forks, and answer
 job's process id) or ``error ...`` on its stdout. Everything else the server prints goes to its
 log. It exits when its stdin closes (the driver ended, however it ended); the jobs it forked run
 on, as local jobs do when their driver is interrupted. The driver starts jobs itself
-(:class:`subprocess.Popen`, as before) where there is no server: not Linux, the server failed to
-start or to answer, or ``SFLM_LOCAL_FORK=0``.
+(:class:`subprocess.Popen`, as before) where there is no server: not Linux, a machine with a GPU
+(a process forked after CUDA was touched cannot use it; there the imports are a small part of a
+job anyway), the server failed to start or to answer, or ``SFLM_LOCAL_FORK=0``.
 """
 
 from __future__ import annotations
@@ -34,8 +35,18 @@ ENV_SWITCH = "SFLM_LOCAL_FORK"
 FIRST_ANSWER_S, ANSWER_S = 600.0, 60.0
 
 
+#: device files of a GPU (NVIDIA, AMD): a process forked after CUDA / ROCm was touched cannot
+#: use it, so on such a machine every job is a process of its own
+GPU_DEVICES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd")
+
+
 def enabled() -> bool:
-    return sys.platform.startswith("linux") and os.environ.get(ENV_SWITCH, "1") != "0"
+    """Whether the driver forks its local jobs: on Linux, without a GPU, unless switched off."""
+    return (
+        sys.platform.startswith("linux")
+        and os.environ.get(ENV_SWITCH, "1") != "0"
+        and not any(os.path.exists(d) for d in GPU_DEVICES)
+    )
 
 
 # --------------------------------------------------------------------------- driver side
@@ -235,6 +246,11 @@ def serve() -> int:
     reply = os.dup(1)  # answers go here; whatever imported code prints goes to the log
     os.dup2(2, 1)
     _preload()
+    import torch
+
+    if torch.cuda.is_initialized():  # a forked job could not use it: let the driver start jobs
+        print("fork server: CUDA was initialised while importing; not forking", file=sys.stderr)
+        return 1
     signal.signal(signal.SIGCHLD, _reap)
     stdin = sys.stdin.buffer
     while True:
@@ -253,7 +269,10 @@ def serve() -> int:
             continue
         if pid == 0:
             _child(folder, reply)
-        os.write(reply, f"pid {pid}\n".encode())
+        try:
+            os.write(reply, f"pid {pid}\n".encode())
+        except BrokenPipeError:  # the driver is gone; the job runs on
+            return 0
 
 
 if __name__ == "__main__":

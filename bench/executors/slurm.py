@@ -49,17 +49,22 @@ from submitit.core.utils import FailedJobError
 from submitit.helpers import Checkpointable
 from tqdm import tqdm
 
-from bench.config import ExecutorConfig
+from bench.config import ConfigError, ExecutorConfig
 from bench.executors import log_dir
 from bench.executors.cell_status import STATES, CellStatus, statuses
 from bench.executors.slurm_cluster import (
+    Sizing,
     SlurmUnavailable,
+    array_limit_min,
     chunk_cells,
     controller_problem,
+    limit_min,
+    memory_problem,
     plan_cost,
     sample_resources,
     scancel,
     settings,
+    sizing,
     slurm_error_line,
     train_resources,
 )
@@ -132,6 +137,7 @@ def _executor(
     dependency: str | None = None,
     array: bool = False,
     max_num_timeout: int = 3,
+    time_min: int | None = None,
 ):
     sx = submitit.SlurmExecutor(
         folder=str(log_dir(cfg, ex) / "%j"), max_num_timeout=max_num_timeout
@@ -142,7 +148,7 @@ def _executor(
     ]
     params = {
         "job_name": name,
-        "time": ex.time_min,
+        "time": time_min or ex.time_min,  # sized from the prediction (slurm_cluster.limit_min)
         "nodes": res["nodes"],
         "ntasks_per_node": res["tasks_per_node"],
         "cpus_per_task": res["cpus_per_task"],
@@ -163,11 +169,12 @@ def _executor(
     return sx
 
 
-def _submit_train(cfg, ex, tc: TrainCell, state) -> str:
+def _submit_train(cfg, ex, tc: TrainCell, state, sizes: Sizing | None = None) -> str:
     res = train_resources(ex, tc)
     name = _job_name(cfg, "train", tc.id)
+    limit = limit_min(sizes.train_s(tc) if sizes else None, ex)
     # a multi-day training run may hit the time limit many times; each time it requeues
-    sx = _executor(cfg, ex, res, name, max_num_timeout=100)
+    sx = _executor(cfg, ex, res, name, max_num_timeout=100, time_min=limit)
     with _sbatch():
         job = sx.submit(TrainJob(tc.absolute(), ex.cpus_per_task))
     state["jobs"][job.job_id] = {
@@ -175,6 +182,7 @@ def _submit_train(cfg, ex, tc: TrainCell, state) -> str:
         "name": name,
         "folder": str(log_dir(cfg, ex) / "%j"),
         "ntasks": res["nodes"] * res["tasks_per_node"],
+        "time_min": limit,
         "cells": [tc.id],
         "submitted": time.time(),
     }
@@ -184,12 +192,19 @@ def _submit_train(cfg, ex, tc: TrainCell, state) -> str:
 
 
 def _submit_samples(
-    cfg, ex, tc: TrainCell, cells: list[SampleCell], after: str | None, state
+    cfg,
+    ex,
+    tc: TrainCell,
+    cells: list[SampleCell],
+    after: str | None,
+    state,
+    sizes: Sizing | None = None,
 ) -> list[str]:
-    chunks = chunk_cells(cells, ex)
+    chunks = chunk_cells(cells, ex, sizes)
     if not chunks:
         return []
     name = _job_name(cfg, "samples", tc.id)
+    limit = array_limit_min(tc, chunks, ex, sizes)
     sx = _executor(
         cfg,
         ex,
@@ -197,6 +212,7 @@ def _submit_samples(
         name,
         dependency=f"afterok:{after}" if after else None,
         array=True,
+        time_min=limit,
     )
     with _sbatch():
         jobs = sx.map_array(
@@ -208,6 +224,7 @@ def _submit_samples(
         "name": name,
         "folder": str(log_dir(cfg, ex) / "%j"),
         "ntasks": 1,
+        "time_min": limit,
         "after": after,
         "train_cell": tc.id,
         "submitted": time.time(),
@@ -225,7 +242,9 @@ def _needs_submit(s: CellStatus) -> bool:
     return s.state == "failed" or (s.state == "pending" and not s.job)
 
 
-def _submit_missing(p: Plan, ex, state, status: dict[str, CellStatus]) -> tuple[int, int]:
+def _submit_missing(
+    p: Plan, ex, state, status: dict[str, CellStatus], sizes: Sizing | None = None
+) -> tuple[int, int]:
     """Submit every cell that is neither done nor live; returns (train jobs, array tasks)."""
     cfg = p.cfg
     n_train = n_tasks = 0
@@ -244,12 +263,12 @@ def _submit_missing(p: Plan, ex, state, status: dict[str, CellStatus]) -> tuple[
             scancel([x.job for x in stale])
             for x in stale:
                 x.state = "failed"
-            after = _submit_train(cfg, ex, tc, state)
+            after = _submit_train(cfg, ex, tc, state, sizes)
             n_train += 1
         elif ts.state != "done":
             after = ts.job  # live in squeue right now, so the dependency is real
         todo = [s for s in samples if _needs_submit(status[s.id])]
-        n_tasks += len(_submit_samples(cfg, ex, tc, todo, after, state))
+        n_tasks += len(_submit_samples(cfg, ex, tc, todo, after, state, sizes))
     return n_train, n_tasks
 
 
@@ -274,12 +293,16 @@ def execute(
         store.has(t.id) and t.weights.is_file() for t in p.train_cells
     ):
         return []  # a finished sweep submits nothing and asks SLURM nothing
-    _preflight(p, ex, store)  # before anything is written: no state, no logs, no runs
+    sizes = sizing(p, ex, store)  # time limits and task packing from the cost model
+    problem = memory_problem(p, sizes)
+    if problem:  # before anything is written
+        raise ConfigError(problem)
+    _preflight(p, ex, store, sizes)  # before anything is written: no state, no logs, no runs
     try:
         with DriverLock(cfg):
             state = load_state(cfg)
             status = {s.cell_id: s for s in statuses(p, state)}
-            n_train, n_tasks = _submit_missing(p, ex, state, status)
+            n_train, n_tasks = _submit_missing(p, ex, state, status, sizes)
             if progress:
                 print(
                     f"sweep {cfg.name}: submitted {n_train} train job(s) and "
@@ -305,7 +328,7 @@ def execute(
     return out
 
 
-def _preflight(p: Plan, ex: ExecutorConfig, store: Store) -> None:
+def _preflight(p: Plan, ex: ExecutorConfig, store: Store, sizes: Sizing | None = None) -> None:
     """Raise :class:`SlurmUnavailable` (one line: the cause, what the sweep would submit and its
     cost bound, the ways forward) unless the SLURM client is here and its controller answers."""
     missing = [t for t in ("sbatch", "squeue", "sacct", "scancel") if shutil.which(t) is None]
@@ -324,10 +347,41 @@ def _preflight(p: Plan, ex: ExecutorConfig, store: Store) -> None:
             else "or point SLURM_CONF at your cluster's slurm.conf"
         )
     raise SlurmUnavailable(
-        f"{cause}; this sweep would submit {plan_cost(p, ex, store).describe()}; "
-        f"run it here with --executor local, plan it with --dry-run, {fix} "
+        f"{cause}; this sweep would submit {plan_cost(p, ex, store, sizes).describe()}"
+        f"{_predicted(p, ex, store, sizes)}; run it here with --executor local"
+        f"{_local_time(p, store)}, plan it with --dry-run, {fix} "
         "(a one-node test cluster: bash scripts/slurm-local-up.sh)"
     )
+
+
+def _predicted(p: Plan, ex: ExecutorConfig, store: Store, sizes: Sizing | None) -> str:
+    """``, predicted 44.6 GPU-hours on h100`` (the cost model), or nothing without a table."""
+    if sizes is None:
+        return ""
+    from bench.cost.model import predict_plan, slurm_cost
+
+    try:
+        sc = slurm_cost(predict_plan(p, sizes.kind, store, ex=ex), p, ex, store)
+    except Exception:  # noqa: BLE001 - the prediction never hides the cause
+        return ""
+    gpu = f"{sc.gpu_h:.1f} GPU-hours" if ex.gpus_per_node else f"{sc.cpu_h:.1f} CPU-hours"
+    return f", predicted {gpu} on {sizes.kind}"
+
+
+def _local_time(p: Plan, store: Store) -> str:
+    """`` (predicted 8.0 min here)``: the local executor's predicted wall time on this machine."""
+    import dataclasses
+
+    from bench.cost.model import fmt_s, local_wall, predict_plan
+
+    try:
+        ex = dataclasses.replace(p.cfg.executor, kind="local", device="")
+        pred = predict_plan(p, None, store, ex=ex)
+        parallel = max(1, min(ex.max_parallel, len(pred.jobs)))
+        wall = local_wall(pred.jobs, parallel, pred.setup_s)
+    except Exception:  # noqa: BLE001
+        return ""
+    return f" (predicted {fmt_s(wall)} here)"
 
 
 @contextlib.contextmanager

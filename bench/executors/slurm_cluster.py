@@ -30,6 +30,9 @@ _ENV_FIELDS = (
     "array_parallelism",
     "log_dir",
     "device",
+    "time_safety",
+    "time_floor_min",
+    "task_target_min",
 )
 # a Python exception line, or slurmstepd's "*** JOB 12 ON node CANCELLED AT ... ***"
 _ERROR_LINE = re.compile(
@@ -50,11 +53,13 @@ def settings(ex: ExecutorConfig, env: dict | None = None) -> ExecutorConfig:
         if key not in env:
             continue
         raw = env[key].strip()
-        if isinstance(merged[name], int) and not isinstance(merged[name], bool):
+        if isinstance(merged[name], (int, float)) and not isinstance(merged[name], bool):
+            kind = type(merged[name])
             try:
-                merged[name] = int(raw)
+                merged[name] = kind(raw)
             except ValueError:
-                raise ConfigError(f"environment {key}: expected an integer, got {raw!r}") from None
+                what = "an integer" if kind is int else "a number"
+                raise ConfigError(f"environment {key}: expected {what}, got {raw!r}") from None
         else:
             merged[name] = raw
     if merged["device"] and ENV_PREFIX + "DEVICE" in env:  # name the variable, not the key
@@ -100,16 +105,106 @@ def sample_resources(ex: ExecutorConfig) -> dict:
     }
 
 
-def chunk_cells(cells: list, ex: ExecutorConfig) -> list[list]:
-    """Split one model's sample cells into array tasks: as many tasks as may run at once
-    (``array_parallelism``; more would only reload the model more often), or
-    ``cells_per_task`` cells each when that is set."""
+def chunk_cells(cells: list, ex: ExecutorConfig, sizes: Sizing | None = None) -> list[list]:
+    """Split one model's sample cells into array tasks: ``cells_per_task`` cells each when that
+    is set; else, with a prediction (``sizes``) and ``task_target_min``, consecutive cells packed
+    into tasks of about ``task_target_min`` predicted minutes (short cells share a task and its
+    model load; a cell longer than the target is a task of its own); else as many tasks as may
+    run at once (``array_parallelism``; more would only reload the model more often)."""
     if not cells:
         return []
     per = ex.cells_per_task
+    if per <= 0 and sizes is not None and ex.task_target_min > 0:
+        target = ex.task_target_min * 60
+        out: list[list] = [[]]
+        total = 0.0
+        for c in cells:
+            s = sizes.cell_s.get(c.id, 0.0)
+            if out[-1] and total + s > target:
+                out.append([])
+                total = 0.0
+            out[-1].append(c)
+            total += s
+        return out
     n = math.ceil(len(cells) / per) if per > 0 else min(len(cells), ex.array_parallelism)
     bounds = [round(i * len(cells) / n) for i in range(n + 1)]
     return [cells[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+@dataclass
+class Sizing:
+    """SLURM job sizes from the cost model's prediction (:func:`sizing`): each sample cell's
+    predicted seconds (to pack array tasks) and each model's :class:`bench.cost.model.
+    JobPrediction` (to size a job's time limit: :func:`limit_min`)."""
+
+    kind: str  # the device kind predicted for (bench.cost.model.device_kind)
+    cell_s: dict  # sample cell id -> predicted seconds
+    jobs: dict  # train cell id -> JobPrediction
+    memory_bytes: int = 0  # the device's memory (0: unknown)
+
+    def train_s(self, tc) -> float | None:
+        """Predicted seconds of ``tc``'s train (or import) job, None when not predicted."""
+        j = self.jobs.get(tc.id)
+        return None if j is None or j.train is None else j.prepare_s + j.start_s + j.train_s
+
+    def task_s(self, tc, cells: list) -> float | None:
+        """Predicted seconds of one array task sampling ``cells`` of model ``tc``."""
+        j = self.jobs.get(tc.id)
+        return None if j is None else j.seconds_of(c.id for c in cells)
+
+
+def sizing(p, ex: ExecutorConfig, store) -> Sizing | None:
+    """The prediction SLURM jobs are sized from, or None when ``time_safety`` is 0 or the cost
+    model has no table for the executor's device kind (every job then asks ``time_min``)."""
+    if ex.time_safety <= 0:
+        return None
+    from bench.cost.model import device_kind, predict_plan
+
+    kind = device_kind(ex)[0]
+    try:
+        pred = predict_plan(p, kind, store, ex=ex)
+    except KeyError:  # no table for this kind (bench.cost.table)
+        return None
+    return sizing_of(pred)
+
+
+def sizing_of(pred) -> Sizing:
+    """The :class:`Sizing` of a :class:`bench.cost.model.PlanPrediction`."""
+    cell_s = {c.cell_id: c.seconds for j in pred.jobs for c in j.samples}
+    jobs = {j.train_cell_id: j for j in pred.jobs}
+    return Sizing(pred.kind, cell_s, jobs, int(pred.entry.get("memory_bytes") or 0))
+
+
+def limit_min(seconds: float | None, ex: ExecutorConfig) -> int:
+    """A job's SLURM time limit in minutes: its predicted ``seconds`` x ``time_safety``, at least
+    ``time_floor_min``, at most ``time_min`` (the user's cap); ``time_min`` itself when nothing is
+    predicted or ``time_safety`` is 0."""
+    if seconds is None or ex.time_safety <= 0:
+        return ex.time_min
+    sized = math.ceil(seconds * ex.time_safety / 60)
+    return max(1, min(ex.time_min, max(ex.time_floor_min, sized)))
+
+
+def memory_problem(p, sizes: Sizing | None) -> str | None:
+    """One line naming the first job whose predicted peak memory is above the device's (the
+    plan stops: bench.executors.slurm.execute), or None."""
+    if sizes is None or not sizes.memory_bytes:
+        return None
+    from bench.cost.model import fmt_bytes
+
+    labels = {tc.id: tc.label() for tc in p.train_cells}
+    for tid, j in sizes.jobs.items():
+        for c in ([j.train] if j.train else []) + list(j.samples):
+            if c.peak_bytes > sizes.memory_bytes:
+                what = "training" if c.kind in ("train", "import") else f"{c.kind} cell {c.cell_id}"
+                fix = "train.batch_size" if c.kind == "train" else "sample.batch_size"
+                return (
+                    f"{labels.get(tid, tid)}: {what}: predicted peak memory "
+                    f"{fmt_bytes(c.peak_bytes)} is above the {sizes.kind}'s "
+                    f"{fmt_bytes(sizes.memory_bytes)}; lower {fix} (or set executor.device to a "
+                    "larger card)"
+                )
+    return None
 
 
 def _n(k: int, word: str) -> str:
@@ -141,11 +236,12 @@ class PlanCost:
         )
 
 
-def plan_cost(p, ex: ExecutorConfig, store) -> PlanCost:
+def plan_cost(p, ex: ExecutorConfig, store, sizes: Sizing | None = None) -> PlanCost:
     """What :func:`bench.executors.slurm.execute` would submit for plan ``p`` (cells already in
-    ``store`` skipped): the same count and bound as ``--dry-run``."""
+    ``store`` skipped): the same count and bound as ``--dry-run``. The bound is each job's time
+    limit x its resources: the limits sized from ``sizes`` (:func:`limit_min`), or ``time_min``
+    for every job without them."""
     out = PlanCost()
-    hours = ex.time_min / 60
     for tc in p.train_cells:
         todo = [s for s in p.samples_of(tc) if not store.has(s.id)]
         trained = store.has(tc.id) and tc.weights.is_file()
@@ -153,6 +249,10 @@ def plan_cost(p, ex: ExecutorConfig, store) -> PlanCost:
             continue
         if not trained:
             r = train_resources(ex, tc)
+            pred_s = sizes.train_s(tc) if sizes else None
+            hours = limit_min(pred_s, ex) / 60
+            if pred_s is not None and ex.time_safety > 0:  # training longer than its cap requeues
+                hours *= max(1, math.ceil(pred_s * ex.time_safety / 3600 / hours))
             if getattr(tc, "imported", False):
                 out.imports += 1
                 out.cpu_h += hours * r["cpus_per_task"]
@@ -160,14 +260,24 @@ def plan_cost(p, ex: ExecutorConfig, store) -> PlanCost:
                 out.train += 1
                 out.gpu_h += hours * r["gpus_per_node"] * r["nodes"]
                 out.cpu_h += hours * r["cpus_per_task"] * r["tasks_per_node"] * r["nodes"]
-        chunks = chunk_cells(todo, ex)
+        chunks = chunk_cells(todo, ex, sizes)
         sr = sample_resources(ex)
+        hours = array_limit_min(tc, chunks, ex, sizes) / 60
         out.arrays += bool(chunks)
         out.tasks += len(chunks)
         out.gpu_h += hours * sr["gpus_per_node"] * len(chunks)
         out.cpu_h += hours * sr["cpus_per_task"] * len(chunks)
         out.cells += len(todo)
     return out
+
+
+def array_limit_min(tc, chunks: list[list], ex: ExecutorConfig, sizes: Sizing | None) -> int:
+    """The time limit of a model's sampling array (one for all its tasks): sized from its
+    longest task's prediction."""
+    if sizes is None or not chunks:
+        return ex.time_min
+    secs = [sizes.task_s(tc, ch) for ch in chunks]
+    return limit_min(None if None in secs else max(secs), ex)
 
 
 # --------------------------------------------------------------------------- asking SLURM

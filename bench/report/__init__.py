@@ -44,7 +44,8 @@ Everything above is a report item (:mod:`~bench.report.items`: ``Section``, ``Ta
 ``Artifact``, each with its own flags), collected by :mod:`~bench.report.renderers` from the
 modules that define them and from installed packages.
 
-Modules: :mod:`~bench.report.cli` (the command), :mod:`~bench.report.items` (the protocol),
+Modules: :mod:`~bench.report.cli` (the command; run again on unchanged inputs it writes
+nothing: :mod:`~bench.report.unchanged`), :mod:`~bench.report.items` (the protocol),
 :mod:`~bench.report.renderers` (the registry), :mod:`~bench.report.tables` (generic per-task
 Markdown, training table), :mod:`~bench.report.figures` (generic figures, ``save_figure``),
 :mod:`~bench.report.program` (the ``program`` kind), :mod:`~bench.report.cost` (seconds per

@@ -78,7 +78,7 @@ def _tensors(rd: Path) -> dict:
     return out
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is Linux-only")
+@pytest.mark.skipif(not forkserver.enabled(), reason="no fork server here (not Linux, a GPU)")
 def test_forked_jobs_give_the_results_of_jobs_started_as_processes(tmp_path):
     import torch
 
@@ -100,7 +100,7 @@ def test_forked_jobs_give_the_results_of_jobs_started_as_processes(tmp_path):
         assert "GPU available:" in (job / "log.err").read_text()
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is Linux-only")
+@pytest.mark.skipif(not forkserver.enabled(), reason="no fork server here (not Linux, a GPU)")
 def test_a_forked_job_has_its_own_session_and_the_server_ends_with_its_driver(tmp_path):
     """A job folder whose job.pkl cannot be read: the forked job reports it the way a job
     process does (result.json, log.err) from a session of its own; the server answers the next

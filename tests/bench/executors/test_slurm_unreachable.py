@@ -101,8 +101,12 @@ def test_no_controller_exits_2_with_one_line_and_writes_nothing(
     assert "res_nsearch" not in line and "Traceback" not in proc.stderr
     for way in ("--executor local", "--dry-run", "SLURM_CONF"):
         assert way in line, line
-    assert "2 train jobs and 3 sampling tasks for 3 sample cells" in line, line
+    # each model's short cells packed into one array task (slurm_cluster.chunk_cells)
+    assert "2 train jobs and 2 sampling tasks for 3 sample cells" in line, line
     assert re.search(r"cost upper bound: [\d.]+ GPU-hours, [\d.]+ CPU-hours", line), line
+    # the cost model's prediction there, and the local executor's here
+    assert re.search(r", predicted [\d.]+ GPU-hours on h100;", line), line
+    assert re.search(r"--executor local \(predicted [\d.]+ (s|min|h) here\)", line), line
     assert not results.exists()  # no state, logs, runs, store
     assert "sbatch" not in calls.read_text()  # only asked, never submitted
 
@@ -113,7 +117,9 @@ def test_message_names_the_dry_run_numbers(tmp_path, monkeypatch, capsys, result
     assert sweep.main([str(sweep_file), "--dry-run"]) == 0
     plan_text = capsys.readouterr().out
     jobs = re.search(r"jobs: (\d+) train job\(s\), .* with (\d+) task\(s\) for (\d+)", plan_text)
-    bound = re.search(r"cost upper bound .*: ([\d.]+) GPU-hours, ([\d.]+) CPU-hours", plan_text)
+    bound = re.search(
+        r"cost upper bound \([^)]*\): ([\d.]+) GPU-hours, ([\d.]+) CPU-hours", plan_text
+    )
     assert jobs and bound, plan_text
     assert sweep.main([str(sweep_file), "--no-progress", "--executor", "slurm"]) == 2
     err = capsys.readouterr().err
