@@ -146,10 +146,13 @@ def test_dry_run_predicts_the_released_tinygsm_checkpoints_far_below_the_bound(c
     argv = [str(path), "--dry-run", "--set", "executor.device=h100"]
     assert sweep.main(argv) == 0
     out = capsys.readouterr().out
-    bound = float(re.search(r"cost upper bound .*?: ([\d.]+) GPU-hours", out).group(1))
+    flat = float(re.search(r"every job at time_min=720 min: ([\d.]+) GPU-hours", out).group(1))
+    bound = float(re.search(r"cost upper bound \(sized [^)]*\): ([\d.]+) GPU-hours", out).group(1))
     pred = float(re.search(r"predicted cost: ([\d.]+) GPU-hours on h100", out).group(1))
-    assert bound == 2148.0
-    assert 1.0 < pred < bound / 10
+    assert flat == 2148.0  # 179 one-GPU tasks x 12 h
+    assert 1.0 < pred < flat / 10
+    # the sized limits (each array's longest task x 3) cover the prediction, far below 12 h each
+    assert pred <= bound < flat / 5
     assert "shipped h100 table" in out and "kind h100: executor.device" in out
 
 
