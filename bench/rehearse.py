@@ -20,10 +20,11 @@ facts, are one) it runs, at batch 1 and at batch 2:
   is a floor under the extrapolation (:meth:`Rehearsal.train`);
 - **sample**: one sampling call of the model's first sampling setup (its first decoding and
   sampling-only options; ``--all-decodings``: of each setup), through
-  :func:`bench.cells.sample_batch`, at ``nfe = 1`` (a method whose NFE is the generated
-  length gets a prompt of all but the last 2 positions: a prefill of L - 2 positions, then one
-  cached call, which bounds its real peak from above), in the cell's dtype (``sample.float64``);
-  the output's shape, id range and NFE count are checked;
+  :func:`bench.cells.sample_batch`, at ``nfe = 2``: a middle step and the last, whose memory
+  can differ (a method whose NFE is the generated length gets a prompt of all but the last 2
+  positions: a prefill of L - 2 positions, then one cached call, which bounds its real peak from
+  above), in the cell's dtype (``sample.float64``); the output's shape, id range and NFE count
+  are checked;
 - **likelihood** (a sweep with a ``likelihood`` section, a method with a bound): one call of the
   method's bound on blocks of the evaluated length;
 
@@ -77,7 +78,11 @@ from bench.plan import LikelihoodCell, Plan, SampleCell, TrainCell
 #: the cards the table compares with when no ``--memory-gb`` is given (nominal GB = 1e9 bytes)
 CARDS_GB = (40, 80, 141)
 GB = 1e9
-#: positions a method whose NFE is the generated length (AR) generates in the rehearsal
+#: the NFE of a sampling call: the smallest that runs a middle step and the last one (FLM's
+#: middle steps hold twice the memory of its last: nfe = 1 would halve its extrapolated peak)
+REHEARSAL_NFE = 2
+#: positions a method whose NFE is the generated length (AR) generates in the rehearsal: a
+#: prefill, then one cached call
 LENGTH_NFE_TAIL = 2
 #: Gen. PPL reference LMs whose architecture is known here (transformers' GPT-2 configurations)
 GPT2_CONFIGS = {
@@ -308,23 +313,21 @@ def _sha_memo(folder: Path):
         source._sha_cache = before
 
 
-def _write_random_model(folder: Path, tc: TrainCell, task) -> None:
-    """A model folder (``weights.pt`` + ``model.json``) of a random model with ``tc``'s facts."""
-    from bench.checkpoints import MODEL_JSON
-    from bench.weights import save_weights
+def _export_random(tc: TrainCell, task, out: Path) -> None:
+    """A random model with ``tc``'s facts, written to ``out`` in the reference format without our
+    own record (:func:`bench.checkpoints.export.export_model`), as the released files are."""
+    from bench.checkpoints.export import export_model
 
     torch.manual_seed(0)
     method, backbone = method_backbone(tc, task)
-    folder.mkdir(parents=True)
-    save_weights(folder / "weights.pt", backbone, method, 0)
-    meta = {
+    facts = {
         "method": tc.method,
         "options": canonical(dataclasses.asdict(method.opts)),
         "backbone": tc.backbone,
         "vocab_size": getattr(tc, "vocab_size", None) or task.vocab_size,
         "seq_len": task.seq_len,
     }
-    (folder / MODEL_JSON).write_text(json.dumps(meta))
+    export_model(method, backbone, facts, out, ours=False)
 
 
 def setup_name(sc: SampleCell) -> str:
@@ -443,21 +446,13 @@ class Rehearsal:
         """Export a random model of the file's facts, import it as the sweep's import job does,
         load it as a sampling job does."""
         from bench.cells import run_train
-        from bench.checkpoints.export import export
         from bench.weights import load_weights
 
         tc, label, task = m.train, m.label(), self.task
-        folder = self.tmp / "model"
         ckpt = self.tmp / f"{tc.method}-{tc.variant}.ckpt"
         ph = Phase(label, "export", tc.label(), note="a random file of the checkpoint's format")
         out.append(ph)
-
-        def write():
-            _write_random_model(folder, tc, task)
-            export(folder, ckpt, ours=False)
-            shutil.rmtree(folder)
-
-        self.run_phase(ph, write, device="cpu")
+        self.run_phase(ph, lambda: _export_random(tc, task, ckpt), device="cpu")
         cell = dataclasses.replace(
             tc,
             results_dir=str(self.tmp / "results"),
@@ -483,9 +478,9 @@ class Rehearsal:
     def train(self, m: Model, method, backbone, inp: Inputs) -> Phase:
         """Forward + backward at batch 1 and at batch 2, then one optimizer step (gradient
         clipping, AdamW, the method's post-step hook, the EMA) after the batch-2 backward. The
-        step's own peak does not grow with the batch: it is the phase's floor. The batch-1 peak
-        is measured before AdamW made its moments and is counted with their bytes, so that both
-        points hold what every later step holds (one optimizer step in all, not three)."""
+        step's own peak does not grow with the batch: it is the phase's floor. Both backward peaks
+        are measured before AdamW made its moments (its first step makes them) and are counted
+        with their bytes: every later step's backward holds them (one optimizer step in all)."""
         from torch.optim.swa_utils import AveragedModel
 
         from bench.train.loop import ema_avg_fn, make_adamw, precision_for
@@ -528,7 +523,7 @@ class Rehearsal:
             with ctx:
                 res = method.loss(backbone, batch, t)
             if not bool(torch.isfinite(res.loss.detach())):
-                raise FloatingPointError(f"non-finite loss {float(res.loss)}")
+                raise FloatingPointError(f"non-finite loss {float(res.loss.detach())}")
             if t is not None:
                 method.record_losses(t.detach(), res.per_sample, n)
             opt.zero_grad(set_to_none=True)
@@ -553,12 +548,11 @@ class Rehearsal:
             for t in st.values()
             if isinstance(t, torch.Tensor) and t.numel() > 1
         )
-        if ph.peaks[0] is not None:
-            ph.peaks[0] += moments
+        ph.peaks = [None if x is None else x + moments for x in ph.peaks]
         ph.seconds[1] += opt_ph.seconds[0]
         ph.floor = opt_ph.peaks[0]
         ph.note = (
-            f"optimizer step {_gb(ph.floor)} GB; batch-1 peak + AdamW's moments "
+            f"optimizer step {_gb(ph.floor)} GB; backward peaks + AdamW's moments "
             f"({moments / GB:.2f} GB)"
         )
         # the optimizer and the EMA copy go with this frame: a sampling job has neither
@@ -577,7 +571,7 @@ class Rehearsal:
         except Exception as e:  # noqa: BLE001
             raise self.fail(sc.label(), name, f"{type(e).__name__}: {e}") from e
         length_nfe = bool(sampler.nfe_is_length)
-        cell = dataclasses.replace(sc, nfe=sc.nfe if length_nfe else 1)
+        cell = dataclasses.replace(sc, nfe=sc.nfe if length_nfe else REHEARSAL_NFE)
         if length_nfe:
             ph.note = (
                 f"NFE = length: prefill of L - {LENGTH_NFE_TAIL} positions + "
@@ -868,7 +862,7 @@ def rehearse(
     cards = f"--memory-gb {memory_gb:g}" if memory_gb is not None else "40 / 80 / 141 GB cards"
     print(f"## Rehearsal of {source} ({p.cfg.name})\n", file=out)
     print(
-        f"{len(models)} distinct model(s) standing for {len(p.train_cells)} train and "
+        f"{len(models)} distinct model(s) standing for {len(p.train_cells)} train or import and "
         f"{len(p.sample_cells)} sample cells; {where}; {total:.0f} s in all. Peaks "
         f"extrapolated linearly from batch 1 and 2 to the sweep's batch and compared with "
         f"{cards}.\n",

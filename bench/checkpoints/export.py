@@ -173,24 +173,36 @@ def export(run_dir: str | Path, out: str | Path, *, ours: bool = True) -> Path:
     the reference format. Returns ``out``. ``ours=False`` leaves out the ``sflm_bench`` record,
     as in the reference's own files: the importer then reads the options from the config alone,
     as it reads the released files (``python -m bench.sweep --rehearse`` imports such a file)."""
-    from bench import atomic
-    from bench.backbones.dit import resolve_size
     from bench.checkpoints import build_model
-    from bench.config import BackboneConfig
     from bench.weights import WEIGHTS_FILE, load_weights
 
-    run_dir, out = Path(run_dir), Path(out)
+    run_dir = Path(run_dir)
     weights = run_dir / WEIGHTS_FILE
     if not weights.is_file():
         raise CheckpointError(f"{run_dir}: no weights.pt (is training finished?)")
     facts = read_run(run_dir)
-    fmt = families.reference_format(facts["method"], str(run_dir))
+    families.reference_format(facts["method"], str(run_dir))  # a method without one: an error
     method, backbone = build_model(
         facts["method"], facts["options"], facts["backbone"], facts["vocab_size"],
         facts["seq_len"] or 1024,
     )  # fmt: skip
-    family = fmt.family_for(method.opts)
     meta = load_weights(method, backbone, weights)
+    return export_model(method, backbone, facts, out, steps=int(meta.get("steps", 0)), ours=ours)
+
+
+def export_model(
+    method, backbone, facts: dict, out: str | Path, *, steps: int = 0, ours: bool = True
+) -> Path:
+    """Write ``method`` and ``backbone`` (the weights as they are) to ``out`` in the reference
+    format; ``facts``: ``method``, ``options``, ``backbone``, ``vocab_size``, ``seq_len`` (and
+    ``train``, the recipe, when known), as :func:`read_run` gives them. Returns ``out``."""
+    from bench import atomic
+    from bench.backbones.dit import resolve_size
+    from bench.config import BackboneConfig
+
+    out = Path(out)
+    fmt = families.reference_format(facts["method"], str(out))
+    family = fmt.family_for(method.opts)
     size = resolve_size(BackboneConfig(**facts["backbone"]))
     V = facts["vocab_size"]
     lay = layout(family.layout)
@@ -211,7 +223,6 @@ def export(run_dir: str | Path, out: str | Path, *, ours: bool = True) -> Path:
     ordered = {k: v for k, v in state_dict.items() if not k.endswith("rotary_emb.inv_freq")}
     state_dict.update(fmt.export_state(family, method))  # e.g. noise.*, CANDI's tables
     shadow = [v.clone() for v in ordered.values()]
-    steps = int(meta.get("steps", 0))
     config = reference_config(family, fmt, method, facts, size)
     ckpt = {
         "epoch": 0,

@@ -147,7 +147,8 @@ class ForkServer:
         return None
 
     def close(self) -> None:
-        """End the server (the jobs it forked run on)."""
+        """End the server (the jobs it forked run on: they are in sessions of their own). It
+        exits when its stdin closes; one still importing (an interrupted driver) is killed."""
         proc, self.proc = self.proc, None
         if proc is None:
             return
@@ -156,7 +157,7 @@ class ForkServer:
         except OSError:
             pass
         try:
-            proc.wait(timeout=10)
+            proc.wait(timeout=2)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()

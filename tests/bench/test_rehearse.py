@@ -1,0 +1,248 @@
+"""``python -m bench.sweep FILE --rehearse``: every distinct model built, trained one step,
+sampled and scored at batch 1 and 2, peaks extrapolated to the sweep's batches; a failing phase
+or a peak above ``--memory-gb`` stops with one line naming the cell and the phase; nothing is
+written into the sweep's results folder."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+
+import pytest
+from helpers import owt_corpus, reference_checkpoint, require_offline
+
+from bench import registry, rehearse, sweep
+from bench.config import load_sweep
+from bench.plan import plan
+
+SWEEP = """
+name: r
+results_dir: {rd}
+task: {{name: sudoku, grid: 4, difficulties: [easy, hard], train_mix: true, n_train: 64, \
+n_valid: 8, data_dir: {dd}}}
+backbone: {{size: cpu-mini}}
+train: {{steps: 2, batch_size: 16, warmup_steps: 1, ema: 0.5}}
+sample: {{nfe: [2, 4], temperature: [1.0, 0.5], n_samples: 8, batch_size: 8}}
+seeds: [0, 1]
+executor: {{kind: debug}}
+methods:
+  - {{method: mdlm}}
+  - {{method: ar, decoding: [sample, greedy]}}
+"""
+
+
+@pytest.fixture
+def tiny(tmp_path, monkeypatch):
+    """A two-method sweep of tiny models; temp folders go under ``tmp_path / "tmp"``."""
+    rd = tmp_path / "results"
+    path = tmp_path / "s.yaml"
+    path.write_text(SWEEP.format(rd=rd, dd=tmp_path / "data"))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    return path, rd, scratch
+
+
+def _lines(text: str) -> list[str]:
+    return [ln for ln in text.splitlines() if ln.strip()]
+
+
+def test_rehearsal_prints_every_model_and_writes_nothing(tiny, capsys):
+    path, rd, scratch = tiny
+    assert sweep.main([str(path), "--rehearse"]) == 0
+    out, err = capsys.readouterr()
+    progress = [ln for ln in _lines(err) if ln.startswith("rehearse [")]
+    # two models (the seeds are one model each), one progress line each, in plan order
+    assert len(progress) == 2
+    assert progress[0].startswith("rehearse [1/2] mdlm/base [easy+hard] (+1 alike): build")
+    assert progress[1].startswith("rehearse [2/2] ar/base [easy+hard] (+1 alike): build")
+    rows = [ln for ln in _lines(out) if ln.startswith("| ")]
+    phases = [r.split("|")[2].strip() for r in rows]
+    for phase in ("build", "train", "sample ancestral", "sample sample", "score"):
+        assert phase in phases
+    train = next(r for r in rows if r.split("|")[2].strip() == "train")
+    cells = [c.strip() for c in train.split("|")]
+    assert cells[5] == "16"  # the sweep's train batch (one device)
+    assert float(cells[6]) > 0 and cells[7] == "yes / yes / yes"
+    sample = next(r for r in rows if r.split("|")[2].strip() == "sample ancestral")
+    assert sample.split("|")[5].strip() == "8"  # sample.batch_size
+    assert "greedy" in out  # the decoding not rehearsed is named
+    assert not rd.exists()  # nothing in the results folder
+    assert not list(scratch.glob("sflm-rehearse-*"))  # the temp folder is gone
+
+
+def _raises(self, backbone, prompt, *args, **kwargs):
+    raise RuntimeError("boom")
+
+
+def _short(self, backbone, prompt, *args, **kwargs):
+    return prompt[:, :-1].clone()
+
+
+@pytest.mark.parametrize(
+    "broken,needle",
+    [(_raises, "RuntimeError: boom"), (_short, "sampler returned shape (1, 39), expected (1, 40)")],
+    ids=["raises", "wrong-shape"],
+)
+def test_a_failing_sampler_stops_with_one_line_naming_cell_and_phase(
+    tiny, capsys, monkeypatch, broken, needle
+):
+    path, rd, scratch = tiny
+    monkeypatch.setattr(registry.METHODS["mdlm"], "sample", broken)
+    assert sweep.main([str(path), "--rehearse"]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""  # no table
+    last = _lines(err)[-1]
+    assert last.startswith(f"rehearse: {path}: mdlm/base easy nfe=2 T=1 ancestral: ")
+    assert ": sample ancestral (batch 1): " in last and needle in last
+    assert not any("[2/2]" in ln for ln in _lines(err))  # it stopped there
+    assert not rd.exists() and not list(scratch.glob("sflm-rehearse-*"))
+
+
+def test_a_non_finite_loss_stops_in_the_train_phase(tiny, capsys, monkeypatch):
+    path, _, _ = tiny
+    real = registry.METHODS["mdlm"].loss
+
+    def nan_loss(self, backbone, batch, t):
+        out = real(self, backbone, batch, t)
+        out.loss = out.loss * float("nan")
+        return out
+
+    monkeypatch.setattr(registry.METHODS["mdlm"], "loss", nan_loss)
+    assert sweep.main([str(path), "--rehearse"]) == 1
+    last = _lines(capsys.readouterr().err)[-1]
+    assert last.startswith(f"rehearse: {path}: mdlm/base [easy+hard]: train (batch 1): ")
+    assert "non-finite loss" in last
+
+
+def test_a_too_small_memory_stops_with_the_memory_line(tiny, capsys):
+    path, rd, _ = tiny
+    assert sweep.main([str(path), "--rehearse", "--memory-gb", "0.01"]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    last = _lines(err)[-1]
+    assert last.startswith(f"rehearse: {path}: mdlm/base [easy+hard]: train: peak ")
+    assert "extrapolated to batch 16" in last and "above --memory-gb 0.01" in last
+    assert not rd.exists()
+
+
+def test_memory_gb_needs_rehearse(tiny):
+    path, _, _ = tiny
+    with pytest.raises(SystemExit) as e:
+        sweep.main([str(path), "--memory-gb", "40", "--dry-run"])
+    assert e.value.code == 2
+
+
+def test_extrapolation_is_linear_from_batch_1_and_2_with_a_floor():
+    ph = rehearse.Phase("m", "sample", "c", peaks=[10, 13], batch=64)
+    assert ph.extrapolated() == 10 + 63 * 3
+    ph.floor = 1000  # the optimizer step's peak, which does not grow with the batch
+    assert ph.extrapolated() == 1000
+    flat = rehearse.Phase("m", "sample", "c", peaks=[10, 9], batch=64)
+    assert flat.extrapolated() == 10  # a smaller peak at batch 2 is no negative slope
+    assert rehearse.Phase("m", "build", "c", peaks=[5]).extrapolated() is None
+    assert rehearse.fits(50e9, None) == "no / yes / yes"
+    assert rehearse.fits(50e9, 60) == "yes"
+
+
+def test_models_are_deduplicated_over_seeds_subsets_and_the_sampling_grid(tiny):
+    path, _, _ = tiny
+    p = plan(load_sweep(path, ["task.train_mix=false"]), str(path))
+    models = rehearse.models_of(p)
+    assert len(p.train_cells) == 8  # 2 methods x 2 seeds x 2 subsets
+    assert [m.train.method for m in models] == ["mdlm", "ar"]
+    assert [len(m.cells) for m in models] == [4, 4]
+    # one setup per decoding, whatever the NFE and temperature grid
+    assert [[s.decoding for s in m.samples] for m in models] == [
+        ["ancestral"],
+        ["sample", "greedy"],
+    ]
+    assert models[0].train_batch() == 16
+    p8 = plan(load_sweep(path, ["train.devices=4"]), str(path))
+    assert rehearse.models_of(p8)[0].train_batch() == 4  # the batch of one DDP rank
+
+
+def test_import_cells_rehearse_export_import_and_load(tmp_path, capsys, monkeypatch):
+    """An import cell's model is written as a random file of the checkpoint's format and goes
+    through the import job and the sampling job's load; the data cache is left alone."""
+    mdlm = reference_checkpoint(tmp_path, "mdlm", "mdlm", {})
+    sfm = reference_checkpoint(tmp_path, "sfm", "sflm", {"alpha_max": 0.2, "adaptive": True})
+    rd, cache = tmp_path / "results", tmp_path / "cache"
+    path = tmp_path / "imp.yaml"
+    path.write_text(
+        f"name: imp\nresults_dir: {rd}\n"
+        "task: {name: sort, n_train: 64, options: {n_digits: 4}}\n"
+        "sample: {nfe: [2], temperature: [1.0], n_samples: 8, batch_size: 8}\n"
+        "likelihood: {datasets: [heldout], batch_size: 4}\n"
+        "executor: {kind: debug}\nmethods:\n"
+        f"  - {{method: mdlm, checkpoint: {mdlm}}}\n"
+        f"  - {{method: sflm, variant: trained, checkpoint: {sfm}, decoding: [exact], "
+        "options: {adaptive: true}}\n"
+    )
+    monkeypatch.setenv("SFLM_BENCH_DATA", str(cache))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    assert sweep.main([str(path), "--rehearse"]) == 0
+    out, _ = capsys.readouterr()
+    rows = [[c.strip() for c in ln.split("|")] for ln in _lines(out) if ln.startswith("| ")]
+    phases = [r[2] for r in rows]
+    assert phases.count("export") == phases.count("import") == phases.count("load") == 2
+    assert "train" not in phases  # nothing is trained
+    assert phases.count("likelihood") == 1  # MDLM's bound; S-FLM has none
+    assert "sample exact" in phases
+    assert not rd.exists() and not list(scratch.glob("sflm-rehearse-*"))
+    # the planner remembers the sweep's own files' sha256 in the data cache; the temp files'
+    # sha256 went to the temp folder
+    memo = json.loads((cache / "checkpoints" / "sha256.json").read_text())
+    assert memo and not [k for k in memo if str(scratch) in k]
+
+
+def test_owt_scorer_builds_an_unavailable_reference_lm_with_random_weights(
+    tmp_path, capsys, monkeypatch
+):
+    require_offline("whisper")
+    corpus = owt_corpus(tmp_path / "corpus.jsonl", n_docs=60)
+    monkeypatch.setitem(
+        rehearse.GPT2_CONFIGS, "tiny-ref", {"n_embd": 32, "n_layer": 1, "n_head": 2}
+    )
+    path = tmp_path / "owt.yaml"
+    path.write_text(
+        f"name: o\nresults_dir: {tmp_path / 'results'}\n"
+        f"task: {{name: owt, data_dir: {tmp_path / 'data'}, options: {{corpus: {corpus}, "
+        "valid_docs: 20, seq_len: 16, num_proc: 1, ref_model: tiny-ref}}\n"
+        "backbone: {size: cpu-mini}\ntrain: {steps: 2, batch_size: 4}\n"
+        "sample: {nfe: [2], temperature: [1.0], n_samples: 4, batch_size: 4}\n"
+        "executor: {kind: debug}\nmethods:\n  - {method: mdlm}\n"
+    )
+    assert sweep.main([str(path), "--rehearse"]) == 0
+    out, _ = capsys.readouterr()
+    rows = [[c.strip() for c in ln.split("|")] for ln in _lines(out) if ln.startswith("| ")]
+    lm = next(r for r in rows if r[2] == "reference LM")
+    assert lm[8] == "tiny-ref (random weights)"
+    assert any(r[2] == "score" for r in rows)
+    assert "'tiny-ref' is not on this machine" in out
+
+
+def test_train_counts_adam_moments_in_both_backward_peaks(tiny, monkeypatch):
+    """The two backward peaks are measured before AdamW's first step makes its moments: both
+    get their bytes, so the batch-1 / batch-2 slope is the activations' alone; the optimizer
+    step's peak is the floor."""
+    path, _, _ = tiny
+    p = plan(load_sweep(path), str(path))
+    m = rehearse.models_of(p)[0]
+    scripted = iter([100, 130, 500])  # backward at 1, backward at 2, optimizer step
+
+    def fake_measure(fn, device):
+        return fn(), 0.5, next(scripted)
+
+    monkeypatch.setattr(rehearse, "measure", fake_measure)
+    r = rehearse.Rehearsal(p, "s.yaml", memory_gb=None, tmp=path.parent, device="cpu")
+    r.task = rehearse.cell_task(m.train)
+    method, backbone = rehearse.method_backbone(m.train, r.task)
+    inp = r.inputs_for("easy")
+    ph = r.train(m, method, backbone, inp)
+    moments = 2 * sum(x.numel() * x.element_size() for x in backbone.parameters())
+    assert ph.peaks == [100 + moments, 130 + moments]
+    assert ph.floor == 500 and ph.batch == 16
+    assert ph.extrapolated() == max(100 + moments + 15 * 30, 500)
