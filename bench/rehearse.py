@@ -13,11 +13,12 @@ facts, are one) it runs, at batch 1 and at batch 2:
   released files are) into a temp folder, runs the import job on it (:func:`bench.cells.run_train`
   on a copy of the cell whose results folder is the temp folder) and loads the imported weights
   as a sampling job does: the load path is rehearsed too;
-- **train** (cells that train): the method's loss on antithetic times and its backward at
-  batch 1 and at batch 2 on the task's layout, then one optimizer step as the trainer takes it
-  (gradient clipping, AdamW, the method's post-step hook, the EMA), without Lightning; bf16
-  autocast on CUDA as ``precision: auto``. The step's own peak does not grow with the batch: it
-  is a floor under the extrapolation (:meth:`Rehearsal.train`);
+- **train** (cells that train): the method's loss (at the middles of the trainer's time strata,
+  :func:`stratum_midpoints`) and its backward at batch 1 and at batch 2 on the task's layout,
+  then one optimizer step as the trainer takes it (gradient clipping, AdamW, the method's
+  post-step hook, the EMA), without Lightning; bf16 autocast on CUDA as ``precision: auto``.
+  The step's own peak does not grow with the batch: it is a floor under the extrapolation
+  (:meth:`Rehearsal.train`);
 - **sample**: one sampling call of the model's first sampling setup (its first decoding and
   sampling-only options; ``--all-decodings``: of each setup), through
   :func:`bench.cells.sample_batch`, at ``nfe = 2``: a middle step and the last, whose memory
@@ -72,7 +73,7 @@ from bench.cell_model import cell_task, method_backbone
 from bench.config import ConfigError, canonical, config_hash
 from bench.cost.measure import PeakMemory, device_name
 from bench.data.base import TaskData
-from bench.method import Batch, antithetic_times
+from bench.method import Batch
 from bench.plan import LikelihoodCell, Plan, SampleCell, TrainCell
 
 #: the cards the table compares with when no ``--memory-gb`` is given (nominal GB = 1e9 bytes)
@@ -285,6 +286,15 @@ def task_inputs(task, subset: str) -> Inputs:
         {k: list(v)[:2] for k, v in d.meta.items()},
     )
     return Inputs(d, subset, True, f"{task.name} {subset}: the task's evaluation items")
+
+
+def stratum_midpoints(n: int, device, eps: float = 1e-3) -> torch.Tensor:
+    """(n,) times at the middles of the trainer's n strata (:func:`bench.method.antithetic_times`
+    with every uniform draw at 1/2): each batch holds the expected mix of noise levels, so that a
+    loss whose work depends on the time (CANDI's CPU path computes only the noised rows) grows
+    linearly from batch 1 to 2 instead of with the luck of the draws."""
+    u = (torch.arange(n, dtype=torch.float32, device=device) + 0.5) / n
+    return (1 - eps) * u + eps
 
 
 def train_batch(inp: Inputs, n: int, vocab: int, device) -> Batch:
@@ -514,11 +524,7 @@ class Rehearsal:
 
         def forward_backward(n: int):
             batch = train_batch(inp, n, vocab, dev)
-            t = (
-                antithetic_times(n, antithetic=cfg.antithetic, device=dev)
-                if method.uses_time
-                else None
-            )
+            t = stratum_midpoints(n, dev) if method.uses_time else None
             ctx = torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
             with ctx:
                 res = method.loss(backbone, batch, t)

@@ -121,8 +121,14 @@ def test_submitted_jobs_carry_the_sized_limits(tmp_path, slurm_cluster):
         "backbone": {"size": "cpu-mini"},
         "train": {"steps": 5, "batch_size": 16, "warmup_steps": 1, "checkpoint_every": 5},
         "sample": {"nfe": [2, 4, 8], "temperature": [1.0], "n_samples": 16, "batch_size": 16},
-        "executor": {"kind": "slurm", "time_min": 600, "time_floor_min": 7, "cpus_per_task": 1,
-                     "mem_gb": 1, "array_parallelism": 4},  # fmt: skip
+        "executor": {
+            "kind": "slurm",
+            "time_min": 600,
+            "time_floor_min": 7,
+            "cpus_per_task": 1,
+            "mem_gb": 1,
+            "array_parallelism": 4,
+        },  # fmt: skip
         "methods": [{"method": "mdlm"}],
     }
     path = tmp_path / "sized.yaml"

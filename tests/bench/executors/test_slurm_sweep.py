@@ -68,6 +68,7 @@ def write_sweep(
             "cpus_per_task": 1,
             "mem_gb": 1,
             "array_parallelism": 2,
+            "task_target_min": 0,  # the split by array_parallelism: these tests are about arrays
         },
         "methods": [{"method": "mdlm"}],
     }
