@@ -18,7 +18,6 @@ from bench.executors.slurm_cluster import (
     memory_problem,
     plan_cost,
     settings,
-    sizing,
     train_resources,
 )
 from bench.executors.state import state_dir
@@ -90,7 +89,9 @@ def dry_run(p: Plan) -> str:
             f"array parallelism {ex.array_parallelism}"
         )
     n_train = n_cells = 0  # local jobs; SLURM's totals: slurm_cluster.plan_cost
-    sizes = sizing(p, ex, store) if kind == "slurm" else None  # time limits, task packing
+    from bench.cost.model import slurm_sizing
+
+    sizes = slurm_sizing(p, ex, store) if kind == "slurm" else None  # time limits, task packing
     if kind == "slurm":
         lines.append(
             f"  time limits: predicted x {ex.time_safety:g}, at least {ex.time_floor_min} min, at "

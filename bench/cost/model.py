@@ -611,6 +611,22 @@ class SlurmPrediction:
         return max(every, default=0.0)
 
 
+def slurm_sizing(p, ex: ExecutorConfig, store):
+    """The prediction SLURM jobs are sized from (:class:`bench.executors.slurm_cluster.Sizing`),
+    or None when ``time_safety`` is 0 or there is no table for the executor's device kind (every
+    job then asks ``time_min``)."""
+    from bench.executors.slurm_cluster import sizing_of
+
+    if ex.time_safety <= 0:
+        return None
+    kind = device_kind(ex)[0]
+    try:
+        pred = predict_plan(p, kind, store, ex=ex)
+    except KeyError:  # no table for this kind (bench.cost.table)
+        return None
+    return sizing_of(pred)
+
+
 def slurm_cost(pred: PlanPrediction, p, ex: ExecutorConfig, store=None) -> SlurmPrediction:
     """What the SLURM executor would submit for ``p`` (as
     :func:`bench.executors.slurm_cluster.plan_cost` counts it), predicted: each train job, each

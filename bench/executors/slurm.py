@@ -64,7 +64,6 @@ from bench.executors.slurm_cluster import (
     sample_resources,
     scancel,
     settings,
-    sizing,
     slurm_error_line,
     train_resources,
 )
@@ -293,7 +292,9 @@ def execute(
         store.has(t.id) and t.weights.is_file() for t in p.train_cells
     ):
         return []  # a finished sweep submits nothing and asks SLURM nothing
-    sizes = sizing(p, ex, store)  # time limits and task packing from the cost model
+    from bench.cost.model import slurm_sizing
+
+    sizes = slurm_sizing(p, ex, store)  # time limits and task packing from the cost model
     problem = memory_problem(p, sizes)
     if problem:  # before anything is written
         raise ConfigError(problem)

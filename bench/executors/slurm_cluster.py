@@ -133,7 +133,8 @@ def chunk_cells(cells: list, ex: ExecutorConfig, sizes: Sizing | None = None) ->
 
 @dataclass
 class Sizing:
-    """SLURM job sizes from the cost model's prediction (:func:`sizing`): each sample cell's
+    """SLURM job sizes from the cost model's prediction (:func:`bench.cost.model.slurm_sizing`;
+    this module imports nothing of the cost model): each sample cell's
     predicted seconds (to pack array tasks) and each model's :class:`bench.cost.model.
     JobPrediction` (to size a job's time limit: :func:`limit_min`)."""
 
@@ -151,21 +152,6 @@ class Sizing:
         """Predicted seconds of one array task sampling ``cells`` of model ``tc``."""
         j = self.jobs.get(tc.id)
         return None if j is None else j.seconds_of(c.id for c in cells)
-
-
-def sizing(p, ex: ExecutorConfig, store) -> Sizing | None:
-    """The prediction SLURM jobs are sized from, or None when ``time_safety`` is 0 or the cost
-    model has no table for the executor's device kind (every job then asks ``time_min``)."""
-    if ex.time_safety <= 0:
-        return None
-    from bench.cost.model import device_kind, predict_plan
-
-    kind = device_kind(ex)[0]
-    try:
-        pred = predict_plan(p, kind, store, ex=ex)
-    except KeyError:  # no table for this kind (bench.cost.table)
-        return None
-    return sizing_of(pred)
 
 
 def sizing_of(pred) -> Sizing:
@@ -190,8 +176,6 @@ def memory_problem(p, sizes: Sizing | None) -> str | None:
     plan stops: bench.executors.slurm.execute), or None."""
     if sizes is None or not sizes.memory_bytes:
         return None
-    from bench.cost.model import fmt_bytes
-
     labels = {tc.id: tc.label() for tc in p.train_cells}
     for tid, j in sizes.jobs.items():
         for c in ([j.train] if j.train else []) + list(j.samples):
@@ -200,9 +184,9 @@ def memory_problem(p, sizes: Sizing | None) -> str | None:
                 fix = "train.batch_size" if c.kind == "train" else "sample.batch_size"
                 return (
                     f"{labels.get(tid, tid)}: {what}: predicted peak memory "
-                    f"{fmt_bytes(c.peak_bytes)} is above the {sizes.kind}'s "
-                    f"{fmt_bytes(sizes.memory_bytes)}; lower {fix} (or set executor.device to a "
-                    "larger card)"
+                    f"{c.peak_bytes / 2**30:.1f} GiB is above the {sizes.kind}'s "
+                    f"{sizes.memory_bytes / 2**30:.1f} GiB; lower {fix} (or set executor.device "
+                    "to a larger card)"
                 )
     return None
 

@@ -100,6 +100,7 @@ def _report(args) -> int:
     atomic.write_with(out / "results.csv", lambda t: df.to_csv(t, index=False))
     written = [out / "results.csv"]
     df = rows(df, kind=None)  # report columns and models, once for every item
+    args.fraction_tasks = renderers.fraction_tasks(df)  # the generic tables' (and sections')
     for sec in renderers.sections():
         written += sec.render(sec, df, out, args)
     filled = df
@@ -107,7 +108,7 @@ def _report(args) -> int:
         kinds = filled.loc[filled["task"] == task, "task_kind"].dropna()
         kind = str(kinds.iloc[0]) if len(kinds) else "generic"
         extra = renderers.task_sections(kind)
-        if all(r.fraction for r in extra):
+        if task in args.fraction_tasks:
             text, headline = task_markdown(task, filled)
         else:  # not a fraction (OWT's Gen. PPL): the kind writes the page and its files
             text, headline = Doc([f"# {task}"]), None

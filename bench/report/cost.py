@@ -212,20 +212,6 @@ def headline_columns(
 # --------------------------------------------------------------------------- the figure
 
 
-def _fraction_tasks(df: pd.DataFrame) -> list[tuple[str, str]]:
-    """(task, kind) of every task whose headline is a fraction (the generic tables and figures:
-    no task section of its kind says otherwise), in name order."""
-    from bench.report import renderers  # the registry imports this module
-
-    out = []
-    for task in sorted(df["task"].dropna().unique()):
-        kinds = df.loc[df["task"] == task, "task_kind"].dropna()
-        kind = str(kinds.iloc[0]) if len(kinds) else "generic"
-        if all(r.fraction for r in renderers.task_sections(kind)):
-            out.append((str(task), kind))
-    return out
-
-
 def seconds_points(task: str, df: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
     """The headline metric's cells of ``task`` that have seconds, at each model's temperature
     closest to 1, every NFE: one row per (model, device, subset, NFE, T) with the training seeds
@@ -343,7 +329,10 @@ def _render(sec: Section, df: pd.DataFrame, out: Path, args) -> list[Path]:
     s = rows(df)
     if not len(s):
         return written
-    for task, _kind in _fraction_tasks(s):
+    # the tasks with the generic tables and figures (bench.report.cli: renderers.fraction_tasks)
+    for task in getattr(args, "fraction_tasks", ()):
+        if task not in set(s["task"].dropna()):
+            continue
         written += seconds_figure(task, df, out)
     return written
 

@@ -127,6 +127,18 @@ def task_sections(kind: str) -> list[TaskSection]:
     return [x for x in items() if isinstance(x, TaskSection) and x.task_kind == kind]
 
 
+def fraction_tasks(df) -> list[str]:
+    """The tasks of ``df`` whose headline is a fraction (no task section of their kind says
+    otherwise: the generic tables and figures serve them), in name order."""
+    out = []
+    for task in sorted(df["task"].dropna().unique()):
+        kinds = df.loc[df["task"] == task, "task_kind"].dropna()
+        kind = str(kinds.iloc[0]) if len(kinds) else "generic"
+        if all(r.fraction for r in task_sections(kind)):
+            out.append(str(task))
+    return out
+
+
 def paper_artifacts() -> dict[str, Artifact]:
     """label -> artifact, in the catalogue's order (:data:`bench.report.paper.catalogue.LABELS`),
     the labels it does not list after them in the order they register."""

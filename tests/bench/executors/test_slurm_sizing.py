@@ -1,4 +1,5 @@
-"""SLURM jobs sized from the cost model (bench/executors/slurm_cluster.py: ``sizing``,
+"""SLURM jobs sized from the cost model (bench/cost/model.py ``slurm_sizing``;
+bench/executors/slurm_cluster.py:
 ``limit_min``, ``chunk_cells``, ``memory_problem``): time limits = predicted x ``time_safety``
 within [``time_floor_min``, ``time_min``], short sample cells packed into one array task, a
 predicted peak above the device's memory stops the plan. The last test submits to the local
@@ -17,7 +18,8 @@ import yaml
 from helpers import run
 
 from bench.config import ExecutorConfig, load_sweep
-from bench.executors.slurm_cluster import Sizing, chunk_cells, limit_min, memory_problem, sizing
+from bench.cost.model import slurm_sizing as sizing
+from bench.executors.slurm_cluster import Sizing, chunk_cells, limit_min, memory_problem
 from bench.plan import plan
 from bench.results import Store
 
