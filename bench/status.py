@@ -38,10 +38,6 @@ def status_table(p: Plan) -> str:
             lines.append(f"{'':28s} log:   {r.log or '-'}")
             lines.append(f"{'':28s} error: {r.error or '-'}")
     counts = {s: sum(r.state == s for r in rows) for s in STATES}
-    lines.append(
-        ", ".join(f"{n} {s}" for s, n in counts.items()) + f" (of {len(rows)} cells); "
-        f"state: {state_dir(p.cfg) / 'state.json'}"
-    )
     if counts.get("done"):  # the cost model against what the done cells took
         from bench.cost.check import comparison
 
@@ -49,6 +45,10 @@ def status_table(p: Plan) -> str:
             lines.append(comparison(p, Store(p.cfg.results_dir)))
         except Exception as e:  # noqa: BLE001 - the comparison never stops a status table
             lines.append(f"predicted / measured: not available ({type(e).__name__}: {e})")
+    lines.append(  # the summary line last
+        ", ".join(f"{n} {s}" for s, n in counts.items()) + f" (of {len(rows)} cells); "
+        f"state: {state_dir(p.cfg) / 'state.json'}"
+    )
     return "\n".join(lines)
 
 
