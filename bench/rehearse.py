@@ -187,15 +187,27 @@ class Phase:
     per_device: bool = False
     #: a peak that does not grow with the batch (training: the optimizer step's)
     floor: int | None = None
+    #: per batch, the peak of each segment of the network's run (:class:`Segments`)
+    segments: list[list[int]] = field(default_factory=list)
     note: str = ""
 
     def extrapolated(self) -> float | None:
-        """Bytes at :attr:`batch`: linear through the peaks at batch 1 and 2 (at least
-        :attr:`floor`)."""
+        """Bytes at :attr:`batch`: each segment's peak extended linearly from batch 1 and 2, the
+        largest of them (a segment whose peak does not grow, e.g. the gradient of an embedding
+        table, cannot hide one that does), never below the whole phase's line through its two
+        peaks nor below :attr:`floor`."""
         if self.batch is None or len(self.peaks) < 2 or None in self.peaks[:2]:
             return None
         p1, p2 = self.peaks[0], self.peaks[1]
-        return max(p1 + (self.batch - 1) * max(p2 - p1, 0), self.floor or 0)
+        out = max(p1 + (self.batch - 1) * max(p2 - p1, 0), self.floor or 0)
+        if len(self.segments) >= 2 and len(self.segments[0]) == len(self.segments[1]):
+            for a, b in zip(self.segments[0], self.segments[1]):
+                out = max(out, a + (self.batch - 1) * max(b - a, 0))
+        return out
+
+    def segmented(self) -> bool:
+        """True when both batches ran the same segments (the extrapolation used them)."""
+        return len(self.segments) >= 2 and len(self.segments[0]) == len(self.segments[1]) > 1
 
 
 def _fixed_mmap_threshold() -> None:
@@ -229,14 +241,71 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def measure(fn, device: torch.device):
-    """(fn(), seconds, peak bytes) with the peak counter reset first."""
+class Segments:
+    """Peaks between marks: the run of a network cut at every module's output in the forward
+    pass and, with gradients, at the gradient of every module's output in the backward pass.
+    Both batches of a phase run the same modules in the same order, so segment k of batch 1 and
+    segment k of batch 2 are the same stretch of work; a peak extrapolated per segment stays
+    right when the place of the step's peak moves with the batch (at batch 1 the gradient of an
+    embedding table at the end of the backward, at batch 64 the activations at its start)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.pm = PeakMemory(device)
+        self.peaks: list[int] = []
+
+    def reset(self) -> None:
+        if self.device.type == "cuda":  # the allocator's host-side counters: no synchronisation
+            torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            self.pm.reset()
+
+    def mark(self) -> None:
+        if self.device.type == "cuda":
+            self.peaks.append(int(torch.cuda.max_memory_allocated(self.device)))
+        else:
+            self.peaks.append(int(self.pm.peak_bytes() or 0))
+        self.reset()
+
+    @contextlib.contextmanager
+    def hooked(self, module: torch.nn.Module):
+        """Mark at each module's output (and at its gradient, when one flows back)."""
+
+        def on_grad(grad):
+            self.mark()
+
+        def on_output(mod, inputs, out):
+            self.mark()
+            first = out[0] if isinstance(out, tuple | list) and out else out
+            if isinstance(first, torch.Tensor) and first.requires_grad:
+                first.register_hook(on_grad)
+
+        handles = [m.register_forward_hook(on_output) for m in module.modules()]
+        try:
+            yield self
+        finally:
+            for h in handles:
+                h.remove()
+
+
+def measure(fn, device: torch.device, module: torch.nn.Module | None = None):
+    """(fn(), seconds, peak bytes, segment peaks) with the peak counter reset first; the segments
+    (:class:`Segments`) of ``module``'s runs inside ``fn`` when given, else []."""
     _trim()
     pm = PeakMemory(device).reset()
+    seg = Segments(device)
     t0 = time.perf_counter()
-    out = fn()
+    if module is None:
+        out = fn()
+    else:
+        seg.reset()
+        with seg.hooked(module):
+            out = fn()
+        seg.mark()  # the rest, after the last module
     _sync(device)
-    return out, time.perf_counter() - t0, pm.peak_bytes()
+    seconds = time.perf_counter() - t0
+    peak = pm.peak_bytes() if module is None else max(seg.peaks)
+    return out, seconds, peak, seg.peaks
 
 
 # --------------------------------------------------------------------------- inputs
@@ -375,10 +444,11 @@ class Rehearsal:
     def fail(self, cell: str, phase: str, what: str, code: int = 1) -> RehearsalFailure:
         return RehearsalFailure(f"rehearse: {self.source}: {cell}: {phase}: {what}", code)
 
-    def run_phase(self, ph: Phase, fn, *, device=None, batch_note: str = ""):
-        """Measure ``fn`` into ``ph`` (one more batch); an exception is a failure of it."""
+    def run_phase(self, ph: Phase, fn, *, device=None, batch_note: str = "", module=None):
+        """Measure ``fn`` into ``ph`` (one more batch; ``module``: the network whose segments
+        are measured, :class:`Segments`); an exception is a failure of the phase."""
         try:
-            out, s, peak = measure(fn, torch.device(device or self.device))
+            out, s, peak, segs = measure(fn, torch.device(device or self.device), module)
         except RehearsalFailure:
             raise
         except Exception as e:  # noqa: BLE001 - any error of the phase stops the rehearsal
@@ -389,6 +459,8 @@ class Rehearsal:
             ) from e
         ph.seconds.append(s)
         ph.peaks.append(peak)
+        if module is not None:
+            ph.segments.append(segs)
         return out
 
     def check_memory(self, ph: Phase) -> None:
@@ -543,9 +615,9 @@ class Rehearsal:
                 ema.update_parameters(backbone)
             opt.zero_grad(set_to_none=True)
 
-        self.run_phase(ph, lambda: forward_backward(1), batch_note=" (batch 1)")
+        self.run_phase(ph, lambda: forward_backward(1), batch_note=" (batch 1)", module=backbone)
         opt.zero_grad(set_to_none=True)
-        self.run_phase(ph, lambda: forward_backward(2), batch_note=" (batch 2)")
+        self.run_phase(ph, lambda: forward_backward(2), batch_note=" (batch 2)", module=backbone)
         opt_ph = Phase(ph.model, "train", ph.cell)
         self.run_phase(opt_ph, step, batch_note=" (optimizer step)")
         moments = sum(
@@ -555,6 +627,7 @@ class Rehearsal:
             if isinstance(t, torch.Tensor) and t.numel() > 1
         )
         ph.peaks = [None if x is None else x + moments for x in ph.peaks]
+        ph.segments = [[x + moments for x in segs] for segs in ph.segments]
         ph.seconds[1] += opt_ph.seconds[0]
         ph.floor = opt_ph.peaks[0]
         ph.note = (
@@ -610,7 +683,7 @@ class Rehearsal:
                     raise ValueError(f"{sampler.nfe_counter} backbone calls, nfe_for says {want}")
                 return ids
 
-            ids = self.run_phase(ph, call, batch_note=f" (batch {n})")
+            ids = self.run_phase(ph, call, batch_note=f" (batch {n})", module=backbone)
             if n == 1 and self.scored is None:
                 self.scored = (sc, ids, inp)
         self.check_memory(ph)
@@ -646,7 +719,7 @@ class Rehearsal:
                     raise FloatingPointError("non-finite bound")
                 return out
 
-            self.run_phase(ph, call, batch_note=f" (batch {n})")
+            self.run_phase(ph, call, batch_note=f" (batch {n})", module=backbone)
         self.check_memory(ph)
         return ph
 

@@ -9,6 +9,7 @@ import json
 import tempfile
 
 import pytest
+import torch
 from helpers import owt_corpus, reference_checkpoint, require_offline
 
 from bench import registry, rehearse, sweep
@@ -233,8 +234,9 @@ def test_train_counts_adam_moments_in_both_backward_peaks(tiny, monkeypatch):
     m = rehearse.models_of(p)[0]
     scripted = iter([100, 130, 500])  # backward at 1, backward at 2, optimizer step
 
-    def fake_measure(fn, device):
-        return fn(), 0.5, next(scripted)
+    def fake_measure(fn, device, module=None):
+        peak = next(scripted)
+        return fn(), 0.5, peak, ([peak - 10, peak] if module is not None else [])
 
     monkeypatch.setattr(rehearse, "measure", fake_measure)
     r = rehearse.Rehearsal(p, "s.yaml", memory_gb=None, tmp=path.parent, device="cpu")
@@ -244,5 +246,37 @@ def test_train_counts_adam_moments_in_both_backward_peaks(tiny, monkeypatch):
     ph = r.train(m, method, backbone, inp)
     moments = 2 * sum(x.numel() * x.element_size() for x in backbone.parameters())
     assert ph.peaks == [100 + moments, 130 + moments]
+    assert ph.segments == [[90 + moments, 100 + moments], [120 + moments, 130 + moments]]
     assert ph.floor == 500 and ph.batch == 16
     assert ph.extrapolated() == max(100 + moments + 15 * 30, 500)
+
+
+def test_segments_keep_a_growing_peak_that_batch_1_hides():
+    """At batch 1 the step's peak is a segment that does not grow (an embedding table's
+    gradient); the activations' segment overtakes it from batch 2 on: the line through the two
+    whole-step peaks would say 150 + 63 x 30 at batch 64, the segments say 100 + 63 x 80."""
+    ph = rehearse.Phase("m", "train", "c", peaks=[150, 180], batch=64)
+    ph.segments = [[100, 150], [180, 152]]
+    assert ph.segmented() and ph.extrapolated() == 100 + 63 * 80
+    ph.segments = [[100, 150], [180]]  # the batches ran different segments: the whole step's line
+    assert not ph.segmented() and ph.extrapolated() == 150 + 63 * 30
+
+
+def test_segments_mark_every_module_forward_and_backward():
+    from bench.perf import common
+
+    method, backbone = common.make_model("mdlm", {}, 8, 12, "cpu-mini", torch.device("cpu"))
+    n_modules = len(list(backbone.modules()))
+    counts = []
+    for n in (1, 2):
+        batch = common.sudoku_batch(n, 8, 12, torch.device("cpu"))
+        seg = rehearse.Segments(torch.device("cpu"))
+        seg.reset()
+        with seg.hooked(backbone):
+            method.loss(backbone, batch, rehearse.stratum_midpoints(n, "cpu")).loss.backward()
+        seg.mark()
+        counts.append(len(seg.peaks))
+        assert all(p > 0 for p in seg.peaks)
+    # a mark at each module's output, most of them again in the backward pass, and the rest
+    assert counts[0] == counts[1] > n_modules + 1
+    assert not any(h for m in backbone.modules() for h in m._forward_hooks.values())
