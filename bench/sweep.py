@@ -101,13 +101,14 @@ def main(argv: list[str] | None = None) -> int:
         "this device memory (default: compare with 40 / 80 / 141 GB cards, stop on none)",
     )
     ap.add_argument(
-        "--all-decodings",
+        "--first-decoding",
         action="store_true",
-        help="--rehearse: one sampling call per decoding of each model (default: its first)",
+        help="--rehearse: sample only each model's first decoding (default: every decoding, "
+        "whose memory can differ)",
     )
     args = ap.parse_args(argv)
-    if (args.memory_gb is not None or args.all_decodings) and not args.rehearse:
-        ap.error("--memory-gb and --all-decodings need --rehearse")
+    if (args.memory_gb is not None or args.first_decoding) and not args.rehearse:
+        ap.error("--memory-gb and --first-decoding need --rehearse")
     if args.list:
         from bench import registry
 
@@ -137,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.rehearse:
         from bench.rehearse import rehearse
 
-        return rehearse(p, args.sweep, memory_gb=args.memory_gb, all_decodings=args.all_decodings)
+        return rehearse(p, args.sweep, memory_gb=args.memory_gb, first_decoding=args.first_decoding)
     if args.status or args.dry_run:
         try:
             print(status.dry_run(p) if args.dry_run else status.status_table(p))

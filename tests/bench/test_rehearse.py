@@ -59,15 +59,14 @@ def test_rehearsal_prints_every_model_and_writes_nothing(tiny, capsys):
     assert progress[1].startswith("rehearse [2/2] ar/base [easy+hard] (+1 alike): build")
     rows = [ln for ln in _lines(out) if ln.startswith("| ")]
     phases = [r.split("|")[2].strip() for r in rows]
-    for phase in ("build", "train", "sample ancestral", "sample sample", "score"):
-        assert phase in phases
+    for phase in ("build", "train", "sample ancestral", "sample sample", "sample greedy", "score"):
+        assert phase in phases  # every decoding of each model
     train = next(r for r in rows if r.split("|")[2].strip() == "train")
     cells = [c.strip() for c in train.split("|")]
     assert cells[5] == "16"  # the sweep's train batch (one device)
     assert float(cells[6]) > 0 and cells[7] == "yes / yes / yes"
     sample = next(r for r in rows if r.split("|")[2].strip() == "sample ancestral")
     assert sample.split("|")[5].strip() == "8"  # sample.batch_size
-    assert "greedy" in out  # the decoding not rehearsed is named
     assert not rd.exists()  # nothing in the results folder
     assert not list(scratch.glob("sflm-rehearse-*"))  # the temp folder is gone
 
@@ -98,6 +97,17 @@ def test_a_failing_sampler_stops_with_one_line_naming_cell_and_phase(
     assert ": sample ancestral (batch 1): " in last and needle in last
     assert not any("[2/2]" in ln for ln in _lines(err))  # it stopped there
     assert not rd.exists() and not list(scratch.glob("sflm-rehearse-*"))
+
+
+def test_first_decoding_samples_one_setup_per_model_and_names_the_others(tiny, capsys):
+    path, _, _ = tiny
+    assert sweep.main([str(path), "--rehearse", "--first-decoding"]) == 0
+    out = capsys.readouterr().out
+    phases = [ln.split("|")[2].strip() for ln in _lines(out) if ln.startswith("| ")]
+    assert "sample sample" in phases and "sample greedy" not in phases
+    assert (
+        "not rehearsed (--first-decoding" in out and "ar/base [easy+hard] (+1 alike): greedy" in out
+    )
 
 
 def test_a_non_finite_loss_stops_in_the_train_phase(tiny, capsys, monkeypatch):
