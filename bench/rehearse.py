@@ -113,7 +113,6 @@ class Model:
     #: one sample cell per distinct sampling setup (sampling options, decoding, dtype)
     samples: list[SampleCell] = field(default_factory=list)
     likelihood: LikelihoodCell | None = None
-    n_sample_cells: int = 0
 
     @property
     def train(self) -> TrainCell:
@@ -163,7 +162,6 @@ def models_of(p: Plan) -> list[Model]:
         if isinstance(sc, LikelihoodCell):
             m.likelihood = m.likelihood or sc
             continue
-        m.n_sample_cells += 1
         setup = (key, config_hash(sc.options), sc.decoding, bool(sc.float64))
         if setup not in seen:
             seen.add(setup)
