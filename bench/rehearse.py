@@ -884,6 +884,26 @@ def _hub_offline_if_unreachable(notes: list[str]):
         os.environ.pop("HF_HUB_OFFLINE", None)
 
 
+@contextlib.contextmanager
+def _exit_on_sigterm():
+    """SIGTERM exits through ``finally`` blocks (exit status 143), as Ctrl-C does."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def rehearse(
     p: Plan,
     source: str,
@@ -927,12 +947,12 @@ def rehearse(
     )
     t0 = time.perf_counter()
     try:
-        with _hub_offline_if_unreachable(r.notes):
+        with _hub_offline_if_unreachable(r.notes), _exit_on_sigterm():
             r.run(models)
     except RehearsalFailure as f:
         print(f.line, file=err, flush=True)
         return f.code
-    finally:
+    finally:  # also on Ctrl-C and SIGTERM: the temp folder goes
         shutil.rmtree(tmp, ignore_errors=True)
         torch.set_num_threads(threads_before)
     total = time.perf_counter() - t0
