@@ -252,18 +252,10 @@ def _train_fit(shapes, args, device, rows, bare: dict) -> dict:
 
 
 def _train_step_fn(method, backbone, opt, batch, args, device):
-    from bench.method import antithetic_times
+    """A no-argument callable taking one step as :func:`bench.perf.train.train_step` does."""
+    from bench.perf.train import train_step
 
-    def step():
-        t = antithetic_times(len(batch), device=device) if method.uses_time else None
-        with common.autocast(device, args.precision):
-            loss = method.loss(backbone, batch, t).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        method.on_after_optimizer_step(backbone)
-
-    return step
+    return lambda: train_step(method, backbone, opt, batch, args, device)
 
 
 def _lo(shape: tuple) -> tuple:
