@@ -190,6 +190,12 @@ class Method(nn.Module):
     #: integral), or "" (no bound: the likelihood tables print "no bound" for the method)
     bound_kind: ClassVar[str] = ""
 
+    #: ``Options`` fields that change no tensor's shape, dtype or count in a training step or a
+    #: sampling call (a schedule's constants): models that differ only in them hold the same
+    #: memory per batch element, so ``--rehearse`` measures their batch-2 point once
+    #: (:mod:`bench.rehearse`). Leave out anything you are unsure of: the default, none, is safe
+    memory_neutral_options: ClassVar[tuple[str, ...]] = ()
+
     @classmethod
     def loss_kind_for(cls, options: Options) -> str:
         """:attr:`loss_kind` under ``options`` (override where an option changes the objective,
@@ -289,6 +295,12 @@ class Method(nn.Module):
     def nfe_for(self, nfe: int, prompt_mask: Tensor) -> int:
         """Backbone calls :meth:`sample` will make for this request (AR: generated length)."""
         return nfe
+
+    def decoding_family(self, decoding: str) -> tuple[str, int]:
+        """(family, size) of a resolved decoding: decodings of one family run the same code and
+        hold memory that grows with ``size`` (S-FLM's top-k: k), so ``--rehearse`` runs the
+        largest of each family. Default: every decoding is its own family."""
+        return decoding, 0
 
     def resolve_decoding(self, decoding: str) -> str:
         """The decoding a sweep's name stands for ("default": the method's first). Raises

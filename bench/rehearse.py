@@ -4,7 +4,10 @@ through each kind of work its jobs do, on this machine, before any GPU-hour is s
 
 For every distinct model of the plan (method + options + backbone + vocabulary; models that
 differ only by training seed, training subset or sampling grid, or import files with the same
-facts, are one) it runs, at batch 1 and at batch 2:
+facts, are one) it runs, at batch 1 and at batch 2 (a *twin*, a model that differs from an
+earlier one only in options its method declares memory-neutral, ``Method.memory_neutral_options``
+such as S-FLM's schedule constants, runs batch 1 only and takes the earlier model's growth from
+batch 1 to 2, :func:`twin_key`):
 
 - **build**: the method and its backbone at the sweep's size, random weights, on the device. An
   import cell (``checkpoint:``) instead writes a random model of the file's facts in the
@@ -20,7 +23,9 @@ facts, are one) it runs, at batch 1 and at batch 2:
   (:meth:`Rehearsal.train`);
 - **sample**: one sampling call per sampling setup of the model (decoding and sampling-only
   options: their memory differs, the S-arch's stochastic decoding takes 2.6 times its exact
-  one's at TinyGSM's batch; ``--first-decoding``: the first setup only), through
+  one's at TinyGSM's batch; of decodings that share code with memory growing in a size,
+  ``Method.decoding_family`` such as S-FLM's top-k, the largest; ``--first-decoding``: the first
+  setup only), through
   :func:`bench.cells.sample_batch`, at ``nfe = 2``: a middle step and the last, whose memory
   can differ (a method whose NFE is the generated length gets a prompt of all but the last 2
   positions: a prefill of L - 2 positions, then one cached call, which bounds its real peak from
@@ -150,6 +155,24 @@ def model_key(tc: TrainCell) -> str:
     )
 
 
+def twin_key(tc: TrainCell) -> str:
+    """What makes two models hold the same memory per batch element: :func:`model_key` without
+    the options the method declares memory-neutral (``Method.memory_neutral_options``: a
+    schedule's constants). Twins measure their batch-2 point once (:meth:`Rehearsal.second`)."""
+    from bench import registry
+
+    neutral = set(getattr(registry.METHODS[tc.method], "memory_neutral_options", ()))
+    return config_hash(
+        {
+            "method": tc.method,
+            "options": {k: v for k, v in tc.options.items() if k not in neutral},
+            "backbone": tc.backbone,
+            "vocab": getattr(tc, "vocab_size", None),
+            "import": tc.imported,
+        }
+    )
+
+
 def models_of(p: Plan) -> list[Model]:
     """The plan's distinct models, in plan order, with their sampling setups."""
     by: dict[str, Model] = {}
@@ -188,6 +211,9 @@ class Phase:
     #: per batch, the peak of each segment of the network's run (:class:`Segments`)
     segments: list[list[int]] = field(default_factory=list)
     note: str = ""
+    #: the model whose batch-1 -> 2 growth gave this phase's batch-2 point (a twin's phase,
+    #: :meth:`Rehearsal.second`), or "" when batch 2 ran
+    slope_of: str = ""
 
     def extrapolated(self) -> float | None:
         """Bytes at :attr:`batch`: each segment's peak extended linearly from batch 1 and 2, the
@@ -430,6 +456,10 @@ class Rehearsal:
         self.p, self.source, self.memory_gb, self.tmp = p, source, memory_gb, tmp
         self.first_decoding = first_decoding
         self.skipped: list[str] = []  # sampling setups not rehearsed, per model
+        self.covered: list[str] = []  # sampling setups another of their family stands for
+        #: (twin key, phase name) -> (model, growth of the peak and of each segment from batch
+        #: 1 to 2): what a twin's phase reuses instead of running batch 2
+        self.growth: dict[tuple[str, str], tuple[str, int, list[int]]] = {}
         self.device = torch.device(device)
         self.err = err
         self.phases: list[Phase] = []
@@ -474,6 +504,60 @@ class Rehearsal:
             f"--memory-gb {self.memory_gb:g}",
         )
 
+    def second(self, ph: Phase, key: tuple[str, str], run_batch_2) -> None:
+        """Batch 2 of a phase: run it (``run_batch_2()``) and remember its growth over batch 1
+        for twins of the model (:func:`twin_key`), or, for a twin whose phase ran before, add
+        that growth to this model's own batch-1 peak and segments instead of running it."""
+        ref = self.growth.get(key)
+        if ref is None:
+            run_batch_2()
+            p1, p2 = ph.peaks[0], ph.peaks[1]
+            if p1 is not None and p2 is not None:
+                segs = (
+                    [b - a for a, b in zip(ph.segments[0], ph.segments[1])]
+                    if len(ph.segments) >= 2 and len(ph.segments[0]) == len(ph.segments[1])
+                    else []
+                )
+                self.growth[key] = (ph.model, p2 - p1, segs)
+            return
+        model, grow, segs = ref
+        if ph.peaks[0] is None:
+            run_batch_2()
+            return
+        ph.peaks.append(ph.peaks[0] + grow)
+        if ph.segments and len(segs) == len(ph.segments[0]):
+            ph.segments.append([a + d for a, d in zip(ph.segments[0], segs)])
+        ph.slope_of = model
+
+    def setups(self, m: Model, method) -> list[SampleCell]:
+        """The sampling setups rehearsed: of each family of decodings (``Method.decoding_family``:
+        the same code, memory growing with a size such as top-k's k) under the same options and
+        dtype, the largest; then only the first with ``--first-decoding``."""
+        best: dict[tuple, tuple[SampleCell, int]] = {}
+        for sc in m.samples:
+            try:
+                fam, size = method.decoding_family(sc.decoding)
+            except Exception:  # noqa: BLE001 - an unknown decoding fails in its sample phase
+                fam, size = sc.decoding, 0
+            key = (config_hash(sc.options), bool(sc.float64), fam)
+            if key not in best or size > best[key][1]:
+                best[key] = (sc, size)
+        keep = {id(sc) for sc, _ in best.values()}
+        chosen = [sc for sc in m.samples if id(sc) in keep]
+        by: dict[str, list[str]] = {}
+        for sc in m.samples:
+            if id(sc) in keep:
+                continue
+            fam, _ = method.decoding_family(sc.decoding)
+            lead = best[(config_hash(sc.options), bool(sc.float64), fam)][0]
+            by.setdefault(setup_name(lead), []).append(setup_name(sc))
+        for lead, others in by.items():
+            self.covered.append(f"{m.label()}: {', '.join(others)} by {lead}")
+        if self.first_decoding and len(chosen) > 1:
+            self.skipped.append(f"{m.label()}: " + ", ".join(setup_name(sc) for sc in chosen[1:]))
+            chosen = chosen[:1]
+        return chosen
+
     def inputs_for(self, subset: str) -> Inputs:
         if subset not in self.inputs:
             inp = task_inputs(self.task, subset)
@@ -506,13 +590,8 @@ class Rehearsal:
             out.append(self.train(m, method, backbone, inp))
         backbone.eval()
         cache: dict = {}
-        setups = m.samples[:1] if self.first_decoding else m.samples
-        for sc in setups:
+        for sc in self.setups(m, method):
             out.append(self.sample(m, sc, method, backbone, inp, cache))
-        if len(setups) < len(m.samples):
-            self.skipped.append(
-                f"{label}: " + ", ".join(setup_name(sc) for sc in m.samples[len(setups) :])
-            )
         cache.clear()
         if m.likelihood is not None and getattr(method, "bound_kind", ""):
             out.append(self.likelihood(m, method, backbone))
@@ -614,8 +693,14 @@ class Rehearsal:
             opt.zero_grad(set_to_none=True)
 
         self.run_phase(ph, lambda: forward_backward(1), batch_note=" (batch 1)", module=backbone)
-        opt.zero_grad(set_to_none=True)
-        self.run_phase(ph, lambda: forward_backward(2), batch_note=" (batch 2)", module=backbone)
+
+        def batch_2():
+            opt.zero_grad(set_to_none=True)
+            self.run_phase(
+                ph, lambda: forward_backward(2), batch_note=" (batch 2)", module=backbone
+            )
+
+        self.second(ph, (twin_key(tc), "train"), batch_2)
         opt_ph = Phase(ph.model, "train", ph.cell)
         self.run_phase(opt_ph, step, batch_note=" (optimizer step)")
         moments = sum(
@@ -626,7 +711,7 @@ class Rehearsal:
         )
         ph.peaks = [None if x is None else x + moments for x in ph.peaks]
         ph.segments = [[x + moments for x in segs] for segs in ph.segments]
-        ph.seconds[1] += opt_ph.seconds[0]
+        ph.seconds[-1] += opt_ph.seconds[0]
         ph.floor = opt_ph.peaks[0]
         ph.note = (
             f"optimizer step {_gb(ph.floor)} GB; backward peaks + AdamW's moments "
@@ -655,7 +740,8 @@ class Rehearsal:
                 f"{LENGTH_NFE_TAIL - 1} cached call (an upper bound)"
             )
         V = int(sampler.vocab_size)
-        for n in (1, 2):
+
+        def run(n: int):
             prompt = inp.data.x[:n].to(dev)
             pmask = inp.data.clean_mask[:n].clone()
             if length_nfe:
@@ -681,9 +767,12 @@ class Rehearsal:
                     raise ValueError(f"{sampler.nfe_counter} backbone calls, nfe_for says {want}")
                 return ids
 
-            ids = self.run_phase(ph, call, batch_note=f" (batch {n})", module=backbone)
-            if n == 1 and self.scored is None:
-                self.scored = (sc, ids, inp)
+            return self.run_phase(ph, call, batch_note=f" (batch {n})", module=backbone)
+
+        ids = run(1)
+        if self.scored is None:
+            self.scored = (sc, ids, inp)
+        self.second(ph, (twin_key(m.train), f"{name} {bool(sc.float64)}"), lambda: run(2))
         self.check_memory(ph)
         return ph
 
@@ -699,7 +788,8 @@ class Rehearsal:
             note=f"blocks of {L} random ids, {lc.draws} draw(s)",
         )
         vocab = int(self.task.vocab_size)
-        for n in (1, 2):
+
+        def run(n: int):
             g = torch.Generator().manual_seed(n)
             x = torch.randint(0, vocab, (n, L), generator=g)
             clean = torch.zeros(n, L, dtype=torch.bool)
@@ -718,6 +808,9 @@ class Rehearsal:
                 return out
 
             self.run_phase(ph, call, batch_note=f" (batch {n})", module=backbone)
+
+        run(1)
+        self.second(ph, (twin_key(m.train), "likelihood"), lambda: run(2))
         self.check_memory(ph)
         return ph
 
@@ -837,10 +930,17 @@ def table(phases: list[Phase], memory_gb: float | None) -> str:
         batch = "" if ph.batch is None else f"{ph.batch}{' per device' if ph.per_device else ''}"
         model = ph.model if ph.model != last else ""
         last = ph.model
+        peaks = " / ".join(_gb(p) for p in ph.peaks)
+        note = ph.note
+        if ph.slope_of and len(ph.peaks) == 2:
+            peaks = f"{_gb(ph.peaks[0])} / ({_gb(ph.peaks[1])})"
+            note = "; ".join(
+                x for x in (note, f"batch 2 not run: {ph.slope_of}'s growth from 1 to 2") if x
+            )
         lines.append(
             f"| {model} | {ph.name} | {' / '.join(f'{s:.1f}' for s in ph.seconds)} | "
-            f"{' / '.join(_gb(p) for p in ph.peaks)} | {batch} | "
-            f"{'' if x is None else f'{x / GB:.1f}'} | {fits(x, memory_gb)} | {ph.note} |"
+            f"{peaks} | {batch} | "
+            f"{'' if x is None else f'{x / GB:.1f}'} | {fits(x, memory_gb)} | {note} |"
         )
     return "\n".join(lines)
 
@@ -904,6 +1004,24 @@ def _exit_on_sigterm():
         signal.signal(signal.SIGTERM, previous)
 
 
+#: free bytes a memory-backed /dev/shm needs before the rehearsal's files go there (an exported
+#: and an imported paper-size model: about 2 GB at a time)
+SHM_FREE_BYTES = 8 * 2**30
+
+
+def _scratch_dir() -> str | None:
+    """Where the import path's files go: ``$TMPDIR`` when set; else ``/dev/shm`` (memory-backed:
+    writing and reading a 0.7-1.4 GB checkpoint there took half the time it took on this
+    machine's disk) when it has :data:`SHM_FREE_BYTES` free; else the system's temp folder."""
+    if os.environ.get("TMPDIR"):
+        return None
+    try:
+        st = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    return "/dev/shm" if st.f_bavail * st.f_frsize >= SHM_FREE_BYTES else None
+
+
 def rehearse(
     p: Plan,
     source: str,
@@ -935,7 +1053,7 @@ def rehearse(
         file=err,
         flush=True,
     )
-    tmp = Path(tempfile.mkdtemp(prefix="sflm-rehearse-"))
+    tmp = Path(tempfile.mkdtemp(prefix="sflm-rehearse-", dir=_scratch_dir()))
     r = Rehearsal(
         p,
         source,
@@ -977,6 +1095,18 @@ def rehearse(
         notes.append(
             "training batches: the evaluation layout with random ids where the model generates "
             "(the training corpus is not read)"
+        )
+    if r.covered:
+        notes.append(
+            "sampling setups another of their family stands for (Method.decoding_family: the "
+            "same code, memory growing with its size, the largest rehearsed): "
+            + "; ".join(r.covered)
+        )
+    if any(ph.slope_of for ph in r.phases):
+        notes.append(
+            "(peak): batch 2 not run; the batch-1 peak plus the growth from batch 1 to 2 that a "
+            "model differing only in options its method declares memory-neutral measured "
+            "(Method.memory_neutral_options: a schedule's constants)"
         )
     if r.skipped:
         notes.append(

