@@ -34,20 +34,21 @@ from bench.backbones.dit import build_dit
 from bench.config import BackboneConfig
 from bench.method import (
     BOUND_EXACT,
+    CATEGORICAL_SAMPLING,
     LOSS_NLL,
     Batch,
+    CategoricalSampling,
     LossOutput,
     Method,
     gold_log_probs,
     gumbel_argmax,
     token_mean,
 )
-from bench.options import Options
 from bench.reference_format import ReferenceFamily, ReferenceFormat
 
 
 @dataclass
-class AROptions(Options):
+class AROptions(CategoricalSampling):
     pass
 
 
@@ -90,6 +91,8 @@ class AR(Method):
     uses_time = False
     nfe_is_length = True
     temperature_free = ("greedy",)
+    #: the draw's filters (top-p / top-k): a filter reuses the trained model
+    sampling_options = CATEGORICAL_SAMPLING
     #: next-token cross-entropy: the exact NLL of the counted tokens
     loss_kind = LOSS_NLL
     #: the chain rule gives the NLL itself (:meth:`nll_bound`)
@@ -169,6 +172,6 @@ class AR(Method):
             if decoding == "greedy":
                 nxt = logits.argmax(-1)
             else:
-                nxt = gumbel_argmax(logits / temperature, generator, float64)
+                nxt = gumbel_argmax(self.filtered(logits / temperature), generator, float64)
             x[:, i] = torch.where(prompt_mask[:, i], prompt[:, i], nxt)
         return x

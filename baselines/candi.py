@@ -53,9 +53,18 @@ from torch import Tensor
 
 from bench.backbones.dit import build_dit
 from bench.config import BackboneConfig, ConfigError
-from bench.method import LOSS_CE, Batch, LossOutput, Method, gumbel_argmax, token_mean
+from bench.method import (
+    CATEGORICAL_SAMPLING,
+    LOSS_CE,
+    Batch,
+    CategoricalSampling,
+    LossOutput,
+    Method,
+    gumbel_argmax,
+    token_mean,
+)
 from bench.numerics import interp, log_linear_alpha, log_linear_dalpha, sigma_of_alpha
-from bench.options import Options, option
+from bench.options import option
 from bench.reference_format import ReferenceFamily, ReferenceFormat
 
 #: sigma grid of the error-rate table (`algo.py::CANDI.__init__`: torch.linspace(0.2, 4.0, 1000))
@@ -83,7 +92,7 @@ def inference_sigmas(n: int, sigma_min: float, sigma_max: float) -> Tensor:
 
 
 @dataclass
-class CANDIOptions(Options):
+class CANDIOptions(CategoricalSampling):
     pure_gaussian: bool = option(
         False,
         help="paper's 'CANDI pure Gaussian': no discrete corruption, plain CE, "
@@ -222,6 +231,8 @@ class CANDI(Method):
     name = "candi"
     Options = CANDIOptions
     decodings = ("cached", "nocache")
+    #: the discrete draws' filters (top-p / top-k): a filter reuses the trained model
+    sampling_options = CATEGORICAL_SAMPLING
     #: variants the shared conformance suite runs (tests/bench/test_conformance.py)
     conformance_variants = [{}, {"pure_gaussian": True}]
     #: reference checkpoint format (bench.reference_format; docs/checkpoints.md)
@@ -494,7 +505,7 @@ class CANDI(Method):
         h = self.net_input(r.e_hat, r.m_hat, x, cache, clean, sigma_c)
         logp = self._log_probs(r.backbone, h, t, n, r.temperature, r.float64)
         x_hat = torch.where(
-            clean, x, gumbel_argmax(logp, r.generator, r.float64)
+            clean, x, gumbel_argmax(self.filtered(logp), r.generator, r.float64)
         )  # one-sample estimate
         # `_continuous_step_cache`:
         #   e <- e - dt_sigma * (e - Ehat[x_hat]) / sigma_{k+1}^2 * step_size
@@ -520,6 +531,8 @@ class CANDI(Method):
         """``nocache`` (`generate_samples_nocache`): the expectation step, then the categorical
         unmasking step over [p (t - s), s]. Returns (x, clean, z, tokens)."""
         p, z = self._expected_step(r, k, x, clean, z)
+        if self.opts.top_k or self.opts.top_p < 1.0:  # the draw's p_theta, not the expectation
+            p = torch.softmax(self.filtered(torch.log(p)), dim=-1)
         z, clean, x = self._discrete_step(z, p, r.ts[k], r.dt, clean, r.generator, r.float64)
         return self._read_dense(r, x, clean, z)
 

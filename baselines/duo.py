@@ -59,8 +59,10 @@ from bench.config import BackboneConfig, ConfigError
 from bench.method import (
     BOUND_BLOCK_BYTES,
     BOUND_ELBO,
+    CATEGORICAL_SAMPLING,
     LOSS_NELBO,
     Batch,
+    CategoricalSampling,
     LossOutput,
     Method,
     bound_times,
@@ -74,12 +76,12 @@ from bench.numerics import (
     log_linear_dalpha,
     sigma_of_alpha,
 )
-from bench.options import Options, option
+from bench.options import option
 from bench.reference_format import ReferenceFamily, ReferenceFormat
 
 
 @dataclass
-class DuoOptions(Options):
+class DuoOptions(CategoricalSampling):
     eps: float = option(1e-3, gt=0.0, lt=1.0, help="log-linear schedule floor: alpha_1 = eps")
     loss_type: str = option(
         "elbo",
@@ -299,6 +301,8 @@ class Duo(Method):
     name = "duo"
     Options = DuoOptions
     decodings = ("ancestral", "greedy")
+    #: the draws' filters (top-p / top-k): a filter reuses the trained model
+    sampling_options = CATEGORICAL_SAMPLING
     conformance_variants = [{}, {"curriculum_end": 1000}]
     loss_kind = LOSS_NELBO
     #: the UDLM NELBO without the curriculum, by Monte Carlo over t (:meth:`nll_bound`)
@@ -521,6 +525,10 @@ class Duo(Method):
             alpha_s = torch.ones_like(alpha_t) if last else self.alpha(ts[k + 1]).expand(n)
             logits = self.call(backbone, x, self.sigma(alpha_t).float()).float() / temperature
             log_p = torch.log_softmax(logits.to(torch.float64) if float64 else logits, dim=-1)
+            if self.opts.top_k or self.opts.top_p < 1.0:
+                # top-k / top-p on x_hat = p_theta (duo trainer_base.py:594-597, which does not
+                # renormalise; here x_hat is renormalised over the kept classes)
+                log_p = torch.log_softmax(self.filtered(log_p), dim=-1)
             if last and decoding == "greedy":
                 x_new = log_p.argmax(-1)
             else:

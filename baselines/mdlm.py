@@ -39,9 +39,11 @@ from bench.backbones.dit import build_dit
 from bench.config import BackboneConfig
 from bench.method import (
     BOUND_ELBO,
+    CATEGORICAL_SAMPLING,
     LOSS_CE,
     LOSS_NELBO,
     Batch,
+    CategoricalSampling,
     LossOutput,
     Method,
     bound_times,
@@ -50,14 +52,14 @@ from bench.method import (
     token_mean,
 )
 from bench.numerics import log_linear_alpha, log_linear_dalpha, sigma_of_alpha
-from bench.options import Options, option
+from bench.options import option
 from bench.reference_format import ReferenceFamily, ReferenceFormat
 
 NEG_INF = -1e6
 
 
 @dataclass
-class MDLMOptions(Options):
+class MDLMOptions(CategoricalSampling):
     eps: float = option(1e-3, gt=0.0, lt=1.0, help="log-linear schedule floor: alpha_1 = eps")
     loss_type: str = option(
         "elbo", choices=("elbo", "low_var"), help="elbo = 1/t-weighted NELBO; low_var = masked CE"
@@ -105,6 +107,8 @@ class MDLM(Method):
     name = "mdlm"
     Options = MDLMOptions
     decodings = ("ancestral", "greedy")
+    #: the draws' filters (top-p / top-k): a filter reuses the trained model
+    sampling_options = CATEGORICAL_SAMPLING
     loss_kind = LOSS_NELBO
     #: the continuous-time NELBO, by Monte Carlo over t (:meth:`nll_bound`; whatever loss_type)
     bound_kind = BOUND_ELBO
@@ -234,7 +238,9 @@ class MDLM(Method):
             if last and decoding == "greedy":
                 draw = logp.argmax(-1)
             else:
-                draw = gumbel_argmax(logp, generator, float64)
+                # top-k / top-p on p_theta (duo trainer_base.py:594-597, there without
+                # renormalising; here the draw is from p_theta renormalised over the kept classes)
+                draw = gumbel_argmax(self.filtered(logp), generator, float64)
             # absorbing posterior q(z_s | z_t = m, x): reveal w.p.
             # (alpha_s - alpha_t) / (1 - alpha_t)
             p_reveal = ((alpha_s - alpha_t) / (1 - alpha_t))[:, None]

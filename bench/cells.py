@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import sys
 import time
@@ -31,7 +32,7 @@ from bench.cell_model import (
     cell_task,
     method_backbone,
 )
-from bench.config import config_hash
+from bench.config import canonical, config_hash
 from bench.evaluate.paired import encode_outcomes
 from bench.plan import SampleCell, TrainCell
 from bench.results import Store, sample_columns, task_columns
@@ -120,6 +121,11 @@ def sample_rows(
         "nfe": nfe,
         "temperature": c.temperature,
         "decoding": c.decoding,
+        "sampling": (
+            json.dumps(canonical(c.sampling), sort_keys=True)
+            if getattr(c, "sampling", None)
+            else ""
+        ),
         "subset": c.subset,
         "wall_s": wall_s,
     }

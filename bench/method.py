@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from bench.backbones.dit import resolve_size
 from bench.config import BackboneConfig, SampleConfig, TrainConfig
-from bench.options import Options
+from bench.options import Options, option
 from bench.reference_format import ReferenceFormat
 
 
@@ -302,6 +302,13 @@ class Method(nn.Module):
         largest of each family. Default: every decoding is its own family."""
         return decoding, 0
 
+    def filtered(self, logits: Tensor) -> Tensor:
+        """``logits`` through :func:`filter_logits` with this method's ``top_k`` / ``top_p``
+        (:class:`CategoricalSampling`; unchanged for a method without them)."""
+        if not isinstance(self.opts, CategoricalSampling):
+            return logits
+        return filter_logits(logits, self.opts.top_k, self.opts.top_p)
+
     def resolve_decoding(self, decoding: str) -> str:
         """The decoding a sweep's name stands for ("default": the method's first). Raises
         ValueError for a name this method does not sample with; the planner (bench.plan) and
@@ -316,6 +323,55 @@ class Method(nn.Module):
 
     def describe(self) -> dict:
         return {"method": self.name, **dataclasses.asdict(self.opts)}
+
+
+@dataclass
+class CategoricalSampling(Options):
+    """Sampling-only options of a method that draws tokens from p_theta (AR, MDLM, Duo, CANDI's
+    discrete draws): the filters of :func:`filter_logits`. Mix into a method's ``Options`` and
+    name both in its ``sampling_options`` (a filter reuses the trained model); off by default
+    and left out of the cell hashes when off (``omit_default``), so stores stay valid."""
+
+    top_p: float = option(
+        1.0,
+        gt=0.0,
+        le=1.0,
+        omit_default=True,
+        help="nucleus: draw among the most likely classes holding probability >= top_p (the "
+        "class that crosses it included; Duo's sampling.p_nucleus, BD3-LM runs use 0.9); 1 = off",
+    )
+    top_k: int = option(
+        0,
+        ge=0,
+        omit_default=True,
+        help="draw among the k most likely classes (ties at the k-th kept); 0 = off",
+    )
+
+
+#: the option names of :class:`CategoricalSampling`, for a method's ``sampling_options``
+CATEGORICAL_SAMPLING = ("top_p", "top_k")
+
+
+def filter_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:
+    """Top-k, then nucleus (top-p) filtering over the last axis: the classes left out get -inf
+    (a new tensor; ``logits`` is not changed), so a Gumbel-max or softmax draws from p_theta
+    renormalised over the classes kept. top-k keeps every class whose logit is >= the k-th
+    largest; top-p keeps, in order of probability, the classes before the cumulative mass first
+    exceeds p and that one too (at least one class). The definitions of s-sahoo/duo
+    ``utils.py::top_k_top_p_filtering`` (from jdeschena/sdtt; HF's top-k / top-p warpers).
+    top_k = 0 and top_p = 1 return ``logits`` itself."""
+    V = logits.shape[-1]
+    out = logits
+    if 0 < top_k < V:
+        kth = torch.topk(out, top_k, dim=-1).values[..., -1:]
+        out = out.masked_fill(out < kth, float("-inf"))
+    if top_p < 1.0:
+        ordered, idx = torch.sort(out, dim=-1, descending=True)
+        past = torch.softmax(ordered, dim=-1).cumsum(-1) > top_p
+        past[..., 1:] = past[..., :-1].clone()  # keep the class that crosses p
+        past[..., 0] = False
+        out = out.masked_fill(torch.zeros_like(past).scatter(-1, idx, past), float("-inf"))
+    return out
 
 
 def gumbel_argmax(

@@ -258,8 +258,11 @@ def _split_sampling(method, opts: dict) -> tuple[dict, dict]:
         default = canonical(
             f.default if f.default is not dataclasses.MISSING else f.default_factory()
         )
-        model[name] = default
-        if opts[name] != default:
+        if f.metadata.get("omit_default"):  # left out of the ids at its default (_identity)
+            model.pop(name, None)
+        else:
+            model[name] = default
+        if name in opts and opts[name] != default:
             sampling[name] = opts[name]
     return model, sampling
 

@@ -155,10 +155,12 @@ def model_key(tc: TrainCell) -> str:
     )
 
 
-def twin_key(tc: TrainCell) -> str:
+def twin_key(tc: TrainCell, imported: bool = True) -> str:
     """What makes two models hold the same memory per batch element: :func:`model_key` without
     the options the method declares memory-neutral (``Method.memory_neutral_options``: a
-    schedule's constants). Twins measure their batch-2 point once (:meth:`Rehearsal.second`)."""
+    schedule's constants); without whether it was imported when ``imported`` is False (a
+    sampling call holds the same for a trained and an imported model of one architecture).
+    Twins measure their batch-2 point once (:meth:`Rehearsal.second`)."""
     from bench import registry
 
     neutral = set(getattr(registry.METHODS[tc.method], "memory_neutral_options", ()))
@@ -168,7 +170,7 @@ def twin_key(tc: TrainCell) -> str:
             "options": {k: v for k, v in tc.options.items() if k not in neutral},
             "backbone": tc.backbone,
             "vocab": getattr(tc, "vocab_size", None),
-            "import": tc.imported,
+            "import": tc.imported if imported else None,
         }
     )
 
@@ -439,6 +441,24 @@ def setup_name(sc: SampleCell) -> str:
     return sc.decoding + (f" {json.dumps(extra, sort_keys=True)}" if extra else "")
 
 
+@dataclass
+class Shared:
+    """What the rehearsals of several sweeps in one run share (:func:`rehearse` with several
+    plans): the growth from batch 1 to 2 per (:func:`twin_key`, phase, task shape), so a model of
+    a later sweep that an earlier sweep measured runs batch 1 only, and the reference LMs built
+    (by name)."""
+
+    #: (twin key, phase name, task shape) -> (model, growth of the peak and of each segment
+    #: from batch 1 to 2): what a twin's phase reuses instead of running batch 2
+    growth: dict[tuple, tuple[str, int, list[int]]] = field(default_factory=dict)
+    refs: dict[str, object] = field(default_factory=dict)
+    sources: list[str] = field(default_factory=list)
+
+    def where(self, r: Rehearsal) -> str:
+        """`` (sweeps/x.yaml)`` when several sweeps are rehearsed, else ""."""
+        return f" ({r.source})" if len(self.sources) > 1 else ""
+
+
 class Rehearsal:
     """Runs the phases of every model of a plan (see the module docstring)."""
 
@@ -452,14 +472,13 @@ class Rehearsal:
         device,
         first_decoding: bool = False,
         err=sys.stderr,
+        shared: Shared | None = None,
     ):
         self.p, self.source, self.memory_gb, self.tmp = p, source, memory_gb, tmp
+        self.shared = shared or Shared()
         self.first_decoding = first_decoding
         self.skipped: list[str] = []  # sampling setups not rehearsed, per model
         self.covered: list[str] = []  # sampling setups another of their family stands for
-        #: (twin key, phase name) -> (model, growth of the peak and of each segment from batch
-        #: 1 to 2): what a twin's phase reuses instead of running batch 2
-        self.growth: dict[tuple[str, str], tuple[str, int, list[int]]] = {}
         self.device = torch.device(device)
         self.err = err
         self.phases: list[Phase] = []
@@ -508,7 +527,8 @@ class Rehearsal:
         """Batch 2 of a phase: run it (``run_batch_2()``) and remember its growth over batch 1
         for twins of the model (:func:`twin_key`), or, for a twin whose phase ran before, add
         that growth to this model's own batch-1 peak and segments instead of running it."""
-        ref = self.growth.get(key)
+        key = (*key, self.task_shape())
+        ref = self.shared.growth.get(key)
         if ref is None:
             run_batch_2()
             p1, p2 = ph.peaks[0], ph.peaks[1]
@@ -518,7 +538,7 @@ class Rehearsal:
                     if len(ph.segments) >= 2 and len(ph.segments[0]) == len(ph.segments[1])
                     else []
                 )
-                self.growth[key] = (ph.model, p2 - p1, segs)
+                self.shared.growth[key] = (f"{ph.model}{self.shared.where(self)}", p2 - p1, segs)
             return
         model, grow, segs = ref
         if ph.peaks[0] is None:
@@ -528,6 +548,11 @@ class Rehearsal:
         if ph.segments and len(segs) == len(ph.segments[0]):
             ph.segments.append([a + d for a, d in zip(ph.segments[0], segs)])
         ph.slope_of = model
+
+    def task_shape(self) -> tuple:
+        """What of the task the memory of a phase depends on besides the model: its length and
+        classes (a twin of another sweep must share them)."""
+        return (int(self.task.seq_len), int(self.task.vocab_size))
 
     def setups(self, m: Model, method) -> list[SampleCell]:
         """The sampling setups rehearsed: of each family of decodings (``Method.decoding_family``:
@@ -568,6 +593,17 @@ class Rehearsal:
 
     # -- a model ----------------------------------------------------------------------
     def model(self, m: Model) -> list[Phase]:
+        # everything alive now (imports, the task, its data) is frozen for the model's phases:
+        # their collections (:func:`_trim`, 0.2 s each over a full heap) then scan only the
+        # model's own objects; unfrozen when it is done
+        gc.collect()
+        gc.freeze()
+        try:
+            return self._model(m)
+        finally:
+            gc.unfreeze()
+
+    def _model(self, m: Model) -> list[Phase]:
         tc = m.train
         label = m.label()
         task = self.task
@@ -772,7 +808,7 @@ class Rehearsal:
         ids = run(1)
         if self.scored is None:
             self.scored = (sc, ids, inp)
-        self.second(ph, (twin_key(m.train), f"{name} {bool(sc.float64)}"), lambda: run(2))
+        self.second(ph, (twin_key(m.train, False), f"{name} {bool(sc.float64)}"), lambda: run(2))
         self.check_memory(ph)
         return ph
 
@@ -810,7 +846,7 @@ class Rehearsal:
             self.run_phase(ph, call, batch_note=f" (batch {n})", module=backbone)
 
         run(1)
-        self.second(ph, (twin_key(m.train), "likelihood"), lambda: run(2))
+        self.second(ph, (twin_key(m.train, False), "likelihood"), lambda: run(2))
         self.check_memory(ph)
         return ph
 
@@ -821,6 +857,16 @@ class Rehearsal:
         ev = self.task.genppl()
         if ev.ref is not None:
             return
+        if ev.ref_model in self.shared.refs:  # built for an earlier sweep of this run
+            ev.ref = self.shared.refs[ev.ref_model]
+            return
+        try:
+            self._build_reference(ev)
+        finally:
+            if ev.ref is not None:
+                self.shared.refs[ev.ref_model] = ev.ref
+
+    def _build_reference(self, ev) -> None:
         from bench.evaluate.genppl.evaluator import ReferenceModelError, load_reference
 
         name = ev.ref_model
@@ -1033,12 +1079,27 @@ def rehearse(
 ) -> int:
     """Rehearse plan ``p`` (module docstring); returns the exit status. ``first_decoding``: only
     the first sampling setup of each model (default: every one)."""
+    return rehearse_all(
+        [(p, source)], memory_gb=memory_gb, first_decoding=first_decoding, out=out, err=err
+    )
+
+
+def rehearse_all(
+    plans: list[tuple[Plan, str]],
+    *,
+    memory_gb: float | None = None,
+    first_decoding: bool = False,
+    out=None,
+    err=None,
+) -> int:
+    """Rehearse every (plan, source) in turn in one process, sharing what :class:`Shared` holds
+    (a model an earlier sweep measured at batch 2 runs batch 1 only); one table per sweep, then
+    the total; the first failure stops it (its exit status)."""
     out = out or sys.stdout
     err = err or sys.stderr
     if memory_gb is not None and not memory_gb > 0:
         print(f"error: --memory-gb: must be > 0, got {memory_gb:g}", file=err)
         return 2
-    models = models_of(p)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cpu":
         _fixed_mmap_threshold()
@@ -1047,13 +1108,36 @@ def rehearse(
     threads = max(1, cpus or 1)
     torch.set_num_threads(threads)
     where = f"{device_name(device)}, {threads} threads"
+    shared = Shared(sources=[src for _, src in plans])
+    tmp = Path(tempfile.mkdtemp(prefix="sflm-rehearse-", dir=_scratch_dir()))
+    start = time.perf_counter()
+    try:
+        for p, source in plans:
+            code = _rehearse_one(
+                p, source, shared, tmp, device, where, memory_gb, first_decoding, out, err
+            )
+            if code:
+                return code
+    finally:  # also on Ctrl-C and SIGTERM: the temp folder goes
+        shutil.rmtree(tmp, ignore_errors=True)
+        torch.set_num_threads(threads_before)
+    if len(plans) > 1:
+        print(
+            f"## {len(plans)} sweeps rehearsed in {time.perf_counter() - start:.0f} s in all "
+            f"({where})",
+            file=out,
+        )
+    return 0
+
+
+def _rehearse_one(p, source, shared, tmp, device, where, memory_gb, first_decoding, out, err):
+    models = models_of(p)
     n_cells = len(p.train_cells) + len(p.sample_cells)
     print(
         f"rehearse: {source}: {len(models)} distinct model(s) for {n_cells} cells, on {where}",
         file=err,
         flush=True,
     )
-    tmp = Path(tempfile.mkdtemp(prefix="sflm-rehearse-", dir=_scratch_dir()))
     r = Rehearsal(
         p,
         source,
@@ -1062,6 +1146,7 @@ def rehearse(
         device=device,
         first_decoding=first_decoding,
         err=err,
+        shared=shared,
     )
     t0 = time.perf_counter()
     try:
@@ -1070,9 +1155,6 @@ def rehearse(
     except RehearsalFailure as f:
         print(f.line, file=err, flush=True)
         return f.code
-    finally:  # also on Ctrl-C and SIGTERM: the temp folder goes
-        shutil.rmtree(tmp, ignore_errors=True)
-        torch.set_num_threads(threads_before)
     total = time.perf_counter() - t0
     cards = f"--memory-gb {memory_gb:g}" if memory_gb is not None else "40 / 80 / 141 GB cards"
     print(f"## Rehearsal of {source} ({p.cfg.name})\n", file=out)
@@ -1104,9 +1186,11 @@ def rehearse(
         )
     if any(ph.slope_of for ph in r.phases):
         notes.append(
-            "(peak): batch 2 not run; the batch-1 peak plus the growth from batch 1 to 2 that a "
-            "model differing only in options its method declares memory-neutral measured "
-            "(Method.memory_neutral_options: a schedule's constants)"
+            "(peak): batch 2 not run; the batch-1 peak plus the growth from batch 1 to 2 "
+            "measured on a model that differs only in options its method declares memory-neutral "
+            "(Method.memory_neutral_options: a schedule's constants), or, for a sampling or "
+            "likelihood phase, on the same architecture trained instead of imported (or in an "
+            "earlier sweep of this run, named in brackets)"
         )
     if r.skipped:
         notes.append(
@@ -1121,3 +1205,42 @@ def rehearse(
         )
     print("\nNotes:\n" + "\n".join(f"- {n}" for n in notes), file=out)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.rehearse SWEEP [SWEEP ...] [--set KEY=VALUE] [--memory-gb GB]
+    [--first-decoding]``: several sweeps rehearsed in one process (:func:`rehearse_all`)."""
+    import argparse
+
+    from bench.config import load_sweep
+    from bench.plan import plan
+
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.rehearse",
+        description="rehearse several sweeps in one run (python -m bench.sweep FILE --rehearse: "
+        "one); models an earlier sweep measured run batch 1 only",
+    )
+    ap.add_argument("sweeps", nargs="+", metavar="SWEEP", help="sweep YAML files")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="overrides",
+        help="override a value of every file, as if written in it (repeatable)",
+    )
+    ap.add_argument("--memory-gb", type=float, metavar="GB", help="as bench.sweep --memory-gb")
+    ap.add_argument("--first-decoding", action="store_true", help="as bench.sweep's")
+    args = ap.parse_args(argv)
+    plans = []
+    for path in args.sweeps:
+        try:
+            plans.append((plan(load_sweep(path, args.overrides), path, offline_ok=True), path))
+        except ConfigError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+    return rehearse_all(plans, memory_gb=args.memory_gb, first_decoding=args.first_decoding)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

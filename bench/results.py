@@ -125,6 +125,9 @@ COLUMNS = [
     "torch_version",
     "cuda_version",
     "threads",
+    # sample rows: the entry's sampling-only options that differ from their defaults (canonical
+    # JSON; "" for none): with the decoding, the sampler (bench.report.samplers)
+    "sampling",
 ]
 #: Columns added after the first stores were written: :meth:`Store.read` lists one only when a
 #: row has it, so an older store reads (and exports to results.csv) exactly as before.

@@ -367,3 +367,30 @@ def test_sflm_decoding_families_follow_the_top_k_velocity_paths():
     assert m.decoding_family("exact") == ("exact", 0)
     assert topk_path(256, 49153, 768) == "gather" and topk_path(257, 49153, 768) == "dense"
     assert topk_path(49153, 49153, 768) == "exact"
+
+
+def test_several_sweeps_in_one_run_share_what_an_earlier_one_measured(
+    tmp_path, capsys, monkeypatch
+):
+    """``python -m bench.rehearse A B``: one table per sweep and the total; a model of B that A
+    measured at batch 2 (the same architecture and task shape) runs batch 1 only there."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text(SWEEP.format(rd=tmp_path / "ra", dd=tmp_path / "data"))
+    # B: MDLM again (other seeds, NFE grid and results folder: the same model) and Duo
+    b.write_text(
+        SWEEP.format(rd=tmp_path / "rb", dd=tmp_path / "data")
+        .replace("seeds: [0, 1]", "seeds: [5]")
+        .replace("{method: ar, decoding: [sample, greedy]}", "{method: duo}")
+        .replace("nfe: [2, 4]", "nfe: [8]")
+    )
+    assert rehearse.main([str(a), str(b)]) == 0
+    out, err = capsys.readouterr()
+    assert out.count("## Rehearsal of") == 2 and "## 2 sweeps rehearsed in" in out
+    second = out.split(f"## Rehearsal of {b}", 1)[1]
+    mdlm_train = _row(second, "mdlm/base", "train")
+    assert "/" not in mdlm_train[3] and "batch 2 not run: mdlm/base" in mdlm_train[8]
+    assert f"({a})" in mdlm_train[8]  # measured in the earlier sweep, named
+    assert "/" in _row(second, "duo/base", "train")[3]  # Duo is new: both batches ran
+    assert not (tmp_path / "ra").exists() and not (tmp_path / "rb").exists()
+    assert rehearse.main([str(a), str(tmp_path / "missing.yaml")]) == 2

@@ -132,7 +132,10 @@ def test_entries_differing_only_in_variant_name_are_an_error(tmp_path):
 _LATER_OPTIONS = {
     "sflm": ("time_convention", "velocity_dtype"),
     "flm": ("cap_order",),
-    "duo": ("nelbo",),
+    "duo": ("nelbo", "top_p", "top_k"),
+    "ar": ("top_p", "top_k"),
+    "mdlm": ("top_p", "top_k"),
+    "candi": ("top_p", "top_k"),
 }
 
 
