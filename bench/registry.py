@@ -99,6 +99,8 @@ def listing() -> str:
         cls = METHODS[name]
         decs = ", ".join(cls.decodings)
         lines.append(f"  {name:<10} {METHODS.package(name):<22} decodings: {decs}")
+        if cls.sampling_options:  # the knobs of its samplers (they reuse the trained model)
+            lines.append(f"  {'':<10} {'':<22} sampling options: {', '.join(cls.sampling_options)}")
     lines.append("tasks:")
     for name in sorted(TASKS):
         cls = TASKS[name]
