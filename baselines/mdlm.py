@@ -15,12 +15,27 @@ Likelihood (``nll_bound``, ``bound_kind`` upper bound): that NELBO (always the `
 weight) summed over the counted positions, one Monte-Carlo draw of (t, x_t) per sequence and
 row, the reference evaluation's antithetic t on [1e-3, 1], float64.
 
-Sampler: ancestral over t_k = linspace(1, 1e-5, nfe + 1) with exactly ``nfe`` backbone
-calls; each masked token is revealed with probability (alpha_s - alpha_t) / (1 - alpha_t)
-and drawn from p_theta (float64 Gumbel-max); revealed tokens are frozen. The last step has
-alpha_s = 1: ``ancestral`` samples every remaining mask, ``greedy`` takes the argmax.
-Equal-NFE accounting: no extra noise-removal pass and no caching of unchanged steps (the
-original MDLM repo does both; with caching its NFE is <= nfe + 1).
+Samplers (``decodings``; docs/methods/mdlm.md lists each with its source, cost and options), all
+with exactly ``nfe`` backbone calls except ``cached`` (at most ``nfe``):
+- ``ancestral`` (default) over t_k = linspace(1, 1e-5, nfe + 1): each masked token is revealed
+  with probability (alpha_s - alpha_t) / (1 - alpha_t) and drawn from p_theta (float64
+  Gumbel-max); revealed tokens are frozen. The last step has alpha_s = 1: ``ancestral`` samples
+  every remaining mask, ``greedy`` takes the argmax. No extra noise-removal pass.
+- ``cached``: ``ancestral`` with MDLM's cache (kuleshov-group/mdlm ``diffusion.py::_sample``,
+  ``ddpm_cache``): after a step that changed no token of the batch the next step reuses p_theta
+  instead of calling the network (not when time-conditioned). Same samples as ``ancestral``.
+- ``confidence`` / ``margin`` / ``entropy``: LLaDA's low-confidence remasking (ML-GSAI/LLaDA
+  ``generate.py``): every step draws all masked positions, then keeps the k most confident, k
+  the even split of the masked count over the steps (``get_num_transfer_tokens``); confidence =
+  p(drawn token) (LLaDA), top-1 minus top-2 probability or the negative entropy (Dream
+  ``generation_utils.py::sample_tokens``, ``topk_margin`` / ``entropy``).
+- ``block_length`` (an option; 0 = off): semi-autoregressive decoding (LLaDA's ``block_length``):
+  the generated positions, in order, split into blocks decoded left to right, the calls split
+  over the blocks as evenly as possible; for ``ancestral``, ``greedy``, ``cached`` and the
+  confidence orders.
+- ``remdm-cap`` / ``remdm-rescale`` / ``remdm-conf`` / ``remdm-loop``: ReMDM remasking (Wang et
+  al. 2025; kuleshov-group/remdm ``diffusion.py::_ddpm_caching_update``): a decoded token is
+  remasked with probability sigma_t, a masked one follows the ReMDM posterior.
 Departures: the time grid and alpha_t, alpha_s are float64 (reference: model dtype), so the
 reveal probabilities are exact; ``loss_type="low_var"`` applies whenever ``loss`` runs (the
 reference switches back to the NELBO outside training; here ``loss`` is only the training
@@ -29,6 +44,7 @@ objective).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -36,7 +52,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from bench.backbones.dit import build_dit
-from bench.config import BackboneConfig
+from bench.config import BackboneConfig, ConfigError
 from bench.method import (
     BOUND_ELBO,
     CATEGORICAL_SAMPLING,
@@ -65,6 +81,62 @@ class MDLMOptions(CategoricalSampling):
         "elbo", choices=("elbo", "low_var"), help="elbo = 1/t-weighted NELBO; low_var = masked CE"
     )
     time_conditioning: bool = option(False, help="feed sigma = -log alpha_t to the network")
+    # -- sampling-only options (MDLM.sampling_options: they reuse the trained model) --------
+    block_length: int = option(
+        0,
+        ge=0,
+        omit_default=True,
+        help="semi-autoregressive decoding (LLaDA generate.py block_length): the generated "
+        "positions, in order, split into blocks of this many, decoded left to right with the "
+        "NFE split over the blocks as evenly as possible (nfe >= blocks); ancestral, greedy, "
+        "cached and the confidence orders; 0 = off (one block: the whole canvas)",
+    )
+    remdm_eta: float | None = option(
+        None,
+        ge=0.0,
+        le=1.0,
+        omit_default=True,
+        help="ReMDM remasking scale eta (remdm sampling.eta); unset: the reference script's "
+        "value for the decoding (remdm-cap 0.008, remdm-rescale 0.015, remdm-loop 0.02)",
+    )
+    remdm_t_on: float = option(
+        0.55,
+        gt=0.0,
+        lt=1.0,
+        omit_default=True,
+        help="remdm-loop: the loop phase starts at t = t_on (scripts/remdm-loop.sh)",
+    )
+    remdm_t_off: float = option(
+        0.05,
+        ge=0.0,
+        lt=1.0,
+        omit_default=True,
+        help="remdm-loop: the loop phase ends at t = t_off (scripts/remdm-loop.sh)",
+    )
+    remdm_alpha_on: float = option(
+        0.9,
+        gt=0.0,
+        lt=1.0,
+        omit_default=True,
+        help="remdm-loop: alpha held during the loop phase (scripts/remdm-loop.sh)",
+    )
+
+    def validate(self) -> None:
+        """remdm-loop's phases in order: 1 > t_on >= t_off >= 0."""
+        if self.remdm_t_off > self.remdm_t_on:
+            raise ConfigError(
+                f"remdm_t_off: {self.remdm_t_off} is after remdm_t_on = {self.remdm_t_on} "
+                "(remdm-loop: 1 > t_on >= t_off >= 0)"
+            )
+
+
+#: ReMDM's eta per sampler when ``remdm_eta`` is unset: kuleshov-group/remdm scripts/remdm-cap.sh,
+#: remdm-rescale.sh, remdm-loop.sh (remdm-conf takes none: its sigma comes from confidences)
+REMDM_ETA = {"remdm-cap": 0.008, "remdm-rescale": 0.015, "remdm-loop": 0.02}
+#: the ReMDM decodings (kuleshov-group/remdm ``sampling.sampler``)
+REMDM = ("remdm-cap", "remdm-rescale", "remdm-conf", "remdm-loop")
+#: the confidence-ordered decodings: LLaDA low_confidence, Dream topk_margin and entropy
+CONFIDENCE_ORDERS = ("confidence", "margin", "entropy")
 
 
 class MDLMReference(ReferenceFormat):
@@ -106,9 +178,19 @@ class MDLMReference(ReferenceFormat):
 class MDLM(Method):
     name = "mdlm"
     Options = MDLMOptions
-    decodings = ("ancestral", "greedy")
-    #: the draws' filters (top-p / top-k): a filter reuses the trained model
-    sampling_options = CATEGORICAL_SAMPLING
+    decodings = ("ancestral", "greedy", "cached", *CONFIDENCE_ORDERS, *REMDM)
+    #: ``cached`` skips the calls of steps that changed nothing: at most ``nfe_for`` calls
+    call_skipping = ("cached",)
+    #: the draws' filters (top-p / top-k), the blocks and ReMDM's schedule: they reuse the
+    #: trained model
+    sampling_options = (
+        *CATEGORICAL_SAMPLING,
+        "block_length",
+        "remdm_eta",
+        "remdm_t_on",
+        "remdm_t_off",
+        "remdm_alpha_on",
+    )
     loss_kind = LOSS_NELBO
     #: the continuous-time NELBO, by Monte Carlo over t (:meth:`nll_bound`; whatever loss_type)
     bound_kind = BOUND_ELBO
@@ -141,8 +223,12 @@ class MDLM(Method):
     ) -> Tensor:
         """SUBS log p_theta(x_0 | x_t): (B, L, V+1); mask column -inf, carry-over on unmasked."""
         fn = self.call if count else (lambda b, *a: b(*a))
+        return self.subs_log_probs(fn(backbone, x_t, self.sigma(alpha_t)), x_t, temperature)
+
+    def subs_log_probs(self, raw: Tensor, x_t: Tensor, temperature: float = 1.0) -> Tensor:
+        """:meth:`log_probs` from the network's raw output ``raw`` (B, L, V+1)."""
         # temperature on the raw logits, before SUBS masking (reference `TrainerBase.forward`)
-        logits = fn(backbone, x_t, self.sigma(alpha_t)).float() / temperature
+        logits = raw.float() / temperature
         logits[..., self.mask_id] = NEG_INF  # zero masking
         logp = torch.log_softmax(logits, dim=-1)
         unmasked = x_t != self.mask_id  # carry-over unmasking
@@ -224,17 +310,93 @@ class MDLM(Method):
         float64=True,
         generator=None,
     ):
+        x = self.sample_canvas(
+            backbone,
+            prompt,
+            prompt_mask,
+            nfe=nfe,
+            temperature=temperature,
+            decoding=decoding,
+            float64=float64,
+            generator=generator,
+        )
+        x = torch.where(x == self.mask_id, torch.zeros_like(x), x)  # no decoding leaves a mask
+        return torch.where(prompt_mask, prompt, x)
+
+    @torch.no_grad()
+    def sample_canvas(
+        self,
+        backbone,
+        prompt,
+        prompt_mask,
+        *,
+        nfe,
+        temperature=1.0,
+        decoding="default",
+        float64=True,
+        generator=None,
+    ) -> Tensor:
+        """:meth:`sample` before its last guard: the canvas the decoding leaves, which holds no
+        [MASK] id (every decoding's last step reveals what is left; the tests check it)."""
         decoding = self.resolve_decoding(decoding)
-        n, _ = prompt.shape
-        dev = prompt.device
         x = torch.where(prompt_mask, prompt, torch.full_like(prompt, self.mask_id))
+        generated = ~prompt_mask
+        if decoding in REMDM:
+            if self.opts.block_length:
+                raise ValueError(
+                    f"options.block_length: {decoding} decodes the whole canvas (ReMDM defines "
+                    "no blocks); block_length applies to ancestral, greedy, cached and "
+                    f"{', '.join(CONFIDENCE_ORDERS)}"
+                )
+            return self._remdm(
+                backbone, x, generated, nfe, decoding, temperature, float64, generator
+            )
+        steps = self._confidence_steps if decoding in CONFIDENCE_ORDERS else self._ancestral
+        for block, calls in self.blocks(generated, nfe):  # checked before the first call
+            x = steps(backbone, x, block, calls, decoding, temperature, float64, generator)
+        return x
+
+    def blocks(self, generated: Tensor, nfe: int) -> list[tuple[Tensor, int]]:
+        """The semi-autoregressive plan: per block, left to right, (its positions: (n, L) bool,
+        its backbone calls). ``block_length`` 0: one block, every generated position, all nfe
+        calls. Otherwise each row's generated positions, in order, split into consecutive blocks
+        of ``block_length`` (LLaDA generate.py::generate: block b = the b-th ``block_length``
+        positions after the prompt), as many blocks as the row with the most generated positions
+        needs (a shorter row's last blocks are empty), and the nfe calls split over them as
+        evenly as possible, the first ``nfe % blocks`` blocks one call more (LLaDA asserts
+        ``steps % num_blocks == 0`` and gives each block ``steps // num_blocks``). A ValueError
+        naming ``block_length`` when nfe < the number of blocks (each needs a call)."""
+        bl = self.opts.block_length
+        if not bl:
+            return [(generated, nfe)]
+        count = int(generated.sum(-1).max()) if generated.numel() else 0
+        n_blocks = max(1, math.ceil(count / bl))
+        if nfe < n_blocks:
+            raise ValueError(
+                f"options.block_length: {bl} splits {count} generated positions into {n_blocks} "
+                f"blocks, more than nfe = {nfe} backbone calls (a block takes one call at least): "
+                "raise nfe or block_length"
+            )
+        rank = generated.long().cumsum(-1) - 1  # each generated position's place in its row
+        base, extra = divmod(nfe, n_blocks)
+        return [(generated & (rank // bl == b), base + (b < extra)) for b in range(n_blocks)]
+
+    def _ancestral(self, backbone, x, block, nfe, decoding, temperature, float64, generator):
+        """``nfe`` ancestral steps (``ancestral``, ``greedy``, ``cached``) over the masked
+        positions of ``block`` (the others stay as they are) on t_k = linspace(1, 1e-5, nfe + 1),
+        the last step to alpha_s = 1."""
+        n, dev = x.shape[0], x.device
         ts = torch.linspace(1.0, 1e-5, nfe + 1, device=dev, dtype=torch.float64)
+        cached = None
         for k in range(nfe):
             last = k == nfe - 1
             alpha_t = self.alpha(ts[k]).expand(n)
             alpha_s = torch.ones_like(alpha_t) if last else self.alpha(ts[k + 1]).expand(n)
-            logp = self.log_probs(backbone, x, alpha_t.float(), temperature, count=True)
-            is_mask = x == self.mask_id
+            if cached is None:
+                logp = self.log_probs(backbone, x, alpha_t.float(), temperature, count=True)
+            else:
+                logp = cached
+            is_mask = (x == self.mask_id) & block
             if last and decoding == "greedy":
                 draw = logp.argmax(-1)
             else:
@@ -247,5 +409,136 @@ class MDLM(Method):
             u = torch.rand(x.shape, generator=generator, device=dev, dtype=torch.float64)
             reveal = is_mask & (u < p_reveal)
             x = torch.where(reveal, draw, x)
-        x = torch.where(x == self.mask_id, torch.zeros_like(x), x)  # only possible if nfe misuse
-        return torch.where(prompt_mask, prompt, x)
+            # MDLM's cache (kuleshov-group/mdlm diffusion.py::_sample, ddpm_cache): p_theta is
+            # reused while no token of the batch changed, unless the network sees t
+            keep = decoding == "cached" and not self.opts.time_conditioning
+            cached = logp if keep and not bool(reveal.any()) else None
+        return x
+
+    def _confidence_steps(self, backbone, x, block, nfe, decoding, temperature, float64, generator):
+        """``nfe`` steps of confidence-ordered unmasking over the masked positions of ``block``
+        (ML-GSAI/LLaDA generate.py::generate, ``remasking='low_confidence'``): each step draws
+        every position from p_theta at the temperature (float64 Gumbel-max, LLaDA's
+        ``add_gumbel_noise``) and reveals the k masked positions of the block with the highest
+        confidence (:meth:`confidence`), k the block's masked count split evenly over the steps.
+        The network's time input (used only when time-conditioned) follows t_k = linspace(1,
+        1e-5, nfe + 1), the expected masked fraction of the even split."""
+        n, L = x.shape
+        dev = x.device
+        # LLaDA generate.py::get_num_transfer_tokens: base = masked // steps per step, the first
+        # (masked % steps) steps one more
+        masked = ((x == self.mask_id) & block).sum(-1)
+        base, extra = masked // nfe, masked % nfe
+        ts = torch.linspace(1.0, 1e-5, nfe + 1, device=dev, dtype=torch.float64)
+        places = torch.arange(L, device=dev).expand(n, L)
+        for k in range(nfe):
+            n_reveal = base + (k < extra)
+            alpha_t = self.alpha(ts[k]).expand(n)
+            raw = self.call(backbone, x, self.sigma(alpha_t.float()))
+            logp = self.subs_log_probs(raw, x, temperature)
+            draw = gumbel_argmax(self.filtered(logp), generator, float64)
+            conf = self.confidence(decoding, raw, x, logp, draw, temperature)
+            # LLaDA: confidence -inf off the masked positions of the current block
+            conf = torch.where((x == self.mask_id) & block, conf, -torch.inf)
+            # LLaDA: topk(confidence[j], k=num_transfer_tokens[j, i]) per row
+            order = conf.argsort(dim=-1, descending=True, stable=True)
+            rank = torch.empty_like(order).scatter_(-1, order, places)
+            x = torch.where(rank < n_reveal[:, None], draw, x)
+        return x
+
+    def confidence(self, decoding, raw, x, logp, draw, temperature=1.0) -> Tensor:
+        """(n, L) float64 confidence of each position's draw (higher: revealed first).
+        ``confidence``: LLaDA's low_confidence, p_theta(draw) at T = 1 without filters
+        (generate.py: ``p = F.softmax(logits)``, ``x0_p = p[x0]``). ``margin`` / ``entropy``:
+        Dream ``generation_utils.py::sample_tokens`` (``margin_confidence`` / ``neg_entropy``) on
+        the distribution the draw uses (temperature, then top-k / top-p): top-1 minus top-2
+        probability, and sum p log(p + 1e-10), the negative entropy."""
+        if decoding == "confidence":
+            logp1 = logp if temperature == 1.0 else self.subs_log_probs(raw, x, 1.0)
+            return logp1.double().gather(-1, draw[..., None]).squeeze(-1).exp()
+        probs = torch.softmax(self.filtered(logp).double(), -1)
+        if decoding == "margin":
+            top = probs.topk(2, dim=-1).values  # Dream: sorted_probs[:, 0] - sorted_probs[:, 1]
+            return top[..., 0] - top[..., 1]
+        return (probs * torch.log(probs + 1e-10)).sum(-1)  # Dream neg_entropy, epsilon 1e-10
+
+    def remdm_step(self, decoding: str, t: float, s: float, last: bool) -> tuple:
+        """(alpha_t, alpha_s, sigma) of one ReMDM step from t to s (floats; kuleshov-group/remdm
+        diffusion.py::_ddpm_caching_update). ``remdm-conf``: sigma is sigma_max, scaled per
+        position by the confidence weights (:meth:`_remdm`). The last step goes to alpha_s = 1
+        with sigma = 0 (cap, rescale and conf give sigma = 0 there by their formula; the loop's
+        phases are forced), so every token ends revealed with no noise-removal call."""
+        o = self.opts
+        eta = REMDM_ETA.get(decoding, 0.0) if o.remdm_eta is None else o.remdm_eta
+        if decoding == "remdm-loop":
+            a_on, t_on, t_off = o.remdm_alpha_on, o.remdm_t_on, o.remdm_t_off
+            if t > t_on:  # remdm-loop, t > t_on: MDLM with alpha = (1 - t) alpha_on / (1 - t_on)
+                a_t, a_s, sigma = (1 - t) * a_on / (1 - t_on), (1 - s) * a_on / (1 - t_on), 0.0
+                # a coarse grid's step past t_on can give alpha_s > 1: the reference's [MASK]
+                # weight is then negative and never drawn, i.e. alpha_s = 1
+                a_s = min(a_s, 1.0)
+            elif t <= t_off:  # t <= t_off: MDLM with alpha = 1 - t (1 - alpha_on) / t_off
+                a_t, a_s, sigma = 1 - t * (1 - a_on) / t_off, 1 - s * (1 - a_on) / t_off, 0.0
+            else:  # the loop: ReMDM at alpha_t = alpha_s = alpha_on, sigma = eta
+                a_t, a_s, sigma = a_on, a_on, eta
+            return (a_t, 1.0, 0.0) if last else (a_t, a_s, sigma)
+        a_t = float(self.alpha(torch.tensor(t, dtype=torch.float64)))
+        a_s = 1.0 if last else float(self.alpha(torch.tensor(s, dtype=torch.float64)))
+        ratio = (1 - a_s) / a_t  # alpha_t >= eps > 0 on this schedule (reference: else eta)
+        if decoding == "remdm-cap":  # sigma = min(eta_cap, (1 - alpha_s) / alpha_t)
+            return a_t, a_s, min(eta, ratio)
+        if decoding == "remdm-rescale":  # sigma = eta_rescale * sigma_max
+            return a_t, a_s, eta * min(1.0, ratio)
+        return a_t, a_s, min(1.0, ratio)  # remdm-conf: sigma_max = min(1, (1 - a_s) / a_t)
+
+    def _remdm(self, backbone, x, generated, nfe, decoding, temperature, float64, generator):
+        """ReMDM sampling (Wang et al. 2025; kuleshov-group/remdm diffusion.py::_sample with
+        ``_ddpm_caching_update``) on t_k = linspace(1, 1e-5, nfe + 1), one call per step: each
+        position draws z_s from the ReMDM posterior q_sigma over the V tokens and [MASK]; a
+        decoded token is kept w.p. 1 - sigma and remasked w.p. sigma, a masked one becomes token
+        v w.p. p_theta(v) (alpha_s - (1 - sigma) alpha_t) / (1 - alpha_t) and stays masked
+        otherwise. Prompt positions are never remasked (the reference has no prompts)."""
+        n, L = x.shape
+        dev = x.device
+        o = self.opts
+        eta, a = REMDM_ETA["remdm-loop"] if o.remdm_eta is None else o.remdm_eta, o.remdm_alpha_on
+        if decoding == "remdm-loop" and 1 - a - a * eta < 0:
+            # the loop phase's q_xs_2 [MASK] probability (1 - a - a eta) / (1 - a) must be >= 0
+            raise ValueError(
+                f"options.remdm_eta: {eta} with remdm_alpha_on = {a} makes remdm-loop's [MASK] "
+                f"probability (1 - a - a eta) / (1 - a) negative: need eta <= (1 - a) / a = "
+                f"{(1 - a) / a:.4g}"
+            )
+        ts = torch.linspace(1.0, 1e-5, nfe + 1, device=dev, dtype=torch.float64)
+        # remdm-conf's state: diffusion.py::_sample confident_score, -inf = none (masked)
+        conf = torch.full((n, L), -torch.inf, device=dev, dtype=torch.float64)
+        for k in range(nfe):
+            last = k == nfe - 1
+            a_t, a_s, sigma = self.remdm_step(decoding, float(ts[k]), float(ts[k + 1]), last)
+            alpha_in = self.alpha(ts[k]).expand(n).float()  # the network's t: the grid's
+            logp = self.log_probs(backbone, x, alpha_in, temperature, count=True)
+            p = torch.softmax(self.filtered(logp).double(), -1)  # p_x0 (after top-k / top-p)
+            is_mask = x == self.mask_id
+            if decoding == "remdm-conf":
+                # eta_conf = softmax(confident_score) over the row; 0 on masked positions
+                weight = torch.nan_to_num(torch.softmax(conf, -1), nan=0.0)
+                sig = torch.where(is_mask, 0.0, weight) * sigma
+            else:
+                sig = torch.full((n, L), sigma, device=dev, dtype=torch.float64)
+            sig = torch.where(generated, sig, 0.0)[..., None]  # the prompt stays
+            # q_xs (decoded): p_x0 (1 - sigma), [MASK] sigma
+            q_dec = p * (1 - sig)
+            q_dec[..., self.mask_id] = sig[..., 0]
+            # q_xs_2 (masked): p_x0 (alpha_s - (1 - sigma) alpha_t) / (1 - alpha_t),
+            # [MASK] (1 - alpha_s - sigma alpha_t) / (1 - alpha_t)
+            q_mask = p * ((a_s - (1 - sig) * a_t) / (1 - a_t))
+            q_mask[..., self.mask_id] = ((1 - a_s - sig * a_t) / (1 - a_t))[..., 0]
+            q = torch.where(is_mask[..., None], q_mask, q_dec)
+            xs = gumbel_argmax(q.clamp_min(0.0).log(), generator, float64)
+            if decoding == "remdm-conf":
+                # conf of a newly decoded token = -p_x0(token); a remasked one gets -inf
+                drawn = p.gather(-1, xs[..., None]).squeeze(-1)
+                conf = torch.where(is_mask & (xs != self.mask_id), -drawn, conf)
+                conf = torch.where(~is_mask & (xs == self.mask_id), -torch.inf, conf)
+            x = xs
+        return x

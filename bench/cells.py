@@ -465,7 +465,10 @@ def _sample(tc: TrainCell, todo: list[SampleCell], store: Store, progress: bool)
                     "calls": timer.calls - k0,
                     "peak_mem_mb": peak.peak_mb(),
                 }
-                nfe_used = sampler.nfe_counter
+                # a call-skipping decoding (a cache) keeps the planned budget as its NFE; the calls
+                # it made are the cost columns' network_calls
+                skips = sampler.resolve_decoding(c.decoding) in sampler.call_skipping
+                nfe_used = c.nfe if skips else sampler.nfe_counter
                 atomic_torch_save({"ids": ids, "nfe": nfe_used, **cost}, path)
                 outs.append(ids)
                 costs.append(cost)

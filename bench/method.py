@@ -160,6 +160,10 @@ class Method(nn.Module):
     nfe_is_length: ClassVar[bool] = False
     #: decodings for which temperature has no effect (grid collapses to T = 1)
     temperature_free: ClassVar[tuple[str, ...]] = ()
+    #: decodings whose sampler may skip backbone calls (a cache: MDLM's ``cached``): they make
+    #: at most :meth:`nfe_for` calls instead of exactly; their rows record the planned budget as
+    #: ``nfe`` and the calls made in ``network_calls`` (bench.cells)
+    call_skipping: ClassVar[tuple[str, ...]] = ()
     #: ``Options`` fields that only change how a trained model samples (e.g. S-FLM's top_k):
     #: they stay out of the train cell's identity, so variants differing only in them share
     #: one trained model (bench.plan)

@@ -57,8 +57,8 @@ def test_loss_is_zero_without_counted_positions(name, variant, data):
 @pytest.mark.parametrize("name,variant", CASES)
 def test_sample_contract(name, variant, data):
     """For every decoding and nfe in {1, 5}: (n, L) long ids inside the vocabulary, prompt
-    positions unchanged, exactly nfe_for(nfe) calls through Method.call, and the same samples for
-    the same generator seed."""
+    positions unchanged, exactly nfe_for(nfe) calls through Method.call (at most, for a decoding
+    in call_skipping), and the same samples for the same generator seed."""
     method, backbone = make_model(name, variant)
     backbone.eval()
     # perturb the zero-initialised head so samples depend on the weights
@@ -78,8 +78,10 @@ def test_sample_contract(name, variant, data):
                 "ids outside the task vocabulary"
             )
             assert torch.equal(out[pmask], prompt[pmask]), "prompt positions changed"
-            assert method.nfe_counter == method.nfe_for(nfe, pmask), (
-                f"{decoding}: wrong number of backbone calls"
+            calls, want = method.nfe_counter, method.nfe_for(nfe, pmask)
+            skipping = decoding in method.call_skipping  # a cache: at most nfe_for calls
+            assert calls <= want if skipping else calls == want, (
+                f"{decoding}: wrong number of backbone calls ({calls}, nfe_for {want})"
             )
             g2 = torch.Generator().manual_seed(7)
             again = method.sample(
