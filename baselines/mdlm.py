@@ -356,6 +356,14 @@ class MDLM(Method):
             x = steps(backbone, x, block, calls, decoding, temperature, float64, generator)
         return x
 
+    def min_nfe(self, prompt_mask: Tensor) -> int:
+        """One call per block of ``block_length`` (:meth:`blocks`); 1 without blocks."""
+        bl = self.opts.block_length
+        if not bl:
+            return 1
+        count = int((~prompt_mask).sum(-1).max()) if prompt_mask.numel() else 0
+        return max(1, math.ceil(count / bl))
+
     def blocks(self, generated: Tensor, nfe: int) -> list[tuple[Tensor, int]]:
         """The semi-autoregressive plan: per block, left to right, (its positions: (n, L) bool,
         its backbone calls). ``block_length`` 0: one block, every generated position, all nfe
@@ -526,15 +534,15 @@ class MDLM(Method):
             else:
                 sig = torch.full((n, L), sigma, device=dev, dtype=torch.float64)
             sig = torch.where(generated, sig, 0.0)[..., None]  # the prompt stays
-            # q_xs (decoded): p_x0 (1 - sigma), [MASK] sigma
-            q_dec = p * (1 - sig)
-            q_dec[..., self.mask_id] = sig[..., 0]
-            # q_xs_2 (masked): p_x0 (alpha_s - (1 - sigma) alpha_t) / (1 - alpha_t),
-            # [MASK] (1 - alpha_s - sigma alpha_t) / (1 - alpha_t)
-            q_mask = p * ((a_s - (1 - sig) * a_t) / (1 - a_t))
-            q_mask[..., self.mask_id] = ((1 - a_s - sig * a_t) / (1 - a_t))[..., 0]
-            q = torch.where(is_mask[..., None], q_mask, q_dec)
-            xs = gumbel_argmax(q.clamp_min(0.0).log(), generator, float64)
+            # q_xs (decoded): p_x0 (1 - sigma), [MASK] sigma; q_xs_2 (masked): p_x0 (alpha_s -
+            # (1 - sigma) alpha_t) / (1 - alpha_t), [MASK] (1 - alpha_s - sigma alpha_t) /
+            # (1 - alpha_t); as one (n, L, V + 1) buffer: p_x0 times a per-position coefficient
+            masked = is_mask[..., None]
+            coef = torch.where(masked, (a_s - (1 - sig) * a_t) / (1 - a_t), 1 - sig)
+            q = p * coef
+            q_mask = torch.where(masked, (1 - a_s - sig * a_t) / (1 - a_t), sig)
+            q[..., self.mask_id] = q_mask[..., 0]
+            xs = gumbel_argmax(q.clamp_min_(0.0).log_(), generator, float64)
             if decoding == "remdm-conf":
                 # conf of a newly decoded token = -p_x0(token); a remasked one gets -inf
                 drawn = p.gather(-1, xs[..., None]).squeeze(-1)

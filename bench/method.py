@@ -300,6 +300,11 @@ class Method(nn.Module):
         """Backbone calls :meth:`sample` will make for this request (AR: generated length)."""
         return nfe
 
+    def min_nfe(self, prompt_mask: Tensor) -> int:
+        """The smallest ``nfe`` :meth:`sample` accepts for this request (MDLM's blocks: one call
+        each); ``--rehearse`` samples at no fewer calls."""
+        return 1
+
     def decoding_family(self, decoding: str) -> tuple[str, int]:
         """(family, size) of a resolved decoding: decodings of one family run the same code and
         hold memory that grows with ``size`` (S-FLM's top-k: k), so ``--rehearse`` runs the

@@ -769,7 +769,9 @@ class Rehearsal:
         except Exception as e:  # noqa: BLE001
             raise self.fail(sc.label(), name, f"{type(e).__name__}: {e}") from e
         length_nfe = bool(sampler.nfe_is_length)
-        cell = dataclasses.replace(sc, nfe=sc.nfe if length_nfe else REHEARSAL_NFE)
+        # at least the calls the decoding needs (Method.min_nfe: MDLM's blocks take one each)
+        least = int(sampler.min_nfe(inp.data.clean_mask[:1]))
+        cell = dataclasses.replace(sc, nfe=sc.nfe if length_nfe else max(REHEARSAL_NFE, least))
         if length_nfe:
             ph.note = (
                 f"NFE = length: prefill of L - {LENGTH_NFE_TAIL} positions + "

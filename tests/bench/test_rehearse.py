@@ -394,3 +394,18 @@ def test_several_sweeps_in_one_run_share_what_an_earlier_one_measured(
     assert "/" in _row(second, "duo/base", "train")[3]  # Duo is new: both batches ran
     assert not (tmp_path / "ra").exists() and not (tmp_path / "rb").exists()
     assert rehearse.main([str(a), str(tmp_path / "missing.yaml")]) == 2
+
+
+def test_a_blocked_decoding_is_rehearsed_with_a_call_per_block(tiny, capsys):
+    """MDLM with block_length 4 on 4x4 Sudoku (16 generated positions: 4 blocks, one call each
+    at least): the sampling call takes Method.min_nfe calls, not the usual 2, and passes."""
+    path, _, _ = tiny
+    args = [
+        str(path),
+        "--rehearse",
+        "--set",
+        "methods=[{method: mdlm, options: {block_length: 4}}]",
+    ]
+    assert sweep.main(args) == 0
+    out = capsys.readouterr().out
+    assert "sample ancestral" in out

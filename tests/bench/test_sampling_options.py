@@ -132,9 +132,27 @@ def test_entries_differing_only_in_variant_name_are_an_error(tmp_path):
 _LATER_OPTIONS = {
     "sflm": ("time_convention", "velocity_dtype"),
     "flm": ("cap_order",),
-    "duo": ("nelbo", "top_p", "top_k"),
+    "duo": (
+        "nelbo",
+        "top_p",
+        "top_k",
+        "psi_time_profile",
+        "psi_high_mode",
+        "psi_middle_mode",
+        "psi_low_mode",
+        "psi_high_frac",
+        "psi_middle_frac",
+    ),
     "ar": ("top_p", "top_k"),
-    "mdlm": ("top_p", "top_k"),
+    "mdlm": (
+        "top_p",
+        "top_k",
+        "block_length",
+        "remdm_eta",
+        "remdm_t_on",
+        "remdm_t_off",
+        "remdm_alpha_on",
+    ),
     "candi": ("top_p", "top_k"),
 }
 
