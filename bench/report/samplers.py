@@ -4,8 +4,9 @@ A *trained model* is a method's training recipe (the rows' ``recipe``: the train
 seed); its *samplers* are the (decoding, sampling-only options) it was sampled with, each at the
 temperatures of the sweep. The *paper's sampler* of a model is its method's default decoding with
 no sampling option (the rows' ``default_decoding`` and an empty ``sampling``): ancestral for MDLM
-and Duo, the exact velocity for S-FLM, sampling for AR. A model sampled with nothing else is left
-out. Per subset:
+and Duo, the exact velocity for S-FLM, sampling for AR. A model sampled with nothing else ranks
+with its paper sampler as its best; a store where no model was sampled otherwise gets no file.
+Per subset:
 
 - **at each NFE**: the paper's sampler at its best temperature against the best (sampler,
   temperature) of the model at that NFE (a method whose NFE is its generated length, AR, is in
@@ -54,7 +55,9 @@ def _sampling(v) -> str:
 def sampler_rows(task: str, df: pd.DataFrame) -> pd.DataFrame:
     """The task's headline-metric sample rows with per-item outcomes, with ``trained`` (method +
     recipe), ``sampler`` (decoding and sampling options), ``paper`` (the paper's sampler) and
-    seconds per sample; only the trained models sampled with the paper's sampler and another."""
+    seconds per sample: the trained models sampled with their paper sampler (those sampled with
+    nothing else too: they rank with their paper sampler as their best), when at least one was
+    sampled with another."""
     s = rows(df, task)
     if not len(s) or "item_outcomes" not in s:
         return s.iloc[0:0]
@@ -63,17 +66,22 @@ def sampler_rows(task: str, df: pd.DataFrame) -> pd.DataFrame:
         return s
     s = with_cost(s, df)
     opts = (s["sampling"] if "sampling" in s else pd.Series("", index=s.index)).map(_sampling)
-    s["sampler"] = [d + (f" [{o}]" if o else "") for d, o in zip(s["decoding"].astype(str), opts)]
+    # a sampler with sampling options is named by its entry's variant ("psi [psi-capped]"); the
+    # file's legend gives the options (:func:`legend`)
+    s["options"] = opts
+    s["sampler"] = [
+        d + (f" [{v}]" if o else "")
+        for d, o, v in zip(s["decoding"].astype(str), opts, s["variant"].astype(str))
+    ]
     s["paper"] = flag(s["default_decoding"]) & opts.eq("")
     s["trained"] = s["method"].astype(str) + "|" + s["recipe"].astype(str)
     s["length_bound"] = flag(s["nfe_is_length"])
     s["temperature"] = s["temperature"].astype(float)
-    keep = s.groupby("trained")["paper"].transform("any") & (
-        s.groupby("trained")["sampler"].transform("nunique") > 1
-    )
-    s = s[keep]
-    if not len(s):
-        return s
+    # every model with its paper sampler takes part in the rankings (one sampled only so: its
+    # best is the paper's); none when no model was sampled otherwise
+    if not (s.groupby("trained")["sampler"].nunique() > 1).any():
+        return s.iloc[0:0]
+    s = s[s.groupby("trained")["paper"].transform("any")]
     names = {}
     for t, g in s.groupby("trained"):
         p = g[g["paper"]].iloc[0]
@@ -201,7 +209,10 @@ def _add_rows(out: list, flips: list, found: dict, g, sub: str, point: str) -> N
             )
         )
     for a, b in itertools.combinations(sorted(found), 2):
-        if (paper[a] < paper[b]) == (best[a] < best[b]):
+        # a reversal of two different means (not a tie broken by name)
+        dp = _mean(found[a]["paper"]) - _mean(found[b]["paper"])
+        db = _mean(found[a]["best"]) - _mean(found[b]["best"])
+        if dp * db >= 0:
             continue
         first, second = (a, b) if best[a] < best[b] else (b, a)
         d = paired_difference(found[first]["best"], found[second]["best"])
@@ -275,6 +286,11 @@ def samplers_markdown(task: str, s: pd.DataFrame) -> Doc | None:
             _table(per_budget, "budget"),
             "",
         ]
+    named = legend(s)
+    if named:
+        doc += ["Samplers with sampling options, by their entry's variant:", ""]
+        doc += [f"- {k}: {v}" for k, v in named.items()]
+        doc += [""]
     doc += ["## Rankings that change", ""]
     if not flips:
         doc += ["No two models change order under their best samplers.", ""]
@@ -292,6 +308,14 @@ def samplers_markdown(task: str, s: pd.DataFrame) -> Doc | None:
         ]
     doc += [""]
     return doc
+
+
+def legend(s: pd.DataFrame) -> dict[str, str]:
+    """``method/variant`` -> its sampling options, for the samplers named by a variant."""
+    out = {}
+    for (m, v), g in s[s["options"] != ""].groupby(["method", "variant"], sort=True):
+        out[f"{m}/{v}"] = str(g["options"].iloc[0])
+    return out
 
 
 def _render(sec: Section, df: pd.DataFrame, out: Path, args) -> list[Path]:

@@ -44,8 +44,8 @@ def _store(tmp_path):
                 # duo: the paper's sampler at 0.6; nucleus no better
                 ("duo", 0.6, "ancestral", "", True, 0.01 * nfe),
                 ("duo", 0.6, "ancestral", '{"top_p": 0.9}', False, 0.011 * nfe),
-                # ar: one sampler only: left out
-                ("ar", 0.4, "sample", "", True, 0.01 * nfe),
+                # flm: one sampler only: ranks with it
+                ("flm", 0.4, "euler", "", True, 0.01 * nfe),
             ]
             for method, p, dec, samp, paper, sps in cells:
                 variant = "topp" if samp else "base"
@@ -70,7 +70,11 @@ def test_best_sampler_per_method_and_the_rankings_it_changes(tmp_path):
     assert report.main(["--results-dir", str(tmp_path)]) == 0
     md = (tmp_path / "report" / "sudoku_samplers.md").read_text()
     t = _table(md, "## At each NFE")
-    assert set(t["model"]) == {"mdlm", "duo"}  # ar has no other sampler
+    assert set(t["model"]) == {"mdlm", "duo", "flm"}  # flm, one sampler only, ranks with it
+    a16 = t[(t["model"] == "flm") & (t["NFE"] == "16")].iloc[0]
+    assert a16["best - paper [95 % CI]"] == "0 (the paper's)" and a16["rank (paper -> best)"] == (
+        "3 -> 3"
+    )
     m16 = t[(t["model"] == "mdlm") & (t["NFE"] == "16")].iloc[0]
     assert m16["paper's sampler"].startswith("ancestral (NFE 16")
     assert m16["best sampler"].startswith("remdm (NFE 16")
@@ -94,4 +98,5 @@ def test_best_sampler_per_method_and_the_rankings_it_changes(tmp_path):
     from bench.report.samplers import sampler_rows
 
     names = set(sampler_rows("sudoku", Store(tmp_path).read())["sampler"])
-    assert names == {"ancestral", "remdm", "ancestral [top_p=0.9]"}
+    assert names == {"ancestral", "remdm", "ancestral [topp]", "euler"}
+    assert "- duo/topp: top_p=0.9" in md  # the legend names the options
