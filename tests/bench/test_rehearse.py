@@ -392,6 +392,8 @@ def test_several_sweeps_in_one_run_share_what_an_earlier_one_measured(
     assert "/" not in mdlm_train[3] and "batch 2 not run: mdlm/base" in mdlm_train[8]
     assert f"({a})" in mdlm_train[8]  # measured in the earlier sweep, named
     assert "/" in _row(second, "duo/base", "train")[3]  # Duo is new: both batches ran
+    # the same task settings: the scorer measured for A stands for B's
+    assert f"as measured for {a} (the same task settings)" in _row(second, "", "score")[8]
     assert not (tmp_path / "ra").exists() and not (tmp_path / "rb").exists()
     assert rehearse.main([str(a), str(tmp_path / "missing.yaml")]) == 2
 
