@@ -155,24 +155,35 @@ def model_key(tc: TrainCell) -> str:
     )
 
 
-def twin_key(tc: TrainCell, imported: bool = True) -> str:
+def twin_key(tc: TrainCell, architecture: str | None = None) -> str:
     """What makes two models hold the same memory per batch element: :func:`model_key` without
     the options the method declares memory-neutral (``Method.memory_neutral_options``: a
-    schedule's constants); without whether it was imported when ``imported`` is False (a
-    sampling call holds the same for a trained and an imported model of one architecture).
-    Twins measure their batch-2 point once (:meth:`Rehearsal.second`)."""
+    schedule's constants). With ``architecture`` (:func:`architecture`, the built network's
+    parameter names, shapes and dtypes) in place of the backbone config, the vocabulary and
+    whether it was imported: a sampling call holds the same for a trained and an imported model
+    of one architecture, however its config spells it. Twins measure their batch-2 point once
+    (:meth:`Rehearsal.second`)."""
     from bench import registry
 
     neutral = set(getattr(registry.METHODS[tc.method], "memory_neutral_options", ()))
-    return config_hash(
-        {
-            "method": tc.method,
-            "options": {k: v for k, v in tc.options.items() if k not in neutral},
+    ident = {
+        "method": tc.method,
+        "options": {k: v for k, v in tc.options.items() if k not in neutral},
+    }
+    if architecture is not None:
+        ident["architecture"] = architecture
+    else:
+        ident |= {
             "backbone": tc.backbone,
             "vocab": getattr(tc, "vocab_size", None),
-            "import": tc.imported if imported else None,
+            "import": tc.imported,
         }
-    )
+    return config_hash(ident)
+
+
+def architecture(net: torch.nn.Module) -> str:
+    """The network's parameters' names, shapes and dtypes, hashed."""
+    return config_hash([[n, list(p.shape), str(p.dtype)] for n, p in net.named_parameters()])
 
 
 def models_of(p: Plan) -> list[Model]:
@@ -813,7 +824,8 @@ class Rehearsal:
         ids = run(1)
         if self.scored is None:
             self.scored = (sc, ids, inp)
-        self.second(ph, (twin_key(m.train, False), f"{name} {bool(sc.float64)}"), lambda: run(2))
+        key = (twin_key(m.train, architecture(backbone)), f"{name} {bool(sc.float64)}")
+        self.second(ph, key, lambda: run(2))
         self.check_memory(ph)
         return ph
 
@@ -851,7 +863,7 @@ class Rehearsal:
             self.run_phase(ph, call, batch_note=f" (batch {n})", module=backbone)
 
         run(1)
-        self.second(ph, (twin_key(m.train, False), "likelihood"), lambda: run(2))
+        self.second(ph, (twin_key(m.train, architecture(backbone)), "likelihood"), lambda: run(2))
         self.check_memory(ph)
         return ph
 

@@ -411,3 +411,18 @@ def test_a_blocked_decoding_is_rehearsed_with_a_call_per_block(tiny, capsys):
     assert sweep.main(args) == 0
     out = capsys.readouterr().out
     assert "sample ancestral" in out
+
+
+def test_sampling_twins_key_on_the_built_architecture():
+    """Sampling and likelihood twins are keyed on the network's parameter shapes, however the
+    config spells it (an imported file's facts, a size name): the same shapes, the same key; one
+    more class, another."""
+    from bench.config import BackboneConfig
+
+    task = type("T", (), {"vocab_size": 11, "seq_len": 8})()
+    m = registry.make_method("mdlm", {}, task)
+    a = m.build_backbone(BackboneConfig(size="cpu-mini"))
+    b = m.build_backbone(BackboneConfig(size="cpu-mini"))
+    wider = registry.make_method("mdlm", {}, type("T", (), {"vocab_size": 12, "seq_len": 8})())
+    c = wider.build_backbone(BackboneConfig(size="cpu-mini"))
+    assert rehearse.architecture(a) == rehearse.architecture(b) != rehearse.architecture(c)
