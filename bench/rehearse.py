@@ -454,10 +454,11 @@ def setup_name(sc: SampleCell) -> str:
 
 @dataclass
 class Shared:
-    """What the rehearsals of several sweeps in one run share (:func:`rehearse` with several
-    plans): the growth from batch 1 to 2 per (:func:`twin_key`, phase, task shape), so a model of
-    a later sweep that an earlier sweep measured runs batch 1 only, and the reference LMs built
-    (by name)."""
+    """What the rehearsals of several sweeps in one run share (:func:`rehearse_all`): the growth
+    from batch 1 to 2 per (:func:`twin_key`, phase, task shape), so a model of a later sweep that
+    an earlier sweep measured runs batch 1 only, and the task settings whose scorer was measured.
+    Nothing of a sweep's models, data or reference LM outlives it (kept, they raised the next
+    sweep's resident peaks)."""
 
     #: (twin key, phase name, task shape) -> (model, growth of the peak and of each segment
     #: from batch 1 to 2): what a twin's phase reuses instead of running batch 2
