@@ -1,6 +1,8 @@
 """``python -m bench.sweep SWEEP.yaml --rehearse [--set KEY=VALUE ...] [--memory-gb G]
 [--first-decoding]``: every distinct model of a sweep at its real size, with random weights,
 through each kind of work its jobs do, on this machine, before any GPU-hour is spent.
+``python -m bench.rehearse SWEEP.yaml [SWEEP.yaml ...]`` does several sweeps in one process
+(:func:`rehearse_all`, :class:`Shared`).
 
 For every distinct model of the plan (method + options + backbone + vocabulary; models that
 differ only by training seed, training subset or sampling grid, or import files with the same
