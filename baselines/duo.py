@@ -264,17 +264,10 @@ def sample_uniform_posterior(
     so one uniform threshold per position picks the component (S-FLM
     `samplers.py::sample_uniform_posterior`, priority uniform > x_t > x_hat). alpha_s = 1 gives
     the final (noise-removal) step: keep x_t with mass V a_t x_hat[x_t] / den, else draw x_hat.
-    The only (B, L, V) work is the Gumbel-max draw from x_hat.
+    The only (B, L, V) work is the Gumbel-max draw from x_hat. The Psi-posterior at kappa = 1
+    (:func:`sample_psi_posterior`, whose masses are these to the last bit).
     """
-    dtype = torch.float64 if float64 else torch.float32
-    log_p = log_p.to(dtype)
-    V = log_p.shape[-1]
-    a_t, a_s = alpha_t.to(dtype), alpha_s.to(dtype)
-    p_xt = log_p.gather(-1, x_t[..., None]).squeeze(-1).exp()
-    den = V * a_t * p_xt + 1 - a_t
-    m_unif = ((1 - a_t / a_s) * (1 - a_s) / den).clamp(0.0, 1.0)
-    m_keep = ((V * a_t * p_xt + a_t / a_s - a_t) / den).clamp(0.0, 1.0)
-    return _draw_unif_keep_or_xhat(log_p, x_t, m_unif, m_keep, generator, float64)
+    return sample_psi_posterior(log_p, x_t, alpha_s, alpha_t, 1.0, generator, float64)
 
 
 def _draw_unif_keep_or_xhat(
