@@ -531,7 +531,7 @@ class CANDI(Method):
         """``nocache`` (`generate_samples_nocache`): the expectation step, then the categorical
         unmasking step over [p (t - s), s]. Returns (x, clean, z, tokens)."""
         p, z = self._expected_step(r, k, x, clean, z)
-        if self.opts.top_k or self.opts.top_p < 1.0:  # the draw's p_theta, not the expectation
+        if self.filtering:  # the draw's p_theta, not the expectation
             p = torch.softmax(self.filtered(torch.log(p)), dim=-1)
         z, clean, x = self._discrete_step(z, p, r.ts[k], r.dt, clean, r.generator, r.float64)
         return self._read_dense(r, x, clean, z)

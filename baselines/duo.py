@@ -855,7 +855,7 @@ class Duo(Method):
             alpha_s = torch.ones_like(alpha_t) if last else self.alpha(ts[k + 1]).expand(n)
             logits = self.call(backbone, x, self.sigma(alpha_t).float()).float() / temperature
             log_p = torch.log_softmax(logits.to(torch.float64) if float64 else logits, dim=-1)
-            if self.opts.top_k or self.opts.top_p < 1.0:
+            if self.filtering:
                 # top-k / top-p on x_hat = p_theta (duo trainer_base.py:594-597, which does not
                 # renormalise; here x_hat is renormalised over the kept classes)
                 log_p = torch.log_softmax(self.filtered(log_p), dim=-1)

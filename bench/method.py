@@ -311,10 +311,17 @@ class Method(nn.Module):
         largest of each family. Default: every decoding is its own family."""
         return decoding, 0
 
+    @property
+    def filtering(self) -> bool:
+        """True when this method's draws are filtered (:class:`CategoricalSampling` options with
+        ``top_k`` > 0 or ``top_p`` < 1): a sampler that renormalises only then asks here."""
+        o = self.opts
+        return isinstance(o, CategoricalSampling) and (o.top_k > 0 or o.top_p < 1.0)
+
     def filtered(self, logits: Tensor) -> Tensor:
         """``logits`` through :func:`filter_logits` with this method's ``top_k`` / ``top_p``
-        (:class:`CategoricalSampling`; unchanged for a method without them)."""
-        if not isinstance(self.opts, CategoricalSampling):
+        (:class:`CategoricalSampling`; unchanged when :attr:`filtering` is off)."""
+        if not self.filtering:
             return logits
         return filter_logits(logits, self.opts.top_k, self.opts.top_p)
 
