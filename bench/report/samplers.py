@@ -149,6 +149,9 @@ def comparisons(s: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, list[dict]
             int(n) for n in pd.to_numeric(g.loc[~g["length_bound"], "nfe"]).dropna().unique()
         )
         models = sorted(g["trained"].unique())
+        # per model, its cells and their seconds per sample, once for every budget below
+        cells = {t: _cells(g[g["trained"] == t]) for t in models}
+        seconds = {t: {k: weighted_seconds(c) for k, c in cells[t].items()} for t in models}
         for nfe in grid:
             found = {}
             for t in models:
@@ -171,16 +174,13 @@ def comparisons(s: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, list[dict]
             budget = float(np.exp(np.mean(np.log(secs)))) * (1 + 1e-6)
             found = {}
             for t in models:
-                m = g[g["trained"] == t]
-                within = {
-                    k: c
-                    for k, c in _cells(m).items()
-                    if np.isfinite(weighted_seconds(c)) and weighted_seconds(c) <= budget
-                }
+                x = seconds[t]
+                within = {k: c for k, c in cells[t].items() if np.isfinite(x[k]) and x[k] <= budget}
                 paper = {k: c for k, c in within.items() if bool(c["paper"].all())}
                 c = _compare(within, paper)
                 if c is not None:
-                    found[t] = dict(c, length=bool(m["length_bound"].all()))
+                    length = bool(g.loc[g["trained"] == t, "length_bound"].all())
+                    found[t] = dict(c, length=length)
             _add_rows(per_budget, flips, found, g, sub, f"{budget:.3g} s / sample (NFE {nfe})")
     return pd.DataFrame(per_nfe), pd.DataFrame(per_budget), flips
 
