@@ -9,7 +9,9 @@ differ only by training seed, training subset or sampling grid, or import files 
 facts, are one) it runs, at batch 1 and at batch 2 (a *twin*, a model that differs from an
 earlier one only in options its method declares memory-neutral, ``Method.memory_neutral_options``
 such as S-FLM's schedule constants, runs batch 1 only and takes the earlier model's growth from
-batch 1 to 2, :func:`twin_key`):
+batch 1 to 2, :func:`twin_key`; for sampling and likelihood also an imported model of the same
+architecture, or of a vocabulary a few classes larger, the growth then scaled by the ratio,
+:func:`architecture`):
 
 - **build**: the method and its backbone at the sweep's size, random weights, on the device. An
   import cell (``checkpoint:``) instead writes a random model of the file's facts in the
@@ -183,9 +185,23 @@ def twin_key(tc: TrainCell, architecture: str | None = None) -> str:
     return config_hash(ident)
 
 
-def architecture(net: torch.nn.Module) -> str:
-    """The network's parameters' names, shapes and dtypes, hashed."""
-    return config_hash([[n, list(p.shape), str(p.dtype)] for n, p in net.named_parameters()])
+#: how far apart two vocabularies may be for sampling twins (:func:`architecture` with ``vocab``):
+#: a few special tokens, e.g. GPT-2's 50,257 classes and the reference OWT files' 50,258
+VOCAB_TWIN_SLACK = 0.01
+
+
+def architecture(net: torch.nn.Module, vocab: int | None = None) -> str:
+    """The network's parameters' names, shapes and dtypes, hashed. With ``vocab`` (the model's
+    number of classes) every dimension equal to it is written ``"V"``: networks that differ
+    only in their vocabulary share the key, and :meth:`Rehearsal.second` scales the growth it
+    reuses by the ratio of the two vocabularies (within :data:`VOCAB_TWIN_SLACK`)."""
+
+    def dim(d: int):
+        return "V" if vocab is not None and d == vocab else d
+
+    return config_hash(
+        [[n, [dim(d) for d in p.shape], str(p.dtype)] for n, p in net.named_parameters()]
+    )
 
 
 def models_of(p: Plan) -> list[Model]:
@@ -463,8 +479,9 @@ class Shared:
     sweep's resident peaks)."""
 
     #: (twin key, phase name, task shape) -> (model, growth of the peak and of each segment
-    #: from batch 1 to 2): what a twin's phase reuses instead of running batch 2
-    growth: dict[tuple, tuple[str, int, list[int]]] = field(default_factory=dict)
+    #: from batch 1 to 2, its classes when the key holds them as "V"): what a twin's phase
+    #: reuses instead of running batch 2
+    growth: dict[tuple, tuple[str, int, list[int], int | None]] = field(default_factory=dict)
     #: the task settings (their hash) whose scorer an earlier sweep of the run measured -> it
     scored: dict[str, str] = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)
@@ -538,30 +555,44 @@ class Rehearsal:
             f"--memory-gb {self.memory_gb:g}",
         )
 
-    def second(self, ph: Phase, key: tuple[str, str], run_batch_2) -> None:
+    def second(self, ph: Phase, key: tuple[str, str], run_batch_2, vocab: int | None = None):
         """Batch 2 of a phase: run it (``run_batch_2()``) and remember its growth over batch 1
         for twins of the model (:func:`twin_key`), or, for a twin whose phase ran before, add
-        that growth to this model's own batch-1 peak and segments instead of running it."""
+        that growth to this model's own batch-1 peak and segments instead of running it.
+
+        ``vocab``: the model's classes, when the key was made with them written ``"V"``
+        (:func:`architecture`). A twin with more classes than the model measured takes that
+        growth times the ratio: an upper bound of a growth ``a + b V`` with ``a, b >= 0`` (the
+        (B, L, V) buffers and the rest); one with fewer takes it as it is. Vocabularies further
+        apart than :data:`VOCAB_TWIN_SLACK` are not twins: batch 2 runs."""
         key = (*key, self.task_shape())
         ref = self.shared.growth.get(key)
+        if ref is not None and vocab is not None and ref[3] is not None:
+            if abs(vocab - ref[3]) > VOCAB_TWIN_SLACK * ref[3]:
+                ref = None
         if ref is None:
             run_batch_2()
             p1, p2 = ph.peaks[0], ph.peaks[1]
-            if p1 is not None and p2 is not None:
+            if p1 is not None and p2 is not None and key not in self.shared.growth:
                 segs = (
                     [b - a for a, b in zip(ph.segments[0], ph.segments[1])]
                     if len(ph.segments) >= 2 and len(ph.segments[0]) == len(ph.segments[1])
                     else []
                 )
-                self.shared.growth[key] = (f"{ph.model}{self.shared.where(self)}", p2 - p1, segs)
+                where = f"{ph.model}{self.shared.where(self)}"
+                self.shared.growth[key] = (where, p2 - p1, segs, vocab)
             return
-        model, grow, segs = ref
+        model, grow, segs, ref_vocab = ref
         if ph.peaks[0] is None:
             run_batch_2()
             return
-        ph.peaks.append(ph.peaks[0] + grow)
+        scale = 1.0
+        if vocab is not None and ref_vocab is not None and vocab != ref_vocab:
+            scale = max(vocab / ref_vocab, 1.0)
+            model = f"{model}, x {vocab}/{ref_vocab} classes" if scale > 1 else model
+        ph.peaks.append(ph.peaks[0] + round(grow * scale))
         if ph.segments and len(segs) == len(ph.segments[0]):
-            ph.segments.append([a + d for a, d in zip(ph.segments[0], segs)])
+            ph.segments.append([a + round(d * scale) for a, d in zip(ph.segments[0], segs)])
         ph.slope_of = model
 
     def task_shape(self) -> tuple:
@@ -827,8 +858,8 @@ class Rehearsal:
         ids = run(1)
         if self.scored is None:
             self.scored = (sc, ids, inp)
-        key = (twin_key(m.train, architecture(backbone)), f"{name} {bool(sc.float64)}")
-        self.second(ph, key, lambda: run(2))
+        key = (twin_key(m.train, architecture(backbone, V)), f"{name} {bool(sc.float64)}")
+        self.second(ph, key, lambda: run(2), vocab=V)
         self.check_memory(ph)
         return ph
 
@@ -866,7 +897,9 @@ class Rehearsal:
             self.run_phase(ph, call, batch_note=f" (batch {n})", module=backbone)
 
         run(1)
-        self.second(ph, (twin_key(m.train, architecture(backbone)), "likelihood"), lambda: run(2))
+        V = int(method.vocab_size)
+        key = (twin_key(m.train, architecture(backbone, V)), "likelihood")
+        self.second(ph, key, lambda: run(2), vocab=V)
         self.check_memory(ph)
         return ph
 
@@ -1229,8 +1262,9 @@ def _rehearse_one(p, source, shared, tmp, device, where, memory_gb, first_decodi
             "(peak): batch 2 not run; the batch-1 peak plus the growth from batch 1 to 2 "
             "measured on a model that differs only in options its method declares memory-neutral "
             "(Method.memory_neutral_options: a schedule's constants), or, for a sampling or "
-            "likelihood phase, on the same architecture trained instead of imported (or in an "
-            "earlier sweep of this run, named in brackets)"
+            "likelihood phase, on the same architecture trained instead of imported, or with a "
+            "vocabulary within 1 % (the growth times the ratio of the classes when this one has "
+            "more) (or in an earlier sweep of this run, named in brackets)"
         )
     if r.skipped:
         notes.append(

@@ -331,8 +331,8 @@ def test_twins_reuse_the_growth_to_batch_2_and_top_k_runs_its_largest(
     grown = []
     real = rehearse.Rehearsal.second
 
-    def spy(self, ph, key, run_batch_2):
-        real(self, ph, key, run_batch_2)
+    def spy(self, ph, key, run_batch_2, vocab=None):
+        real(self, ph, key, run_batch_2, vocab)
         grown.append((ph.model.split(" ")[0], ph.name, list(ph.peaks), ph.slope_of, key))
 
     monkeypatch.setattr(rehearse.Rehearsal, "second", spy)
@@ -426,3 +426,45 @@ def test_sampling_twins_key_on_the_built_architecture():
     wider = registry.make_method("mdlm", {}, type("T", (), {"vocab_size": 12, "seq_len": 8})())
     c = wider.build_backbone(BackboneConfig(size="cpu-mini"))
     assert rehearse.architecture(a) == rehearse.architecture(b) != rehearse.architecture(c)
+
+
+def test_sampling_twins_across_a_few_more_classes_scale_the_growth():
+    """Networks that differ only in their vocabulary share the sampling key when it is made with
+    their classes (GPT-2's 50,257 against a reference file's 50,258); a twin with more classes
+    adds the measured growth times the ratio, one with fewer adds it as it is, and vocabularies
+    more than 1 % apart are no twins (batch 2 runs)."""
+    from bench.config import BackboneConfig
+
+    def net(v):
+        m = registry.make_method("duo", {}, type("T", (), {"vocab_size": v, "seq_len": 8})())
+        return m.build_backbone(BackboneConfig(size="cpu-mini"))
+
+    a, b, far = net(1000), net(1001), net(1100)
+    assert rehearse.architecture(a, 1000) == rehearse.architecture(b, 1001)
+    assert rehearse.architecture(b, 1001) == rehearse.architecture(far, 1100)
+    assert rehearse.architecture(a) != rehearse.architecture(b)  # without: the shapes differ
+
+    r = rehearse.Rehearsal.__new__(rehearse.Rehearsal)
+    r.shared, r.source = rehearse.Shared(), "s.yaml"
+    r.task = type("T", (), {"seq_len": 8, "vocab_size": 1000})()
+    runs = []
+
+    def second(peak1, vocab, peak2):
+        ph = rehearse.Phase(f"m{vocab}", "sample x", "c", batch=64, peaks=[peak1])
+
+        def run_batch_2():
+            runs.append(vocab)
+            ph.peaks.append(peak2)
+
+        r.second(ph, ("k", "sample x"), run_batch_2, vocab=vocab)
+        return ph
+
+    lead = second(100, 1000, 1100)  # growth 1000, measured
+    more = second(200, 1010, None)
+    fewer = second(300, 990, None)
+    apart = second(400, 1011, 1900)
+    assert runs == [1000, 1011]
+    assert more.peaks == [200, 200 + 1010] and "x 1010/1000 classes" in more.slope_of
+    assert fewer.peaks == [300, 300 + 1000] and fewer.slope_of == "m1000"
+    assert apart.peaks == [400, 1900] and apart.slope_of == ""
+    assert lead.extrapolated() == 100 + 63 * 1000 < more.extrapolated()
