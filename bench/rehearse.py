@@ -245,6 +245,8 @@ class Phase:
     #: the model whose batch-1 -> 2 growth gave this phase's batch-2 point (a twin's phase,
     #: :meth:`Rehearsal.second`), or "" when batch 2 ran
     slope_of: str = ""
+    #: the ratio that growth was scaled by ("50258/50257 classes"), or "" when taken as it is
+    slope_ratio: str = ""
 
     def extrapolated(self) -> float | None:
         """Bytes at :attr:`batch`: each segment's peak extended linearly from batch 1 and 2, the
@@ -589,7 +591,8 @@ class Rehearsal:
         scale = 1.0
         if vocab is not None and ref_vocab is not None and vocab != ref_vocab:
             scale = max(vocab / ref_vocab, 1.0)
-            model = f"{model}, x {vocab}/{ref_vocab} classes" if scale > 1 else model
+            if scale > 1:
+                ph.slope_ratio = f"{vocab}/{ref_vocab} classes"
         ph.peaks.append(ph.peaks[0] + round(grow * scale))
         if ph.segments and len(segs) == len(ph.segments[0]):
             ph.segments.append([a + round(d * scale) for a, d in zip(ph.segments[0], segs)])
@@ -1054,7 +1057,13 @@ def table(phases: list[Phase], memory_gb: float | None) -> str:
         if ph.slope_of and len(ph.peaks) == 2:
             peaks = f"{_gb(ph.peaks[0])} / ({_gb(ph.peaks[1])})"
             note = "; ".join(
-                x for x in (note, f"batch 2 not run: {ph.slope_of}'s growth from 1 to 2") if x
+                x
+                for x in (
+                    note,
+                    f"batch 2 not run: {ph.slope_of}'s growth from 1 to 2"
+                    + (f" x {ph.slope_ratio}" if ph.slope_ratio else ""),
+                )
+                if x
             )
         lines.append(
             f"| {model} | {ph.name} | {' / '.join(f'{s:.1f}' for s in ph.seconds)} | "

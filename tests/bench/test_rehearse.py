@@ -464,7 +464,9 @@ def test_sampling_twins_across_a_few_more_classes_scale_the_growth():
     fewer = second(300, 990, None)
     apart = second(400, 1011, 1900)
     assert runs == [1000, 1011]
-    assert more.peaks == [200, 200 + 1010] and "x 1010/1000 classes" in more.slope_of
-    assert fewer.peaks == [300, 300 + 1000] and fewer.slope_of == "m1000"
+    assert more.peaks == [200, 200 + 1010] and more.slope_of == "m1000"
+    assert more.slope_ratio == "1010/1000 classes"
+    assert fewer.peaks == [300, 300 + 1000] and fewer.slope_of == "m1000" and not fewer.slope_ratio
+    assert "growth from 1 to 2 x 1010/1000 classes" in rehearse.table([more], None)
     assert apart.peaks == [400, 1900] and apart.slope_of == ""
     assert lead.extrapolated() == 100 + 63 * 1000 < more.extrapolated()
