@@ -5,7 +5,10 @@ Measured, from the store (:class:`bench.results.Store`): a train row's ``wall_s`
 loop), the sum of a model's sample and likelihood rows' ``wall_s`` (sampling + scoring); and, where
 the local executor recorded the job (the sweep's state file), the job's wall time from its start
 to its ``result.json``. Predicted: the same plan's cells as if none were done (the model's train
-cell, its sample cells, the job's start and loads).
+cell, its sample cells, the job's start and loads); the job and the sweep's wall are predicted for
+the work the recorded job did (the rows written after it started: a job that sampled a model
+trained by an earlier run, such as ``sweeps/samplers.yaml`` on the quickstart's models, is
+compared without the training, and with only the cells it wrote).
 
 ``python -m bench.sweep SWEEP --status`` prints this after its table once cells are done;
 ``python -m bench.cost SWEEP [--set ...] [--device KIND]`` prints it alone.
@@ -13,8 +16,9 @@ cell, its sample cells, the job's start and loads).
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -29,6 +33,10 @@ class Measured:
     job_s: float | None = None  # the local job's wall time (start to result.json)
     start: float | None = None  # the local job's start (epoch seconds)
     end: float | None = None
+    #: the local job wrote the train (or import) row: it trained the model (else an earlier run)
+    trained_in_job: bool = True
+    #: the sample / likelihood cells whose rows the local job wrote
+    sampled_in_job: set[str] = field(default_factory=set)
 
 
 def _wall(rows: list[dict] | None) -> float | None:
@@ -60,21 +68,51 @@ def _local_jobs(p) -> dict[str, tuple[float, float]]:
     return out
 
 
+def _created(rows: list[dict] | None) -> float | None:
+    """The epoch seconds of a cell's first row's ``created_at`` (None when absent)."""
+    for r in rows or []:
+        try:
+            return datetime.fromisoformat(str(r.get("created_at"))).timestamp()
+        except (TypeError, ValueError):
+            continue
+    return None
+
+
 def measured(p, store) -> dict[str, Measured]:
     """What the store (and the local jobs' records) say each model's work took."""
     jobs = _local_jobs(p)
     out = {}
     for tc in p.train_cells:
-        m = Measured(train_s=_wall(store.load(tc.id)))
-        walls = [_wall(store.load(c.id)) for c in p.samples_of(tc)]
-        walls = [w for w in walls if w is not None]
+        train_rows = store.load(tc.id)
+        m = Measured(train_s=_wall(train_rows))
+        sample_rows = {c.id: store.load(c.id) for c in p.samples_of(tc)}
+        walls = [w for w in map(_wall, sample_rows.values()) if w is not None]
         if walls:
             m.sample_s, m.cells = sum(walls), len(walls)
         if tc.id in jobs:
             m.start, m.end = jobs[tc.id]
             m.job_s = m.end - m.start
+            # rows written by this job: created at or after its start (1 s for clock rounding)
+            since = m.start - 1.0
+            made = _created(train_rows)
+            m.trained_in_job = made is None or made >= since
+            m.sampled_in_job = {
+                cid for cid, rows in sample_rows.items() if (_created(rows) or 0.0) >= since
+            }
         out[tc.id] = m
     return out
+
+
+def as_run(j, m: Measured):
+    """Job prediction ``j`` for the work the recorded job did (:class:`Measured`): without the
+    training when an earlier run trained the model, with only the cells it wrote."""
+    if m.start is None:
+        return j
+    return dataclasses.replace(
+        j,
+        train=j.train if m.trained_in_job else None,
+        samples=[c for c in j.samples if c.cell_id in m.sampled_in_job],
+    )
 
 
 def _pair(pred: float, meas: float | None) -> str:
@@ -98,7 +136,7 @@ def comparison(p, store, pred: PlanPrediction | None = None) -> str:
     have = {"train": True, "sample": True, "job": True}
     for j in pred.jobs:
         m = meas.get(j.train_cell_id, Measured())
-        pt, ps, pj = j.train_s, j.sample_s, j.seconds
+        pt, ps, pj = j.train_s, j.sample_s, as_run(j, m).seconds
         lines.append(
             f"  {j.label[:42]:42s} {_pair(pt, m.train_s)} {_pair(ps, m.sample_s)} "
             f"{_pair(pj, m.job_s)}"
@@ -121,7 +159,13 @@ def comparison(p, store, pred: PlanPrediction | None = None) -> str:
         spans = [(m.start, m.end) for m in meas.values() if m.start is not None]
         span = max(e for _, e in spans) - min(s for s, _ in spans) if spans else None
         parallel = max(1, min(ex.max_parallel, len(pred.jobs)))
-        wall = local_wall(pred.jobs, parallel, pred.setup_s)
+        # the jobs the executor recorded (a re-run starts none for a model that was done)
+        ran = [
+            as_run(j, meas[j.train_cell_id])
+            for j in pred.jobs
+            if j.train_cell_id in meas and meas[j.train_cell_id].start is not None
+        ] or pred.jobs
+        wall = local_wall(ran, parallel, pred.setup_s)
         lines.append(
             f"  {'sweep wall, ' + str(parallel) + ' job(s) at once':42s} "
             f"{'':24s} {'':24s} {_pair(wall, span)}"

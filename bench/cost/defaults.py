@@ -194,6 +194,19 @@ _CPU_SAMPLE = {
     "flm|euler": {"float64": [1.02, 6.34], "float32": [1.02, 2.72], "call_s": 0.000192},
     "mdlm|ancestral": {"float64": [1.17, 8.09], "float32": [1.17, 3.76], "call_s": 0.0},
     "mdlm|greedy": {"float64": [1.21, 7.3], "float32": [1.21, 3.08], "call_s": 0.0},
+    # MDLM's and Duo's decodings beyond ancestral (2026-11-27): this table's ancestral factor
+    # times the median over three runs of `python -m bench.perf calibrate --threads 1 --models
+    # mdlm,duo` of (the decoding's factor / ancestral's in the same run); idle VM, load ~1
+    "mdlm|cached": {"float64": [1.15, 8.53], "float32": [1.15, 3.84], "call_s": 0.0},
+    "mdlm|confidence": {"float64": [1.17, 8.91], "float32": [1.17, 3.99], "call_s": 0.0},
+    "mdlm|entropy": {"float64": [1.23, 11.6], "float32": [1.23, 7.08], "call_s": 0.0},
+    "mdlm|margin": {"float64": [1.26, 10.1], "float32": [1.26, 5.1], "call_s": 0.0},
+    "mdlm|remdm-cap": {"float64": [1.26, 10.3], "float32": [1.26, 7.46], "call_s": 0.0},
+    "mdlm|remdm-conf": {"float64": [1.28, 10.4], "float32": [1.28, 7.72], "call_s": 0.0},
+    "mdlm|remdm-loop": {"float64": [1.26, 11.4], "float32": [1.26, 7.89], "call_s": 0.0},
+    "mdlm|remdm-rescale": {"float64": [1.25, 10.8], "float32": [1.25, 7.38], "call_s": 0.0},
+    "duo|psi": {"float64": [1.08, 7.94], "float32": [1.08, 4.95], "call_s": 0.0},
+    "duo|psi-greedy": {"float64": [1.1, 8.52], "float32": [1.1, 4.23], "call_s": 0.0},
     "sflm/sarch|exact": {"float64": [1.32, 6.14], "float32": [1.32, 3.11], "call_s": 0.0},
     "sflm/sarch|stochastic": {"float64": [1.21, 9.61], "float32": [1.21, 5.6], "call_s": 0.0},
     "sflm/sarch|top1": {"float64": [1.13, 3.94], "float32": [1.13, 1.77], "call_s": 2.14e-05},

@@ -221,6 +221,61 @@ def test_status_sets_the_prediction_beside_the_measured_rows(tmp_path):
     assert "predicted / measured" in out and "total (device seconds)" in out
 
 
+def test_a_job_that_sampled_an_earlier_runs_model_is_compared_without_its_training(tmp_path):
+    """A local job that found the model trained by an earlier run (its train row written before
+    the job started) and sampled one new cell is compared with the prediction of that work: no
+    training, only the cell it wrote; the sweep's wall likewise. A job that trained is compared
+    with its whole prediction."""
+    import json
+    import os
+    from datetime import datetime, timedelta, timezone
+
+    from bench.cost import check
+    from bench.cost.model import predict_plan
+    from bench.executors.state import state_dir
+    from bench.results import Store
+
+    p = _plan(tmp_path, methods=[{"method": "mdlm"}, {"method": "duo"}], nfe=(4, 8))
+    store = Store(p.cfg.results_dir)
+    start = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+
+    def at(s):
+        return (start + timedelta(seconds=s)).isoformat()
+
+    local = {}
+    for i, tc in enumerate(p.train_cells):
+        earlier = i == 0  # mdlm: trained an hour before its job; duo: trained in it
+        made = at(-3600 if earlier else 60)
+        store.write_cell(tc.id, [{"metric": "n_params", "value": 1.0, "kind": "train",
+                                  "wall_s": 60.0, "created_at": made}])  # fmt: skip
+        first, second = p.samples_of(tc)[:2]
+        for c, when in ((first, -3500 if earlier else 70), (second, 80)):
+            store.write_cell(c.id, [{"metric": "m", "value": 0.5, "kind": "sample",
+                                     "wall_s": 2.0, "created_at": at(when)}])  # fmt: skip
+        folder = tmp_path / f"job{i}"
+        folder.mkdir()
+        (folder / "result.json").write_text("{}")
+        os.utime(folder / "result.json", (start.timestamp() + 90,) * 2)
+        local[tc.id] = {"since": start.isoformat(), "folder": str(folder)}
+    state_dir(p.cfg).mkdir(parents=True, exist_ok=True)
+    (state_dir(p.cfg) / "state.json").write_text(json.dumps({"local": local}))
+
+    meas = check.measured(p, store)
+    pred = predict_plan(p, store=None)
+    mdlm, duo = pred.jobs
+    m_mdlm, m_duo = meas[mdlm.train_cell_id], meas[duo.train_cell_id]
+    assert not m_mdlm.trained_in_job and m_duo.trained_in_job
+    assert len(m_mdlm.sampled_in_job) == 1 and len(m_duo.sampled_in_job) == 2
+    ran = check.as_run(mdlm, m_mdlm)
+    assert ran.train is None and [c.cell_id for c in ran.samples] == list(m_mdlm.sampled_in_job)
+    assert ran.seconds < mdlm.seconds - mdlm.train_s  # one of its two cells
+    assert check.as_run(duo, m_duo).seconds == duo.seconds  # it did all its work
+    out = check.comparison(p, store, pred)
+    line = next(ln for ln in out.splitlines() if ln.strip().startswith("mdlm/base"))
+    assert line.endswith(check._pair(ran.seconds, m_mdlm.job_s))  # the job column: its work
+    assert m_mdlm.job_s == 90.0
+
+
 def test_calibrated_table_is_what_the_planner_uses(tmp_path, capsys):
     """``python -m bench.perf calibrate`` (tiny, fast settings) stores an entry of its kind and
     thread count; a sweep naming that kind predicts with it."""
