@@ -30,6 +30,7 @@ from bench.cell_model import (
     _base_row,
     _device,
     cell_task,
+    keep_freed_heap,
     method_backbone,
 )
 from bench.config import canonical, config_hash
@@ -426,6 +427,8 @@ def _sample(tc: TrainCell, todo: list[SampleCell], store: Store, progress: bool)
             f"{tc.weights}: train cell {tc.label()} has no weights (did training fail?)"
         )
     dev = _device()
+    if dev.type == "cpu":
+        keep_freed_heap()
     env = environment(dev)
     task = cell_task(tc)
     method, backbone = method_backbone(tc, task)

@@ -152,7 +152,7 @@ def run_likelihood_cell(c, store: Store | None = None, progress: bool = False) -
 
 def _compute(tc, dataset, s: Settings, store: Store, cid: str, variant: str, progress: bool):
     from bench import records
-    from bench.cell_model import _device, cell_task, method_backbone
+    from bench.cell_model import _device, cell_task, keep_freed_heap, method_backbone
     from bench.cost.measure import CallTimer, PeakMemory, environment, timing_calls
     from bench.evaluate.metrics import MetricValue
     from bench.likelihood.datasets import load_blocks, parse
@@ -184,6 +184,8 @@ def _compute(tc, dataset, s: Settings, store: Store, cid: str, variant: str, pro
         raise FileNotFoundError(f"{tc.weights}: train cell {tc.label()} has no weights")
     meta = load_weights(method, backbone, tc.weights)
     dev = _device()
+    if dev.type == "cpu":
+        keep_freed_heap()
     backbone.to(dev).eval()
     method.to(dev)
     blocks = load_blocks(
