@@ -175,29 +175,50 @@ def test_text_layer_imports_only_itself():
     assert not {m: d for m, d in outside.items() if d}, outside
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "bench.sweep",
-        "bench.plan",
-        "bench.cells",
-        "bench.status",
-        "bench.executors.local",
-        "bench.executors.slurm",
-        "bench.config",
-    ],
-)
-def test_module_imports_first_in_a_fresh_interpreter(name):
+FIRST_IMPORTS = [
+    "bench.sweep",
+    "bench.plan",
+    "bench.cells",
+    "bench.status",
+    "bench.executors.local",
+    "bench.executors.slurm",
+    "bench.config",
+]
+
+
+@pytest.fixture(scope="module")
+def fresh_imports():
+    """Module name -> ``(returncode, stderr)`` of ``python -c "import <name>"``, one fresh
+    interpreter per module, all started at once (each waits on its own imports, one CPU core
+    each: together they take the longest one's time on a 2-core machine, not the sum)."""
+    procs = {
+        name: subprocess.Popen(
+            [sys.executable, "-c", f"import {name}"],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in FIRST_IMPORTS
+    }
+    out = {}
+    try:
+        for name, proc in procs.items():
+            _, err = proc.communicate(timeout=120)
+            out[name] = (proc.returncode, err)
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait()
+    return out
+
+
+@pytest.mark.parametrize("name", FIRST_IMPORTS)
+def test_module_imports_first_in_a_fresh_interpreter(name, fresh_imports):
     """Each orchestration module is importable as the first import of a process (what a
     submitit job unpickling a cell or a job class does), not only after its importers."""
-    proc = subprocess.run(
-        [sys.executable, "-c", f"import {name}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    returncode, stderr = fresh_imports[name]
+    assert returncode == 0, stderr[-2000:]
 
 
 def test_pickled_jobs_reference_importable_modules():

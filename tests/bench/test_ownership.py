@@ -115,15 +115,23 @@ def test_a_cell_another_process_owns_is_not_computed_here(tmp_path, capsys):
         other.wait()
 
 
-def _driver(path, *args) -> subprocess.Popen:
+def _driver(path, *args, stderr: Path | None = None) -> subprocess.Popen:
     """``python -m bench.sweep`` as a user starts it from a shell (its own process group, so
-    that a terminal's Ctrl-C can be imitated by signalling the group)."""
+    that a terminal's Ctrl-C can be imitated by signalling the group); ``stderr``: a file to
+    write its stderr to (readable while it runs) instead of a pipe."""
+    if stderr is not None:
+        with open(stderr, "w") as err:
+            return _driver_with(path, args, err)
+    return _driver_with(path, args, subprocess.PIPE)
+
+
+def _driver_with(path, args, stderr) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "bench.sweep", str(path), "--no-progress", *args],
         cwd=ROOT,
         env=ENV,
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=stderr,
         text=True,
         start_new_session=True,
     )
@@ -173,15 +181,27 @@ def test_ctrl_c_leaves_the_job_running_status_shows_it_rerun_attaches_cancel_sto
     assert st.returncode == 0 and st.stdout.splitlines()[1].startswith("running  train"), st.stdout
     assert f"pid {owner['pid']}" in st.stdout
 
-    second = _driver(path)  # the re-run attaches: no second process, no second job folder
-    time.sleep(15)
+    # the re-run attaches: no second process, no second job folder. It says so once it has
+    # planned and found the lock held; then it polls the job every 0.2 s. Waiting for that line
+    # (not a fixed 15 s, which mostly covered its start) and watching it for 2 s more (about ten
+    # of its polls) checks the same: it is still there, waiting, and started nothing.
+    second_err = tmp_path / "second.err"
+    second = _driver(path, stderr=second_err)
+    attached = wait_until(
+        lambda: "is already running" in second_err.read_text() and second_err.read_text(),
+        120,
+        "the re-run to attach to the running job",
+    )
+    assert f"(pid {owner['pid']} on " in attached and "waiting for it" in attached, attached
+    time.sleep(2)
     assert second.poll() is None
     assert len(list((tmp_path / "results" / "logs" / "local").iterdir())) == 1
     assert locks.holder(locks.train_lock_path(tc.run_dir))["pid"] == owner["pid"]
 
     c = _sweep_cli(path, "--cancel")
     assert c.returncode == 0 and f"stopped (pid {owner['pid']}" in c.stdout, c.stdout + c.stderr
-    _, err2 = second.communicate(timeout=120)
+    second.communicate(timeout=120)
+    err2 = second_err.read_text()
     assert (
         second.returncode == 1
         and f"the job it attached to (pid {owner['pid']}) was stopped" in err2

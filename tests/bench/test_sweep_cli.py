@@ -51,20 +51,44 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize("text,needle", BAD)
-def test_bad_input_exits_2_with_one_line(tmp_path, text, needle):
-    rd = tmp_path / "results"
-    rd.mkdir()
-    (rd / "keep.txt").write_text("x")
-    before = _snapshot(rd)
-    path = (
-        tmp_path / "missing.yaml"
-        if text is None
-        else _write(tmp_path, f"results_dir: {rd}\n" + text)
-    )
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.sweep", str(path)], capture_output=True, text=True
-    )
+@pytest.fixture(scope="module")
+def bad_runs(tmp_path_factory):
+    """Per case of :data:`BAD`: ``(path, proc, before, rd)``: the sweep file, the finished
+    ``python -m bench.sweep`` run on it (a CompletedProcess), and its results folder with the
+    snapshot taken before the run. The nine runs start at once (each mostly waits on its own
+    imports, one core each; nothing of one run is another's)."""
+    cases = []
+    for i, (text, _) in enumerate(BAD):
+        tmp = tmp_path_factory.mktemp(f"bad{i}")
+        rd = tmp / "results"
+        rd.mkdir()
+        (rd / "keep.txt").write_text("x")
+        before = _snapshot(rd)
+        path = tmp / "missing.yaml" if text is None else _write(tmp, f"results_dir: {rd}\n" + text)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.sweep", str(path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        cases.append((path, proc, before, rd))
+    out = []
+    try:
+        for path, proc, before, rd in cases:
+            stdout, stderr = proc.communicate(timeout=300)
+            done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+            out.append((path, done, before, rd))
+    finally:
+        for _, proc, _, _ in cases:
+            proc.kill()
+            proc.wait()
+    return out
+
+
+@pytest.mark.parametrize("case", range(len(BAD)), ids=[f"{t}-{n}" for t, n in BAD])
+def test_bad_input_exits_2_with_one_line(case, bad_runs):
+    needle = BAD[case][1]
+    path, proc, before, rd = bad_runs[case]
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0] and str(path.name) in lines[0], proc.stderr

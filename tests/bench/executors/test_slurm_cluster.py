@@ -224,7 +224,7 @@ def test_scontrol_requeue_of_running_job_restarts_it(tmp_path, jobs):
     restart_delay = float(lines[1].split()[2]) - t_requeue
     print(f"requeue -> restart took {restart_delay:.1f} s")
     # Slurm holds a requeued job for cred_expire+1 s (default 120 s); the local
-    # cluster sets cred_expire=10 and 2 s scheduler passes.
+    # cluster sets cred_expire=5 and 2 s scheduler passes.
     assert restart_delay < 60
     history = [r["State"] for r in sacct(jid, duplicates=True)]
     assert history == ["REQUEUED", "COMPLETED"]
@@ -297,7 +297,7 @@ exit 5
 """
 
 
-@pytest.mark.slow  # GraceTime (10 s) + requeue hold (~12 s)
+@pytest.mark.slow  # GraceTime (10 s) + requeue hold (~7 s)
 def test_urgent_partition_preempts_and_requeues_debug_job(tmp_path, jobs):
     cpus = int(run("sinfo", "-h", "-N", "-o", "%c").stdout.split()[0])
     log = tmp_path / "low.log"

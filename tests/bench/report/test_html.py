@@ -257,10 +257,17 @@ def check_page(out: Path) -> _Page:
     return page
 
 
-def test_quickstart_like_page_lists_every_table_and_figure(tmp_path):
-    quickstart_like_store(tmp_path)
-    assert main(["--results-dir", str(tmp_path)]) == 0
-    out = tmp_path / "report"
+@pytest.fixture(scope="module")
+def quickstart_like_report(tmp_path_factory) -> Path:
+    """A :func:`quickstart_like_store` and its report (default options), written once for the
+    tests that only read them."""
+    root = quickstart_like_store(tmp_path_factory.mktemp("quickstart-like"))
+    assert main(["--results-dir", str(root)]) == 0
+    return root
+
+
+def test_quickstart_like_page_lists_every_table_and_figure(quickstart_like_report):
+    out = quickstart_like_report / "report"
     check_page(out)
     for stem in ("sudoku_training_curves", "sudoku_exact_match_vs_nfe"):
         for ext in ("svg", "png", "pdf"):
@@ -277,12 +284,10 @@ def test_quickstart_like_page_lists_every_table_and_figure(tmp_path):
     assert cell and cell.group(1).strip() in html
 
 
-def test_every_number_has_its_provenance(tmp_path):
+def test_every_number_has_its_provenance(quickstart_like_report):
     """The headline MDLM / easy entry names both seeds' cells, its config hashes, the commit and
     seeds x items; a paper column says it is the paper's; the training table its train cells."""
-    quickstart_like_store(tmp_path)
-    assert main(["--results-dir", str(tmp_path)]) == 0
-    page = parse_page(tmp_path / "report" / "index.html")
+    page = parse_page(quickstart_like_report / "report" / "index.html")
     by_text = {}
     for text, title in page.titles:
         by_text.setdefault(text, []).append(title)
