@@ -10,7 +10,7 @@ facts, are one) it runs, at batch 1 and at batch 2 (a *twin*, a model that diffe
 earlier one only in options its method declares memory-neutral, ``Method.memory_neutral_options``
 such as S-FLM's schedule constants, runs batch 1 only and takes the earlier model's growth from
 batch 1 to 2, :func:`twin_key`; for sampling and likelihood also an imported model of the same
-architecture, or of a vocabulary a few classes larger, the growth then scaled by the ratio,
+architecture, or of a vocabulary a few classes apart, the growth scaled up by the ratio when larger,
 :func:`architecture`):
 
 - **build**: the method and its backbone at the sweep's size, random weights, on the device. An
