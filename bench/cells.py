@@ -427,8 +427,7 @@ def _sample(tc: TrainCell, todo: list[SampleCell], store: Store, progress: bool)
             f"{tc.weights}: train cell {tc.label()} has no weights (did training fail?)"
         )
     dev = _device()
-    if dev.type == "cpu":
-        keep_freed_heap()
+    keep_freed_heap(dev)
     env = environment(dev)
     task = cell_task(tc)
     method, backbone = method_backbone(tc, task)

@@ -134,9 +134,13 @@ def comparison(p, store, pred: PlanPrediction | None = None) -> str:
     tot_p = {"train": 0.0, "sample": 0.0, "job": 0.0}
     tot_m = {"train": 0.0, "sample": 0.0, "job": 0.0}
     have = {"train": True, "sample": True, "job": True}
+    ran = []  # the jobs the executor recorded, as they ran (a re-run starts none for a done model)
     for j in pred.jobs:
         m = meas.get(j.train_cell_id, Measured())
-        pt, ps, pj = j.train_s, j.sample_s, as_run(j, m).seconds
+        job = as_run(j, m)
+        if m.start is not None:
+            ran.append(job)
+        pt, ps, pj = j.train_s, j.sample_s, job.seconds
         lines.append(
             f"  {j.label[:42]:42s} {_pair(pt, m.train_s)} {_pair(ps, m.sample_s)} "
             f"{_pair(pj, m.job_s)}"
@@ -159,13 +163,7 @@ def comparison(p, store, pred: PlanPrediction | None = None) -> str:
         spans = [(m.start, m.end) for m in meas.values() if m.start is not None]
         span = max(e for _, e in spans) - min(s for s, _ in spans) if spans else None
         parallel = max(1, min(ex.max_parallel, len(pred.jobs)))
-        # the jobs the executor recorded (a re-run starts none for a model that was done)
-        ran = [
-            as_run(j, meas[j.train_cell_id])
-            for j in pred.jobs
-            if j.train_cell_id in meas and meas[j.train_cell_id].start is not None
-        ] or pred.jobs
-        wall = local_wall(ran, parallel, pred.setup_s)
+        wall = local_wall(ran or pred.jobs, parallel, pred.setup_s)
         lines.append(
             f"  {'sweep wall, ' + str(parallel) + ' job(s) at once':42s} "
             f"{'':24s} {'':24s} {_pair(wall, span)}"

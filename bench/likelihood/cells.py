@@ -184,8 +184,7 @@ def _compute(tc, dataset, s: Settings, store: Store, cid: str, variant: str, pro
         raise FileNotFoundError(f"{tc.weights}: train cell {tc.label()} has no weights")
     meta = load_weights(method, backbone, tc.weights)
     dev = _device()
-    if dev.type == "cpu":
-        keep_freed_heap()
+    keep_freed_heap(dev)
     backbone.to(dev).eval()
     method.to(dev)
     blocks = load_blocks(

@@ -274,7 +274,7 @@ import resource, sys
 import torch
 if sys.argv[1] == "keep":
     from bench.cell_model import keep_freed_heap
-    keep_freed_heap()
+    keep_freed_heap(torch.device("cpu"))
 def call():  # a sampling call's pattern: several MB-sized buffers live at once, then freed
     xs = [torch.ones(256 * 1024) for _ in range(8)]
     del xs
