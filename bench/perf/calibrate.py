@@ -77,6 +77,8 @@ SHAPES = {
         "large": ("cpu-mini", 256, 8, 4),
     },
 }  # fmt: skip
+#: untimed training steps before a timed one
+TRAIN_WARMUP = 6
 #: sampling calls per timed run of a non-AR sampler
 NFE = 4
 
@@ -234,7 +236,7 @@ def _train_fit(shapes, args, device, rows, bare: dict) -> dict:
     X, y = [], []
     for size, V, L, B in _with_factor_shapes(shapes["train"], shapes):
         step = _bare_step(size, V, L, B, args, device)
-        s = _min_time(step, args.calib_reps + 2, device, warmup=2)
+        s = _min_time(step, args.calib_reps + 2, device, warmup=TRAIN_WARMUP)
         bare[("train", size, V, L, B)] = s
         net = _net(size, V)
         flops = 3.0 * B * L * net.token_flops(L)
@@ -308,7 +310,9 @@ def _method_factors(model_list, shapes, entry, args, device, rows) -> dict:
             T = L - 1 if net.causal else L
             ctx = T / 2 if net.causal else T
             step = _train_step_fn(method, bb, opt, batch, a, device)
-            s = _min_time(step, args.calib_reps, device, warmup=2)
+            # some models settle only after a few steps (FLM: 2.5x its steady time for the first
+            # five at batch 16), which a min over three calls after two would keep
+            s = _min_time(step, args.calib_reps, device, warmup=TRAIN_WARMUP)
             tt[which] = (
                 s,
                 now_t
@@ -528,11 +532,15 @@ def _memory(device) -> int:
 
 
 def run(model_list, args, device) -> list[dict]:
+    from bench.cell_model import keep_freed_heap
     from bench.cost import table
     from bench.cost.defaults import DEFAULTS
     from bench.cost.measure import device_name
 
     t_start = time.perf_counter()
+    # the heap of a job (a sampling job sets it; training raises glibc's threshold to the same):
+    # without it the large shapes' calls fault their buffers in anew and vary up to 2x by run
+    keep_freed_heap(device)
     name = device_name(device)
     kind = args.calib_kind or table.kind_of(name)
     threads = torch.get_num_threads() if device.type == "cpu" else 0

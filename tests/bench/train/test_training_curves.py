@@ -116,7 +116,7 @@ def test_bad_logger_values_are_config_errors_naming_the_key(tmp_path, monkeypatc
 def test_sweep_cli_exits_2_on_a_bad_logger(tmp_path, capsys):
     from bench.sweep import main
 
-    src = QUICKSTART.read_text().replace("  steps: 600", "  steps: 600\n  logger: x")
+    src = QUICKSTART.read_text().replace("  steps: 1000", "  steps: 1000\n  logger: x")
     f = tmp_path / "s.yaml"
     f.write_text(src)
     assert main([str(f), "--dry-run"]) == 2
@@ -131,8 +131,8 @@ def test_logging_options_are_not_part_of_the_cell_identity(tmp_path):
     b = tmp_path / "b.yaml"
     b.write_text(
         src.replace(
-            "  steps: 600",
-            "  steps: 600\n  logger: none\n  log_every: 7\n  val_every: 0\n  val_batches: 9",
+            "  steps: 1000",
+            "  steps: 1000\n  logger: none\n  log_every: 7\n  val_every: 0\n  val_batches: 9",
         )
     )
     pa, pb = plan(load_sweep(a), "a"), plan(load_sweep(b), "b")
