@@ -209,6 +209,21 @@ class MDLM(Method):
     def build_backbone(self, cfg: BackboneConfig):
         return build_dit(cfg, self.vocab_size + 1, self.vocab_size + 1)
 
+    def validate_plan(self, *, backbone, train, sample) -> None:
+        """The backbone (the base class), and no ReMDM decoding with ``block_length`` (the
+        sampler's own check, made at plan time instead of at the job's first batch)."""
+        super().validate_plan(backbone=backbone, train=train, sample=sample)
+        for decoding in sample.decoding:
+            self._check_blocks(self.resolve_decoding(decoding))
+
+    def _check_blocks(self, decoding: str) -> None:
+        if decoding in REMDM and self.opts.block_length:
+            raise ConfigError(
+                f"options.block_length: {decoding} decodes the whole canvas (ReMDM defines "
+                "no blocks); block_length applies to ancestral, greedy, cached and "
+                f"{', '.join(CONFIDENCE_ORDERS)}"
+            )
+
     # -- schedule -----------------------------------------------------------------
     def alpha(self, t: Tensor) -> Tensor:
         """Log-linear alpha_t = 1 - (1 - eps) t (`noise_schedules.py::LogLinear`)."""
@@ -341,13 +356,8 @@ class MDLM(Method):
         decoding = self.resolve_decoding(decoding)
         x = torch.where(prompt_mask, prompt, torch.full_like(prompt, self.mask_id))
         generated = ~prompt_mask
+        self._check_blocks(decoding)
         if decoding in REMDM:
-            if self.opts.block_length:
-                raise ValueError(
-                    f"options.block_length: {decoding} decodes the whole canvas (ReMDM defines "
-                    "no blocks); block_length applies to ancestral, greedy, cached and "
-                    f"{', '.join(CONFIDENCE_ORDERS)}"
-                )
             return self._remdm(
                 backbone, x, generated, nfe, decoding, temperature, float64, generator
             )

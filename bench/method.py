@@ -228,7 +228,8 @@ class Method(nn.Module):
         adds the file and the entry (``sweeps/x.yaml: methods[2]: ...``) and ``python -m
         bench.sweep`` exits 2 before anything is written. ``backbone``: the section the model is
         built from (an imported checkpoint's own); ``train``: the entry's recipe (its overrides
-        applied); ``sample``: the sweep's grid. Prefer calling the code the job runs to restating
+        applied); ``sample``: the sweep's grid with ``decoding`` this entry's decodings, resolved
+        (:meth:`resolve_decoding`). Prefer calling the code the job runs to restating
         its rule; build no weights and load no data. The base class resolves the backbone as
         :func:`bench.backbones.dit.build_dit` does (unknown size, heads that do not divide
         d_model); a method with its own backbone config rules overrides it."""

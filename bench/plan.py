@@ -421,8 +421,10 @@ def _entry_model(sw: _Sweep, i: int, entry: MethodEntry) -> _EntryModel:
     train = build(
         TrainConfig, {**dataclasses.asdict(sw.train), **entry.train}, where=f"{where}.train"
     )
+    decodings = _decodings(method, entry, sw.sample.decoding, where)
+    sample = dataclasses.replace(sw.sample, decoding=decodings)  # this entry's, resolved
     try:
-        method.validate_plan(backbone=BackboneConfig(**backbone), train=train, sample=sw.sample)
+        method.validate_plan(backbone=BackboneConfig(**backbone), train=train, sample=sample)
     except ValueError as e:  # ConfigError included
         msg = str(e)
         if not imported and msg.startswith(("backbone", "sample")):  # a section at the root
@@ -444,7 +446,7 @@ def _entry_model(sw: _Sweep, i: int, entry: MethodEntry) -> _EntryModel:
         backbone=backbone,
         source=imported,
         vocab_size=vocab,
-        decodings=_decodings(method, entry, sw.sample.decoding, where),
+        decodings=decodings,
         seeds=seeds,
         groups=groups,
     )

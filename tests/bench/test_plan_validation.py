@@ -58,6 +58,16 @@ BAD = [
         "methods: [{method: sflm, options: {alpha_trunc_inverted: 0.9995}}]",
         "methods[0]: options.alpha_trunc_inverted: clean-weight cap",
     ),
+    # MDLM's ReMDM decodings remask the whole canvas: no blocks (MDLM.sample, at the first batch)
+    (
+        "methods: [{method: mdlm, options: {block_length: 2}, decoding: [ancestral, remdm-cap]}]",
+        "methods[0]: options.block_length: remdm-cap decodes the whole canvas",
+    ),
+    (
+        "sample: {nfe: [2], n_samples: 4, batch_size: 4, decoding: [default, remdm-loop]}\n"
+        "methods: [{method: mdlm, options: {block_length: 2}}]",
+        "methods[0]: options.block_length: remdm-loop decodes the whole canvas",
+    ),
     # Duo's curriculum solves its gamma range from the alpha span when training starts
     (
         "methods: [{method: duo, options: {curriculum_end: 10, curriculum_alpha_min: 1.0e-12}}]",
