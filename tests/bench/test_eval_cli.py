@@ -199,7 +199,11 @@ def test_every_quickstart_run_folder_plans_to_the_sweeps_cells(tmp_path):
             e for e in cfg.methods if e.method == tc.method and (e.variant or "base") == tc.variant
         )
         ep = bench_eval.prepare(
-            str(tc.run_dir), nfe=[4, 16], temperature=[1.0, 0.5], decoding=entry.decoding
+            str(tc.run_dir),
+            nfe=[4, 16],
+            temperature=[1.0, 0.5],
+            decoding=entry.decoding,
+            sets=[f"sample.n_samples={cfg.sample.n_samples}"],  # bench.eval's default: the task's
         )
         assert [t.id for t in ep.train_cells] == [tc.id]
         want = {  # its sampling cells (its likelihood cells: bench.eval --likelihood)
