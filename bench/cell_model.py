@@ -9,7 +9,7 @@ import json
 
 import torch
 
-from bench import registry
+from bench import heap, registry
 from bench.plan import _NON_SEMANTIC_TASK, _NON_SEMANTIC_TRAIN, TrainCell
 
 
@@ -25,16 +25,8 @@ def keep_freed_heap(device: torch.device) -> None:
     MDLM at the quickstart's shape spent 12-20 % of its CPU time in the system (0.7-1.5 M page
     faults per 160 calls); with these settings none (docs/measurements/quickstart.md). Samples
     are bit-identical. Elsewhere than glibc: nothing."""
-    if device.type != "cpu":
-        return
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 32 * 2**20)  # M_MMAP_THRESHOLD: its largest value on 64-bit glibc
-        libc.mallopt(-1, 512 * 2**20)  # M_TRIM_THRESHOLD: free heap kept before trimming
-    except (OSError, AttributeError):
-        pass
+    if device.type == "cpu":
+        heap.keep_freed()
 
 
 def cell_task(tc: TrainCell):

@@ -78,6 +78,7 @@ from pathlib import Path
 
 import torch
 
+from bench import heap
 from bench.cell_model import cell_task, method_backbone
 from bench.config import ConfigError, canonical, config_hash
 from bench.cost.measure import PeakMemory, device_name
@@ -272,12 +273,7 @@ def _fixed_mmap_threshold() -> None:
     when freed, so that the resident peak follows what is live (glibc otherwise raises the
     threshold as buffers are freed and keeps them, which made the batch-1 / batch-2 difference,
     and its extrapolation, vary by tens of GB between runs)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
-    except (OSError, AttributeError):
-        pass
+    heap.give_back_freed()
 
 
 def _trim() -> None:
@@ -285,12 +281,7 @@ def _trim() -> None:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+    heap.trim()
 
 
 def _sync(device: torch.device) -> None:

@@ -91,14 +91,10 @@ def reset_peak(device: torch.device, trim: bool = True) -> int | None:
 def _trim_heap() -> None:
     """CPU: make freed large buffers leave the resident set (fixed mmap threshold + malloc_trim),
     so that a peak measured after a warm-up counts them again."""
-    try:
-        import ctypes
+    from bench import heap
 
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD: no dynamic growth after frees
-        libc.malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+    heap.give_back_freed()
+    heap.trim()
 
 
 def peak(device: torch.device) -> int:
