@@ -39,7 +39,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from bench import atomic, locks
+from bench import atomic, heap, locks
 from bench.executors import log_dir
 from bench.executors.forkserver import Forked, ForkServer
 from bench.executors.state import load_state, save_state, state_dir
@@ -170,10 +170,11 @@ def _execute_debug(p: Plan, todo, progress: bool) -> list[str]:
 
 
 def _job_env() -> dict:
-    """A job's environment: this one, with the repository first on ``PYTHONPATH``."""
+    """A job's environment: this one, with the repository first on ``PYTHONPATH`` and malloc on
+    transparent huge pages (:func:`bench.heap.job_env`)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_ROOT), env.get("PYTHONPATH")]))
-    return env
+    return heap.job_env(env)
 
 
 @dataclass

@@ -49,6 +49,7 @@ from submitit.core.utils import FailedJobError
 from submitit.helpers import Checkpointable
 from tqdm import tqdm
 
+from bench import heap
 from bench.config import ConfigError, ExecutorConfig
 from bench.executors import log_dir
 from bench.executors.cell_status import STATES, CellStatus, statuses
@@ -144,6 +145,7 @@ def _executor(
     setup = [
         f"export SFLM_BENCH_GIT_SHA={shlex.quote(provenance_sha())}",
         f"export PYTHONPATH={shlex.quote(str(_ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}",
+        heap.SLURM_SETUP,  # malloc on transparent huge pages, as a local job
     ]
     params = {
         "job_name": name,

@@ -1,0 +1,116 @@
+"""``bench.heap``: a job process's malloc on transparent huge pages (``GLIBC_TUNABLES``), set by
+the local executor's environment and the SLURM batch script."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import heap
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_job_env_adds_the_tunable_and_keeps_the_users():
+    if not sys.platform.startswith("linux"):
+        assert heap.job_env({}) == {}
+        return
+    assert heap.job_env({})["GLIBC_TUNABLES"] == heap.HUGE_PAGES
+    other = heap.job_env({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"})
+    assert other["GLIBC_TUNABLES"] == f"glibc.malloc.arena_max=2:{heap.HUGE_PAGES}"
+    own = {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"}
+    assert heap.job_env(own) == own  # the user's own setting wins
+    assert "GLIBC_TUNABLES" not in heap.job_env({"SFLM_HUGE_PAGES": "0"})
+    env = {"A": "1"}
+    heap.job_env(env)
+    assert env == {"A": "1"}  # a new dict: the caller's is left alone
+
+
+def test_local_jobs_and_slurm_scripts_get_it(monkeypatch):
+    from bench.executors.local import _job_env
+
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    monkeypatch.delenv("SFLM_HUGE_PAGES", raising=False)
+    if sys.platform.startswith("linux"):
+        assert _job_env()["GLIBC_TUNABLES"] == heap.HUGE_PAGES
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("no bash")
+    for given, want in [
+        ("", heap.HUGE_PAGES),
+        ("glibc.malloc.arena_max=2", f"glibc.malloc.arena_max=2:{heap.HUGE_PAGES}"),
+        ("glibc.malloc.hugetlb=0", "glibc.malloc.hugetlb=0"),
+    ]:
+        env = {**os.environ, "GLIBC_TUNABLES": given}
+        out = subprocess.run(
+            [bash, "-c", f'{heap.SLURM_SETUP}\nprintf %s "$GLIBC_TUNABLES"'],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert out.returncode == 0 and out.stdout == want, out.stderr
+    off = {**os.environ, "GLIBC_TUNABLES": "", "SFLM_HUGE_PAGES": "0"}
+    out = subprocess.run(
+        [bash, "-c", f'{heap.SLURM_SETUP}\nprintf %s "$GLIBC_TUNABLES"'],
+        env=off,
+        capture_output=True,
+        text=True,
+    )
+    assert out.stdout == ""
+
+
+_BIG_ROUNDS = """
+import resource
+import torch
+def call():  # a (B, L, |V|) buffer above glibc's largest mmap threshold: mapped at every call
+    x = torch.ones(64 * 2**20 // 4)
+    del x
+call()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(10):
+    call()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def _thp_on_request() -> bool:
+    try:
+        mode = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return False
+    return "[never]" not in mode
+
+
+def _glibc_at_least(major: int, minor: int) -> bool:
+    name, version = platform.libc_ver()
+    if name != "glibc":
+        return False
+    return tuple(int(p) for p in version.split(".")[:2]) >= (major, minor)
+
+
+@pytest.mark.skipif(
+    not (_glibc_at_least(2, 35) and _thp_on_request()),
+    reason="glibc.malloc.hugetlb needs glibc >= 2.35 and transparent huge pages on request",
+)
+def test_a_job_faults_a_large_buffer_in_huge_pages(tmp_path):
+    """Ten 64 MB buffers, each mapped and freed: in 4 kB pages 16,384 faults each; in a job's
+    environment (2 MB pages where the kernel grants them) a small fraction of that."""
+    script = tmp_path / "big.py"
+    script.write_text(_BIG_ROUNDS)
+    base = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "SFLM_HUGE_PAGES")}
+
+    def faults(env: dict) -> int:
+        out = subprocess.run(
+            [sys.executable, str(script)], env=env, capture_output=True, text=True, cwd=ROOT
+        )
+        assert out.returncode == 0, out.stderr
+        return int(out.stdout.split()[-1])
+
+    default, huge = faults(base), faults(heap.job_env(base))
+    assert default > 10 * 16_000 * 0.9 and huge < default / 4, (default, huge)
