@@ -9,7 +9,6 @@ malloc (:func:`job_env`)."""
 from __future__ import annotations
 
 import ctypes
-import os
 import sys
 
 M_TRIM_THRESHOLD = -1  # free heap kept at the top before it is trimmed
@@ -80,16 +79,3 @@ SLURM_SETUP = (
     "*glibc.malloc.hugetlb*) ;; "
     f'*) export GLIBC_TUNABLES="${{GLIBC_TUNABLES:+$GLIBC_TUNABLES:}}{HUGE_PAGES}";; esac; fi'
 )
-
-
-def exec_with_huge_pages() -> None:
-    """Restart this process (the same interpreter and command line, ``sys.orig_argv``) in
-    :func:`job_env`'s environment when it lacks it; return when it has it. For a command whose
-    own process does the large-buffer work (the rehearsal: ``python -m bench.rehearse``,
-    ``python -m bench.sweep ... --rehearse``); call it first, before anything is written."""
-    env = job_env(dict(os.environ))
-    if env.get("GLIBC_TUNABLES") == os.environ.get("GLIBC_TUNABLES"):
-        return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execve(sys.executable, sys.orig_argv, env)

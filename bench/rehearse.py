@@ -1319,5 +1319,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    heap.exec_with_huge_pages()  # its own process faults in the full-size buffers
     sys.exit(main())

@@ -296,10 +296,6 @@ def cancel(p) -> int:
 
 
 if __name__ == "__main__":
-    if "--rehearse" in sys.argv[1:]:  # the rehearsal runs in this process
-        from bench import heap
-
-        heap.exec_with_huge_pages()
     code = main()
     # The process ends here: exempt what is alive now (modules: torch's, when loaded) from the
     # garbage collector, whose passes over them at interpreter exit took ~0.4 s of a 2 s --list.

@@ -114,39 +114,3 @@ def test_a_job_faults_a_large_buffer_in_huge_pages(tmp_path):
 
     default, huge = faults(base), faults(heap.job_env(base))
     assert default > 10 * 16_000 * 0.9 and huge < default / 4, (default, huge)
-
-
-_RESTART = """
-import os, sys
-from bench import heap
-print("start", os.environ.get("GLIBC_TUNABLES", ""), flush=True)
-heap.exec_with_huge_pages()
-print("run", os.environ.get("GLIBC_TUNABLES", ""), sys.argv[1:], flush=True)
-"""
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
-def test_the_rehearsal_restarts_itself_once_with_the_tunable(tmp_path):
-    """``exec_with_huge_pages`` (first thing of ``python -m bench.rehearse`` and of ``bench.sweep
-    --rehearse``): the same command line again, once, in the job environment; not with
-    ``SFLM_HUGE_PAGES=0`` or a tunable of the user's own."""
-    script = tmp_path / "restart.py"
-    script.write_text(_RESTART)
-    base = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "SFLM_HUGE_PAGES")}
-    base["PYTHONPATH"] = str(ROOT)
-
-    def lines(env: dict) -> list[str]:
-        out = subprocess.run(
-            [sys.executable, str(script), "a", "b"], env=env, capture_output=True, text=True
-        )
-        assert out.returncode == 0, out.stderr
-        return out.stdout.splitlines()
-
-    assert lines(base) == [
-        "start ",
-        f"start {heap.HUGE_PAGES}",
-        f"run {heap.HUGE_PAGES} ['a', 'b']",
-    ]
-    assert lines({**base, "SFLM_HUGE_PAGES": "0"}) == ["start ", "run  ['a', 'b']"]
-    own = {**base, "GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"}
-    assert lines(own) == ["start glibc.malloc.hugetlb=0", "run glibc.malloc.hugetlb=0 ['a', 'b']"]
