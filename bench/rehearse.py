@@ -268,14 +268,6 @@ class Phase:
         return len(self.segments) >= 2 and len(self.segments[0]) == len(self.segments[1]) > 1
 
 
-def _fixed_mmap_threshold() -> None:
-    """CPU: serve every allocation of 128 kB or more by its own mapping, returned to the system
-    when freed, so that the resident peak follows what is live (glibc otherwise raises the
-    threshold as buffers are freed and keeps them, which made the batch-1 / batch-2 difference,
-    and its extrapolation, vary by tens of GB between runs)."""
-    heap.give_back_freed()
-
-
 def _trim() -> None:
     """Give freed memory back (so the next peak starts from what is live)."""
     gc.collect()
@@ -1175,7 +1167,11 @@ def rehearse_all(
         return 2
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cpu":
-        _fixed_mmap_threshold()
+        # every allocation of 128 kB or more by its own mapping, returned when freed, so that the
+        # resident peak follows what is live (glibc otherwise raises the threshold as buffers are
+        # freed and keeps them: the batch-1 / batch-2 difference, and its extrapolation, varied by
+        # tens of GB between runs)
+        heap.give_back_freed()
     threads_before = torch.get_num_threads()
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     threads = max(1, cpus or 1)

@@ -8,10 +8,7 @@ before the cost columns makes them unknown, not wrong); the records' seconds sum
 from __future__ import annotations
 
 import dataclasses
-import platform
 import shutil
-import subprocess
-import sys
 import time
 
 import pytest
@@ -267,37 +264,3 @@ def test_likelihood_rows_carry_what_the_bound_cost(fresh):
     assert r["tokens_per_s"] == pytest.approx(tokens / r["eval_s"])
     assert r["peak_mem_mb"] > 0 and r["device_name"].startswith("cpu: ")
     assert results_main(["verify", "--results-dir", str(rd)]) == 0
-
-
-_HEAP_ROUNDS = """
-import resource, sys
-import torch
-if sys.argv[1] == "keep":
-    from bench.cell_model import keep_freed_heap
-    keep_freed_heap(torch.device("cpu"))
-def call():  # a sampling call's pattern: several MB-sized buffers live at once, then freed
-    xs = [torch.ones(256 * 1024) for _ in range(8)]
-    del xs
-call()
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(30):
-    call()
-print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-"""
-
-
-@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc settings")
-def test_cpu_sampling_keeps_freed_buffers_instead_of_faulting_them_in_again(tmp_path):
-    """``cell_model.keep_freed_heap`` (what a CPU sampling or likelihood job calls first): 30
-    rounds of eight 1 MB buffers fault in a few pages after the first round, where glibc's
-    defaults give them back and fault them in again (a fresh process that only samples)."""
-    script = tmp_path / "rounds.py"
-    script.write_text(_HEAP_ROUNDS)
-
-    def faults(mode: str) -> int:
-        out = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True)
-        assert out.returncode == 0, out.stderr
-        return int(out.stdout.split()[-1])
-
-    kept, default = faults("keep"), faults("default")
-    assert default > 8 * kept and default > 1000

@@ -1,5 +1,6 @@
-"""``bench.heap``: a job process's malloc on transparent huge pages (``GLIBC_TUNABLES``), set by
-the local executor's environment and the SLURM batch script."""
+"""``bench.heap``: a sampling job keeps its freed buffers (``cell_model.keep_freed_heap``), and a
+job process's malloc runs on transparent huge pages (``GLIBC_TUNABLES``), set by the local
+executor's environment and the SLURM batch script."""
 
 from __future__ import annotations
 
@@ -42,41 +43,64 @@ def test_local_jobs_and_slurm_scripts_get_it(monkeypatch):
     bash = shutil.which("bash")
     if bash is None:
         pytest.skip("no bash")
-    for given, want in [
-        ("", heap.HUGE_PAGES),
-        ("glibc.malloc.arena_max=2", f"glibc.malloc.arena_max=2:{heap.HUGE_PAGES}"),
-        ("glibc.malloc.hugetlb=0", "glibc.malloc.hugetlb=0"),
+    for extra, want in [
+        ({"GLIBC_TUNABLES": ""}, heap.HUGE_PAGES),
+        (
+            {"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"},
+            f"glibc.malloc.arena_max=2:{heap.HUGE_PAGES}",
+        ),
+        ({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"}, "glibc.malloc.hugetlb=0"),
+        ({"GLIBC_TUNABLES": "", "SFLM_HUGE_PAGES": "0"}, ""),
     ]:
-        env = {**os.environ, "GLIBC_TUNABLES": given}
         out = subprocess.run(
             [bash, "-c", f'{heap.SLURM_SETUP}\nprintf %s "$GLIBC_TUNABLES"'],
-            env=env,
+            env={**os.environ, **extra},
             capture_output=True,
             text=True,
         )
-        assert out.returncode == 0 and out.stdout == want, out.stderr
-    off = {**os.environ, "GLIBC_TUNABLES": "", "SFLM_HUGE_PAGES": "0"}
-    out = subprocess.run(
-        [bash, "-c", f'{heap.SLURM_SETUP}\nprintf %s "$GLIBC_TUNABLES"'],
-        env=off,
-        capture_output=True,
-        text=True,
-    )
-    assert out.stdout == ""
+        assert out.returncode == 0 and out.stdout == want, (extra, out.stderr)
 
 
-_BIG_ROUNDS = """
-import resource
+_ROUNDS = """
+import resource, sys
 import torch
-def call():  # a (B, L, |V|) buffer above glibc's largest mmap threshold: mapped at every call
-    x = torch.ones(64 * 2**20 // 4)
-    del x
+mode, mb, count, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+if mode == "keep":
+    from bench.cell_model import keep_freed_heap
+    keep_freed_heap(torch.device("cpu"))
+def call():  # a sampling call's pattern: buffers live at once, then freed
+    xs = [torch.ones(mb * 2**20 // 4) for _ in range(count)]
+    del xs
 call()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(10):
+for _ in range(rounds):
     call()
 print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
+
+
+def _faults(tmp_path, mode: str, mb: int, count: int, rounds: int, env=None) -> int:
+    """Minor page faults of ``rounds`` calls after the first, in a fresh process (``_ROUNDS``)."""
+    script = tmp_path / "rounds.py"
+    script.write_text(_ROUNDS)
+    out = subprocess.run(
+        [sys.executable, str(script), mode, str(mb), str(count), str(rounds)],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stderr
+    return int(out.stdout.split()[-1])
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc settings")
+def test_cpu_sampling_keeps_freed_buffers_instead_of_faulting_them_in_again(tmp_path):
+    """``cell_model.keep_freed_heap`` (what a CPU sampling or likelihood job calls first): 30
+    rounds of eight 1 MB buffers fault in a few pages after the first round, where glibc's
+    defaults give them back and fault them in again (a fresh process that only samples)."""
+    kept, default = _faults(tmp_path, "keep", 1, 8, 30), _faults(tmp_path, "default", 1, 8, 30)
+    assert default > 8 * kept and default > 1000
 
 
 def _thp_on_request() -> bool:
@@ -101,16 +125,8 @@ def _glibc_at_least(major: int, minor: int) -> bool:
 def test_a_job_faults_a_large_buffer_in_huge_pages(tmp_path):
     """Ten 64 MB buffers, each mapped and freed: in 4 kB pages 16,384 faults each; in a job's
     environment (2 MB pages where the kernel grants them) a small fraction of that."""
-    script = tmp_path / "big.py"
-    script.write_text(_BIG_ROUNDS)
     base = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "SFLM_HUGE_PAGES")}
-
-    def faults(env: dict) -> int:
-        out = subprocess.run(
-            [sys.executable, str(script)], env=env, capture_output=True, text=True, cwd=ROOT
-        )
-        assert out.returncode == 0, out.stderr
-        return int(out.stdout.split()[-1])
-
-    default, huge = faults(base), faults(heap.job_env(base))
+    # a (B, L, |V|) buffer above glibc's largest mmap threshold: mapped at every call
+    default = _faults(tmp_path, "default", 64, 1, 10, env=base)
+    huge = _faults(tmp_path, "default", 64, 1, 10, env=heap.job_env(base))
     assert default > 10 * 16_000 * 0.9 and huge < default / 4, (default, huge)
