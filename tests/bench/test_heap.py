@@ -65,12 +65,12 @@ _ROUNDS = """
 import ctypes, resource, sys
 import torch
 mode, mb, count, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+libc = ctypes.CDLL("libc.so.6")
 if sys.argv[5] == "4k":  # this process's pages 4 kB whatever the kernel's THP mode
-    ctypes.CDLL("libc.so.6").prctl(41, 1, 0, 0, 0)  # PR_SET_THP_DISABLE
+    libc.prctl(41, 1, 0, 0, 0)  # PR_SET_THP_DISABLE
 if mode == "keep":
     from bench.cell_model import keep_freed_heap
     keep_freed_heap(torch.device("cpu"))
-libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
 libc.free.argtypes = [ctypes.c_void_p]
 size = mb * 2**20
