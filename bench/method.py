@@ -99,14 +99,20 @@ def bound_times(
     """(n,) float64 times in [eps, 1] for one Monte-Carlo draw of a likelihood bound over a batch
     of n sequences: the reference evaluation's antithetic draws, u_i = (U_i + i) / n and
     t = (1 - eps) u + eps with sampling_eps = 1e-3 (kuleshov-group/mdlm ``diffusion.py::_sample_t``,
-    s-sahoo/duo ``trainer_base.py::Diffusion._sample_t``, run by their ``ppl_eval`` validation
-    loop), with the strata dealt to the sequences by a random permutation drawn each call.
-    Departure: the reference gives sequence i stratum i every time, so a sequence's estimate
-    only ever sees 1/n of the time range; permuted, each sequence's time is U[eps, 1] (its
-    draws average to its own bound) and the batch total has the reference's distribution. Like
-    the reference the estimate leaves out t < eps: it estimates (1 - eps)^-1 times the integral
-    over [eps, 1] (MDLM: the whole to O(eps); Duo, log-singular at t = 0: 0.1-0.3 % below,
-    docs/methods/duo.md). Drawn on ``generator``'s device (float64), then moved to ``device``."""
+    s-sahoo/duo and FrankCCCCC/s-flm ``trainer_base.py::Diffusion._sample_t``, run by their
+    validation loop), with the strata dealt to the sequences by a random permutation drawn each
+    call. Departure: the reference gives sequence i stratum i every time, so a sequence's
+    estimate only ever sees 1/n of the time range. What holds here: the batch's n times, as a
+    set, have the reference's distribution (one uniform time in each stratum); each sequence's
+    time is U[eps, 1], so its draws average to its own bound and the batch total is unbiased for
+    the sum of the sequences' bounds whatever the rows' order. The batch total has the
+    reference's distribution only when the rows come in uniformly random order (a shuffled
+    loader); for rows in a fixed order the reference's total averages row i over stratum i only,
+    so the two totals differ in distribution and the reference's mean need not be the sum of
+    the sequences' bounds. Like the reference
+    the estimate leaves out t < eps: it estimates (1 - eps)^-1 times the integral over [eps, 1]
+    (MDLM: the whole to O(eps); Duo, log-singular at t = 0: 0.1-0.3 % below, docs/methods/duo.md).
+    Drawn on ``generator``'s device (float64), then moved to ``device``."""
     g = generator.device
     u = torch.rand(n, generator=generator, device=g, dtype=torch.float64)
     stratum = torch.randperm(n, generator=generator, device=g).to(torch.float64)

@@ -7,7 +7,8 @@
   dropped. Every position counts; none is given.
 - **Padded** (:func:`pad`; ``preprocess_and_tokenize`` with ``wrap=False``): one document per
   block, ``[BOS] + ids + [EOS]`` cut to L (specials kept), then padding. Pad positions are out of
-  the loss and not given (the reference noises them and masks them out of the loss).
+  the loss but given: the bounds noise only the counted positions, so pads stay clean in x_t, as
+  in s-flm@18d586f (``q_xt(valid_tokens)``); kuleshov-group/mdlm noises them too.
 
 Special ids come from the task's tokenizer (:func:`special_ids`); a task without one (sort,
 Sudoku) has none: plain concatenation, pad id 0.
@@ -36,7 +37,7 @@ class Specials:
 
 def special_ids(task) -> Specials:
     """The task tokenizer's BOS / EOS ids and a pad id below the task's vocabulary (its PAD, else
-    EOS, else 0: pad positions are neither scored nor given, but every id must embed)."""
+    EOS, else 0: pad positions are not scored but are given, clean, so the id must embed)."""
     tok = getattr(task, "tokenizer", None)
     if tok is None:
         return Specials(None, None, 0)
@@ -81,8 +82,8 @@ def pad(docs: list[list[int]], L: int, sp: Specials) -> tuple[np.ndarray, np.nda
 
 
 def as_task_data(x: np.ndarray, counted: np.ndarray | None = None) -> TaskData:
-    """Blocks as :class:`TaskData`: nothing given (``clean_mask`` False), ``counted`` (default:
-    every position) in the loss."""
+    """Blocks as :class:`TaskData`: no prompt (``clean_mask`` False), ``counted`` (default: every
+    position) in the loss; the bounds keep the rest (pads) clean in x_t."""
     xt = torch.as_tensor(np.ascontiguousarray(x), dtype=torch.long)
     loss = (
         torch.ones_like(xt, dtype=torch.bool)
