@@ -133,6 +133,10 @@ def prepare(
                 f"{LABEL}: training seed {seed} of this model has no weights ({tc.weights}); "
                 "train it with python -m bench.sweep"
             )
+    if source.kind == "run":  # a sweep's model: its cells here are an evaluation of their own
+        name = sm.evaluation_name(nfe=nfe, temperature=temperature, decoding=decoding,
+                               limit=limit, sets=sets)  # fmt: skip
+        cells = [replace(c, evaluation=name) for c in cells]
     return EvalPlan(source, mine, cells, limit, results_dir=mine[0].results_dir)
 
 

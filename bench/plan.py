@@ -140,6 +140,9 @@ class SampleCell:
     #: K when only the first K items are scored (``bench.eval --limit K``; ``n_samples`` is K,
     #: so the id differs from a full run's); None: the sweep's ``n_samples``
     limit: int | None = None
+    #: the ``bench.eval`` call that plans this cell of a sweep's model (not part of ``id``; its
+    #: rows record it and the report keeps them apart); "" for a sweep's own cell
+    evaluation: str = ""
 
     @property
     def options(self) -> dict:

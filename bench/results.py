@@ -128,6 +128,9 @@ COLUMNS = [
     # sample rows: the entry's sampling-only options that differ from their defaults (canonical
     # JSON; "" for none): with the decoding, the sampler (bench.report.samplers)
     "sampling",
+    # sample and likelihood rows a ``bench.eval`` of a sweep's model computed: the evaluation
+    # (its flags, e.g. "bench.eval --nfe 40 --limit 32"); empty for a sweep's own cells
+    "evaluation",
 ]
 #: Columns added after the first stores were written: :meth:`Store.read` lists one only when a
 #: row has it, so an older store reads (and exports to results.csv) exactly as before.
@@ -202,6 +205,10 @@ COLUMNS = [
 #:     ``torch_version``, ``cuda_version`` (empty on a CPU build), ``threads`` (torch intra-op
 #:     threads); sample, likelihood and train rows, and an imported model's (where it was
 #:     converted).
+#: - ``evaluation``: the ``python -m bench.eval`` call (its flags) that computed a sample or
+#:   likelihood cell of a sweep's model, a protocol of its own (other items, NFE, draws, ...);
+#:   empty for the cells a sweep computed. The report keeps such cells out of the sweep's tables
+#:   and reports each evaluation apart (:mod:`bench.report.evaluations`).
 REPORT_COLUMNS = COLUMNS[COLUMNS.index("task_kind") :]
 
 
@@ -480,6 +487,18 @@ class Store:
             "rows": full,
         }
         return atomic.write_text(self.path(cell_id), json.dumps(payload, indent=1))
+
+    def adopt(self, cell_ids) -> int:
+        """Make the done cells ``cell_ids`` a sweep's own: rows a ``bench.eval`` computed first
+        (``evaluation`` set) are rewritten without it, so the sweep that plans the same cell
+        reports it. Returns the cells rewritten; values, records and times are unchanged."""
+        n = 0
+        for cid in cell_ids:
+            rows = self.load(cid)
+            if rows and any(r.get("evaluation") for r in rows):
+                self.write_cell(cid, [{**r, "evaluation": None} for r in rows])
+                n += 1
+        return n
 
     def rows(self, cell_id: str) -> list[dict]:
         rows = self.load(cell_id)

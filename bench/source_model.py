@@ -93,6 +93,34 @@ def resolve_source(src: str) -> Source:
     )
 
 
+def evaluation_name(
+    *,
+    nfe=None,
+    temperature=None,
+    decoding=None,
+    limit=None,
+    sets=(),
+    likelihood=None,
+    draws=None,
+) -> str:
+    """The name the rows of a run folder's ``bench.eval`` record (``evaluation``): the flags that
+    set its protocol (items, grid, draws), as typed, e.g. ``bench.eval --nfe 40 --limit 32``.
+    Training seeds only choose which of the model's trained seeds pool, so they are not in it."""
+    parts = ["bench.eval"]
+    if likelihood:
+        parts += ["--likelihood", ",".join(likelihood)]
+    for flag, vals in (("--nfe", nfe), ("--temperature", temperature), ("--decoding", decoding)):
+        if vals:
+            parts += [flag, *(f"{v:g}" if isinstance(v, float) else str(v) for v in vals)]
+    if limit:
+        parts += ["--limit", str(limit)]
+    if draws:
+        parts += ["--draws", str(draws)]
+    for item in sets:
+        parts += ["--set", str(item)]
+    return " ".join(parts)
+
+
 def sweep_data(
     source: Source,
     *,

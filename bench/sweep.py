@@ -152,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.cancel:
         return cancel(p)
     t0 = time.perf_counter()
+    from bench.results import Store
+
+    # cells a bench.eval computed first become this sweep's own (reported with it)
+    Store(cfg.results_dir).adopt(c.id for c in p.sample_cells)
     kind = cfg.executor.kind
     started: list = []  # local jobs this driver starts
     previous = signal.signal(signal.SIGTERM, _raise_terminated)

@@ -87,6 +87,7 @@ def likelihood_rows(
     dataset: str,
     wall_s: float,
     cost: dict | None = None,
+    evaluation: str = "",
 ) -> list[dict]:
     """The store rows of one likelihood cell (module docstring), ``metrics``: MetricValues;
     ``cost``: its cost columns, on every row."""
@@ -105,6 +106,7 @@ def likelihood_rows(
         "wall_s": wall_s,
         "bound_kind": bound_kind,
         "item_limit": s.n_sequences or None,
+        "evaluation": evaluation or None,
         **(cost or {}),
     }
     return [
@@ -118,12 +120,20 @@ def likelihood_rows(
 
 
 def run_likelihood(
-    tc, dataset: str, settings: Settings, store: Store, *, variant: str = "", progress: bool = False
+    tc,
+    dataset: str,
+    settings: Settings,
+    store: Store,
+    *,
+    variant: str = "",
+    progress: bool = False,
+    evaluation: str = "",
 ) -> str | None:
     """Evaluate train cell ``tc``'s trained model on ``dataset`` (a spec) under ``settings`` and
     write its records and rows to ``store`` (the model's results folder's); nothing when the store
     has the cell, or another process holds its lock (None then). Returns the cell id. ``variant``:
-    the method entry's variant when it differs from the model's. Raises
+    the method entry's variant when it differs from the model's; ``evaluation``: the ``bench.eval``
+    call computing it (its rows record it; "" for a sweep's cell). Raises
     :class:`~bench.config.ConfigError` (one line) for a bad spec, a block too long for the model,
     or a corpus that cannot be loaded; FileNotFoundError when the model has no weights."""
     from bench import locks
@@ -134,7 +144,7 @@ def run_likelihood(
     try:
         with locks.CellLock(locks.sample_lock_path(tc.run_dir, cid)):
             if not store.has(cid):
-                _compute(tc, dataset, settings, store, cid, variant, progress)
+                _compute(tc, dataset, settings, store, cid, variant, progress, evaluation)
     except locks.CellBusy as e:
         print(f"sflm: skipping likelihood cell {dataset}: {e}", file=sys.stderr, flush=True)
         return None
@@ -147,10 +157,20 @@ def run_likelihood_cell(c, store: Store | None = None, progress: bool = False) -
     if cell_id(c.train, c.subset, s) != c.id:
         raise ValueError(f"likelihood cell {c.id}: its id is not the one its settings give")
     store = store if store is not None else Store(c.train.results_dir)
-    return run_likelihood(c.train, c.subset, s, store, variant=c.variant, progress=progress)
+    return run_likelihood(
+        c.train,
+        c.subset,
+        s,
+        store,
+        variant=c.variant,
+        progress=progress,
+        evaluation=getattr(c, "evaluation", ""),
+    )
 
 
-def _compute(tc, dataset, s: Settings, store: Store, cid: str, variant: str, progress: bool):
+def _compute(
+    tc, dataset, s: Settings, store: Store, cid: str, variant: str, progress: bool, evaluation: str
+):
     from bench import records
     from bench.cell_model import _device, cell_task, keep_freed_heap, method_backbone
     from bench.cost.measure import CallTimer, PeakMemory, environment, timing_calls
@@ -177,6 +197,7 @@ def _compute(tc, dataset, s: Settings, store: Store, cid: str, variant: str, pro
             dataset=dataset,
             wall_s=time.perf_counter() - t0,
             cost=environment(_device()),
+            evaluation=evaluation,
         )
         store.write_cell(cid, rows)
         return
@@ -242,5 +263,6 @@ def _compute(tc, dataset, s: Settings, store: Store, cid: str, variant: str, pro
         dataset=dataset,
         wall_s=time.perf_counter() - t0,
         cost=cost,
+        evaluation=evaluation,
     )
     store.write_cell(cid, [{**r, **files} for r in rows])

@@ -99,6 +99,11 @@ def prepare(
                 f"{LABEL}: training seed {t.train.get('seed', 0)} of this model has no weights "
                 f"({t.weights}); train it with python -m bench.sweep"
             )
+    if source.kind == "run":  # a sweep's model: these cells are an evaluation of their own
+        from dataclasses import replace
+
+        name = sm.evaluation_name(likelihood=datasets, limit=limit, draws=draws, sets=sets)
+        cells = [replace(c, evaluation=name) for c in cells]
     return LikelihoodPlan(source, mine, cells, results_dir=tc.results_dir)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from bench import atomic
 from bench.plugins import PluginError
-from bench.report import html, renderers, unchanged
+from bench.report import evaluations, html, renderers, unchanged
 from bench.report.common import rows
 from bench.report.document import Doc
 from bench.report.figures import figures
@@ -34,6 +34,14 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         metavar="NAME",
         help="report only the cells of this sweep (the rows' sweep column; repeatable)",
+    )
+    ap.add_argument(
+        "--evaluation",
+        action="append",
+        metavar="NAME",
+        help="report the cells of this bench.eval evaluation of a sweep's models (the rows' "
+        "evaluation column; evaluations.md lists them; repeatable) instead of the sweeps' own, "
+        "by default into <results-dir>/evaluations/<name>",
     )
     ap.add_argument(
         "--no-html",
@@ -74,6 +82,9 @@ def _report(args) -> int:
             f"error: {store}: no results store (run python -m bench.sweep first)", file=sys.stderr
         )
         return 2
+    if args.evaluation and not args.out:
+        name = args.evaluation[0] if len(args.evaluation) == 1 else "+".join(args.evaluation)
+        args.out = str(Path(args.results_dir) / "evaluations" / evaluations.slug(name))
     out = Path(args.out or Path(args.results_dir) / "report")
     digest = unchanged.inputs_digest(args, Path(args.results_dir), out)
     stamp = None if args.force else unchanged.current(out, digest)
@@ -97,6 +108,18 @@ def _report(args) -> int:
             )
             return 2
         df = df[df["sweep"].isin(args.sweep)].reset_index(drop=True)
+    # one protocol per table: a bench.eval of a sweep's model is reported apart (or alone)
+    if args.evaluation:
+        known = sorted(set(evaluations.names(df)) - {""})
+        unknown = [e for e in args.evaluation if e not in known]
+        if unknown:
+            listed = "; ".join(repr(k) for k in known) or "none"
+            print(f"error: --evaluation: no cells of evaluation {unknown[0]!r} in {store} "
+                  f"(evaluations there: {listed})", file=sys.stderr)  # fmt: skip
+            return 2
+        df, apart = evaluations.select(df, args.evaluation), df.iloc[0:0]
+    else:
+        df, apart = evaluations.split(df)
     atomic.write_with(out / "results.csv", lambda t: df.to_csv(t, index=False))
     written = [out / "results.csv"]
     df = rows(df, kind=None)  # report columns and models, once for every item
@@ -120,6 +143,13 @@ def _report(args) -> int:
             written += figures(task, filled, headline, out)
         for r in extra:
             written += r.figures(task, filled, out, args)
+    if len(apart):  # after the sweeps' files: evaluations.md adds to them, changes none
+        evaluations.markdown(rows(apart, kind=None), args.results_dir).write(out / evaluations.FILE)
+        written.append(out / evaluations.FILE)
+        print(f"{apart['cell_id'].nunique()} cells of bench.eval evaluations reported apart: "
+              f"{out / evaluations.FILE}")  # fmt: skip
+    else:  # none (any more): no list of them
+        (out / evaluations.FILE).unlink(missing_ok=True)
     written += html.finish(args, out, df)
     unchanged.remember(out, digest)
     print(f"{len(df)} rows -> {out}")
