@@ -173,8 +173,13 @@ class Task:
     # -- text (per-item records: bench.records; bench.generate) ---------------------------
     def decode_text(self, ids: list[int]) -> str:
         """Token ids (a prompt, or what a model wrote) as text for a person to read. Default: the
-        ids separated by spaces; a task with a tokenizer decodes them (special tokens dropped)."""
-        return " ".join(str(int(i)) for i in ids)
+        ids separated by spaces, the id ``vocab_size`` (no token of the task) as ``[PAD]``: it is
+        the reference's pad class, the one class an imported model may have beyond the task's
+        vocabulary (bench.plan); a task with a tokenizer decodes them (special tokens dropped).
+        Text only: the ids and the scores are unchanged."""
+        from bench.text.bpe import PAD_TOKEN
+
+        return " ".join(PAD_TOKEN if int(i) == self.vocab_size else str(int(i)) for i in ids)
 
     def encode_text(self, text: str) -> list[int]:
         """Text a user typed as token ids (``bench.generate``). Default: whitespace-separated
