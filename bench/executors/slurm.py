@@ -334,7 +334,10 @@ def execute(
 def _preflight(p: Plan, ex: ExecutorConfig, store: Store, sizes: Sizing | None = None) -> None:
     """Raise :class:`SlurmUnavailable` (one line: the cause, what the sweep would submit and its
     cost bound, the ways forward) unless the SLURM client is here and its controller answers."""
-    missing = [t for t in ("sbatch", "squeue", "sacct", "scancel") if shutil.which(t) is None]
+    # srun too: submitit's SlurmExecutor refuses to start without it (its job scripts run srun)
+    missing = [
+        t for t in ("sbatch", "srun", "squeue", "sacct", "scancel") if shutil.which(t) is None
+    ]
     if missing:
         cause = f"'{missing[0]}' is not on PATH (no SLURM client here)"
         fix = "or run it on a login node of your cluster"

@@ -1,9 +1,9 @@
 """``--executor slurm`` where SLURM cannot be used (bench/executors/slurm.py ``_preflight``).
 
-No cluster needed: fake ``sbatch`` / ``squeue`` / ``sacct`` / ``scancel`` scripts first on PATH
-say what a client without a reachable controller says (the lines of Debian's SLURM 22.05 client
-on a machine without slurm.conf), or answer as a healthy controller would while sbatch refuses
-the job. The driver must stop with one line (cause, plan size and cost bound, ways forward),
+No cluster needed: fake ``sbatch`` / ``srun`` / ``squeue`` / ``sacct`` / ``scancel`` scripts first
+on PATH say what a client without a reachable controller says (the lines of Debian's SLURM 22.05
+client on a machine without slurm.conf), or answer as a healthy controller would while sbatch
+refuses the job. The driver must stop with one line (cause, plan size and cost bound, ways forward),
 exit 2 and write nothing; ``--dry-run`` / ``--status`` keep working.
 """
 
@@ -21,7 +21,7 @@ from bench import sweep
 from bench.executors import slurm_cluster
 
 ROOT = Path(__file__).resolve().parents[3]
-TOOLS = ("sbatch", "squeue", "sacct", "scancel", "sinfo", "scontrol")
+TOOLS = ("sbatch", "srun", "squeue", "sacct", "scancel", "sinfo", "scontrol")
 
 NO_CONFIG = """\
 echo "$0 $*" >> {calls}
@@ -150,6 +150,20 @@ def test_no_client_on_path(tmp_path, monkeypatch, capsys, results, sweep_file):
     assert "'sbatch' is not on PATH (no SLURM client here)" in line
     assert "--executor local" in line and "--dry-run" in line and "login node" in line
     assert not results.exists()
+
+
+def test_client_without_srun(tmp_path, monkeypatch, capsys, results, sweep_file):
+    """submitit cannot submit without ``srun`` (its job scripts run it): the preflight names it
+    instead of letting submitit fail after the driver has started writing state."""
+    calls = fake_slurm(tmp_path, monkeypatch, squeue=ANSWERS, sacct=ANSWERS)
+    (tmp_path / "fakebin" / "srun").unlink()
+    monkeypatch.setenv("PATH", str(tmp_path / "fakebin"))  # no real srun behind the fakes either
+    assert sweep.main([str(sweep_file), "--no-progress"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "'srun' is not on PATH (no SLURM client here)" in line, line
+    assert "--executor local" in line and "--dry-run" in line
+    assert not results.exists()
+    assert calls.read_text() == ""  # nothing asked, nothing submitted
 
 
 def test_controller_that_never_answers_times_out(
