@@ -5,8 +5,14 @@ The paper (appendix "Bootstrap Confidence Intervals on TinyGSM"): resample the N
 outcomes with replacement B = 1,000 times, recompute the accuracy on each resample; the point
 estimate is the **mean of the B accuracies** and the 95 % interval runs from the 2.5th to the
 97.5th percentile of them. Reference harness: `gsm8k.bootstrap_size`, rng seeded with the
-config seed. We use :func:`scipy.stats.bootstrap` (``method="percentile"``, which is well defined
-at 0 % and 100 %, unlike the default BCa that returns NaN there) with a seeded numpy Generator.
+config seed. We use :func:`scipy.stats.bootstrap` (``method="percentile"``) with a seeded numpy
+Generator.
+
+At 0 / n and n / n (every outcome 0, or every outcome 1; n = 1 included) every resample is the
+same and the percentile interval has zero width, ``[0, 0]`` for 0 of 8 problems, which claims a
+certainty eight problems do not give. :func:`bootstrap_accuracy` then returns the Wilson score
+interval of k / n (:func:`wilson_interval`, ``scipy.stats.binomtest(k, n).proportion_ci``) and
+says so in ``method``; every other accuracy keeps the paper's percentile bootstrap.
 """
 
 from __future__ import annotations
@@ -16,6 +22,10 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 PAPER_RESAMPLES = 1000
+#: :attr:`BootstrapCI.method` of a percentile-bootstrap interval
+PERCENTILE = "percentile bootstrap"
+#: :attr:`BootstrapCI.method` (and a row's ``ci_method``) of a Wilson score interval
+WILSON = "Wilson score interval"
 #: how per-sample statistics' intervals are computed (the Gen. PPL scorer's cell values)
 SAMPLES_CI_METHOD = "95 % percentile bootstrap over samples (scipy.stats.bootstrap, seeded)"
 
@@ -32,6 +42,8 @@ class BootstrapCI:
         n_resamples: B.
         confidence: e.g. 0.95.
         seed: seed of the numpy Generator.
+        method: :data:`PERCENTILE`, or :data:`WILSON` where :func:`bootstrap_accuracy` found
+            every outcome equal (the percentile interval would have zero width there).
     """
 
     accuracy: float
@@ -42,6 +54,7 @@ class BootstrapCI:
     n_resamples: int
     confidence: float
     seed: int
+    method: str = PERCENTILE
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -52,6 +65,17 @@ def _as_outcomes(x, name: str) -> np.ndarray:
     if not np.all((a == 0) | (a == 1)):
         raise ValueError(f"{name}: outcomes must be 0/1 (or bool), got values outside {{0, 1}}")
     return a
+
+
+def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """The Wilson score interval of ``k`` successes in ``n`` trials: never zero-width for
+    n >= 1 (at 0 / n it is [0, z^2 / (n + z^2)])."""
+    if not 0 <= k <= n or n < 1:
+        raise ValueError(f"Wilson interval: need 0 <= k <= n and n >= 1, got k={k}, n={n}")
+    from scipy import stats  # scipy.stats: ~0.8 s to import, only where it is used
+
+    ci = stats.binomtest(int(k), int(n)).proportion_ci(confidence_level=confidence, method="wilson")
+    return float(ci.low), float(ci.high)
 
 
 def _check(n_resamples: int, confidence: float) -> None:
@@ -126,9 +150,15 @@ def bootstrap_statistic(
 def bootstrap_accuracy(
     correct, *, n_resamples: int = PAPER_RESAMPLES, confidence: float = 0.95, seed: int = 0
 ) -> BootstrapCI:
-    """Percentile bootstrap of the accuracy of 0/1 per-problem outcomes (paper appendix)."""
+    """Percentile bootstrap of the accuracy of 0/1 per-problem outcomes (paper appendix); the
+    Wilson score interval (``method`` :data:`WILSON`) when every outcome is equal, where the
+    percentile interval has zero width."""
     _check(n_resamples, confidence)
     a = _as_outcomes(correct, "correct")
+    if a.size and a.min() == a.max():
+        v = float(a[0])
+        lo, hi = wilson_interval(int(a.sum()), a.size, confidence)
+        return BootstrapCI(v, v, lo, hi, a.size, int(n_resamples), confidence, seed, WILSON)
     return _result(
         (a,), _mean, paired=False, n_resamples=n_resamples, confidence=confidence, seed=seed
     )

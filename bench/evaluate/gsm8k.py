@@ -245,6 +245,7 @@ def summarize(rows: Sequence[dict], *, n_resamples: int = PAPER_RESAMPLES, seed:
         "ci_low": ci.low,
         "ci_high": ci.high,
         "n_resamples": ci.n_resamples,
+        "ci_method": ci.method,  # WILSON where every problem has the same outcome
         "seed": seed,
         "status_counts": {s: counts.get(s, 0) for s in STATUSES},
         "status_fractions": {s: (counts.get(s, 0) / n if n else 0.0) for s in STATUSES},

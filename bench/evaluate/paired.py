@@ -12,6 +12,9 @@ lands elsewhere.
   the same items) and then seeds with replacement, and averages. With S = 1 it is the
   ordinary item bootstrap. With few seeds the seed level is under-dispersed (a bootstrap of S
   values has variance (S - 1) / S of theirs), so a 3-seed interval is somewhat too narrow.
+  When every outcome is equal (all 0 or all 1, over every seed) every resample is too and the
+  percentile interval has zero width; the interval is then the Wilson score interval of 0 / N or
+  N / N over the N items (:data:`ALL_EQUAL`; N, not S x N: the seeds saw the same items).
 - :func:`two_level_difference`: the same for mean(A) - mean(B) with one item draw shared by both
   models (paired) and independent seed draws (a seed of A is not a seed of B).
 - :func:`mcnemar_exact`: the exact test of equal accuracy for paired 0/1 outcomes (one seed each):
@@ -35,6 +38,8 @@ RESAMPLES = 1000
 CONFIDENCE = 0.95
 TWO_LEVEL = "two-level percentile bootstrap (items, then seeds)"
 PAIRED = "paired two-level percentile bootstrap (items shared, seeds per model)"
+#: the method of :func:`two_level_bootstrap` when every outcome is 0, or every outcome is 1
+ALL_EQUAL = "Wilson score interval over the items (0/n or n/n)"
 
 
 def encode_outcomes(x) -> str:
@@ -128,8 +133,16 @@ def two_level_bootstrap(
     y, *, n_resamples: int = RESAMPLES, confidence: float = CONFIDENCE, seed: int = 0
 ) -> Interval:
     """Mean of ``y`` ((seeds, items), or (items,) for one seed) with its two-level percentile
-    interval; the point is the plain mean over seeds and items."""
+    interval; the point is the plain mean over seeds and items. All outcomes 0, or all 1: the
+    Wilson score interval over the items (:data:`ALL_EQUAL`), never zero-width."""
     y = _matrix(y, "y")
+    v = float(y.flat[0])
+    if v in (0.0, 1.0) and np.all(y == v):
+        from bench.evaluate.bootstrap import wilson_interval
+
+        n = y.shape[1]
+        lo, hi = wilson_interval(int(v) * n, n, confidence)
+        return Interval(v, lo, hi, y.shape[0], n, ALL_EQUAL)
     rng, w = _fresh(seed, y.shape[1], n_resamples)
     boots = _seed_means(y, w, rng)
     lo, hi = _percentiles(boots, confidence)

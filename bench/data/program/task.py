@@ -3,9 +3,10 @@
 :class:`ProgramTask` holds what they share: the prompt ``[BOS] question separator`` (clean, out
 of the loss; ``separator`` is a task option), decoding the continuation up to the first EOS,
 program extraction, the sandbox (:mod:`bench.evaluate.sandbox.runner`), and MetricValue rows
-(``accuracy`` = the paper's bootstrap point estimate with its 95 % percentile CI,
-``accuracy_plain``, ``status_<s>`` fractions). A subclass supplies the tokenizer, ``seq_len``,
-its data and its ``Options`` (a subclass of :class:`ProgramOptions`).
+(``accuracy`` = the paper's bootstrap point estimate with its 95 % percentile CI, or the Wilson
+score interval at 0 / n and n / n; ``accuracy_plain``, ``status_<s>`` fractions). A subclass
+supplies the tokenizer, ``seq_len``, its data and its ``Options`` (a subclass of
+:class:`ProgramOptions`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from torch import Tensor
 from bench.config import ConfigError
 from bench.data.base import Task, TaskData, nfe_grid
 from bench.evaluate import gsm8k_reference
+from bench.evaluate.bootstrap import WILSON
 from bench.evaluate.gsm8k import (
     DEFAULT_EOS,
     GRADERS,
@@ -53,6 +55,15 @@ def decode_canvases(samples: Tensor, prompt_lens: list[int], tok) -> list[str]:
     ]
 
 
+def accuracy_ci_method(s: dict) -> str:
+    """``ci_method`` of the accuracy row of a :func:`summarize` result: the paper's percentile
+    bootstrap, or the Wilson score interval at 0 / n and n / n (where the bootstrap's interval
+    has zero width)."""
+    if s.get("ci_method") == WILSON:
+        return f"{WILSON} (0/n or n/n)"
+    return f"percentile bootstrap over problems, B = {s['n_resamples']}"
+
+
 def metric_values(rows: list[dict], *, n_resamples: int, seed: int) -> list[MetricValue]:
     """``accuracy`` (bootstrap point estimate + percentile CI, as the paper), ``accuracy_plain``
     and the fraction of each status."""
@@ -66,7 +77,7 @@ def metric_values(rows: list[dict], *, n_resamples: int, seed: int) -> list[Metr
             n,
             s["ci_low"],
             s["ci_high"],
-            f"percentile bootstrap over problems, B = {s['n_resamples']}",
+            accuracy_ci_method(s),
             outcomes=correct,
         ),
         MetricValue("accuracy_plain", s["accuracy"], n),

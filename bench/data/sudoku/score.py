@@ -13,7 +13,9 @@ n x n grid (separators are layout, not scored) and compared cell by cell:
 
 ``n`` is the number of puzzles. Intervals are 95%: Wilson score intervals for the two
 per-puzzle proportions, and a percentile bootstrap over puzzles (cells of one puzzle are not
-independent) for the two cell-level ratios.
+independent) for the two cell-level ratios; a ratio of 0 or 1 (no cell right, or every one),
+where every resample is the same and the bootstrap's interval has zero width, gets the Wilson
+score interval of 0 / N or N / N over the N puzzles instead.
 """
 
 from __future__ import annotations
@@ -56,9 +58,21 @@ def _wilson(k: int, n: int) -> tuple[float, float]:
     return float(ci.low), float(ci.high)
 
 
-def _ratio_ci(hits: np.ndarray, totals: np.ndarray) -> tuple[float | None, float | None]:
-    """Percentile bootstrap over puzzles of sum(hits) / sum(totals)."""
-    return bootstrap_ratio(hits, totals, n_resamples=N_BOOTSTRAP, confidence=CONFIDENCE, seed=0)
+BOOT = "percentile bootstrap over puzzles (ratio of sums)"
+#: a cell ratio of 0 or 1 (no cell right, or every cell right): the bootstrap is zero-width there
+RATIO_ALL_EQUAL = f"{WILSON} over puzzles (0/n or n/n)"
+
+
+def _ratio_ci(hits: np.ndarray, totals: np.ndarray) -> tuple[float | None, float | None, str]:
+    """(low, high, method): percentile bootstrap over puzzles of sum(hits) / sum(totals); when
+    no cell is right, or every cell is, the Wilson score interval of 0 / N or N / N over the N
+    puzzles that count (cells of one puzzle are not independent, so N, not the cells)."""
+    counted = totals > 0
+    if counted.any() and (not hits.any() or np.array_equal(hits[counted], totals[counted])):
+        n = int(counted.sum())
+        return (*_wilson(n if hits.any() else 0, n), RATIO_ALL_EQUAL)
+    lo, hi = bootstrap_ratio(hits, totals, n_resamples=N_BOOTSTRAP, confidence=CONFIDENCE, seed=0)
+    return lo, hi, BOOT
 
 
 def evaluate_sudoku(samples, puzzles, solutions) -> list[MetricValue]:
@@ -98,21 +112,13 @@ def evaluate_sudoku(samples, puzzles, solutions) -> list[MetricValue]:
     valid = valid_grids(gen)
 
     k_exact, k_valid = int(exact.sum()), int(valid.sum())
-    cell_lo, cell_hi = _ratio_ci(cell_hits, np.full(N, n * n))
-    blank_lo, blank_hi = _ratio_ci(blank_hits, blank_tot)
-    boot = "percentile bootstrap over puzzles (ratio of sums)"
+    cell_ci = _ratio_ci(cell_hits, np.full(N, n * n))
+    blank_ci = _ratio_ci(blank_hits, blank_tot)
     return [
         MetricValue("exact_match", k_exact / N, N, *_wilson(k_exact, N), WILSON, outcomes=exact),
+        MetricValue("cell_accuracy", float(cell_hits.sum() / (N * n * n)), N, *cell_ci),
         MetricValue(
-            "cell_accuracy", float(cell_hits.sum() / (N * n * n)), N, cell_lo, cell_hi, boot
-        ),
-        MetricValue(
-            "blank_accuracy",
-            float(blank_hits.sum() / max(blank_tot.sum(), 1)),
-            N,
-            blank_lo,
-            blank_hi,
-            boot,
+            "blank_accuracy", float(blank_hits.sum() / max(blank_tot.sum(), 1)), N, *blank_ci
         ),
         MetricValue("valid_grid", k_valid / N, N, *_wilson(k_valid, N), WILSON, outcomes=valid),
     ]

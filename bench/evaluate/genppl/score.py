@@ -29,7 +29,13 @@ import numpy as np
 import torch
 
 from bench.evaluate import degenerate as dg
-from bench.evaluate.bootstrap import PAPER_RESAMPLES, SAMPLES_CI_METHOD, bootstrap_statistic
+from bench.evaluate.bootstrap import (
+    PAPER_RESAMPLES,
+    SAMPLES_CI_METHOD,
+    WILSON,
+    bootstrap_accuracy,
+    bootstrap_statistic,
+)
 from bench.evaluate.metrics import MetricValue
 from bench.text.reference_lm import RefLM
 
@@ -195,8 +201,11 @@ def summarize(
         (fin,), lambda a, axis: a.mean(axis=axis), n_resamples=n_resamples, seed=seed
     )
     out["degenerate_fraction"] = float(deg.mean()) if len(deg) else float("nan")
-    out["degenerate_fraction_ci"] = _interval(
-        (deg,), lambda a, axis: a.mean(axis=axis), n_resamples=n_resamples, seed=seed
+    # a proportion: the same percentile bootstrap, Wilson at 0 / n and n / n (never zero-width)
+    d = bootstrap_accuracy(deg, n_resamples=n_resamples, seed=seed)
+    out["degenerate_fraction_ci"] = (d.low, d.high)
+    out["degenerate_fraction_ci_method"] = (
+        f"{WILSON} (0/n or n/n)" if d.method == WILSON else SAMPLES_CI_METHOD
     )
     return out
 
@@ -212,5 +221,11 @@ def metric_values(s: dict) -> list:
         MetricValue("entropy", s["entropy"], n, *s["entropy_ci"], SAMPLES_CI_METHOD),
         MetricValue("gen_ppl_tokens_per_sample", s["tokens_per_sample"], n),
         MetricValue("gen_ppl_empty_frac", s["empty_frac"], n),
-        MetricValue(dg.METRIC, s["degenerate_fraction"], n, *s["degenerate_fraction_ci"]),
+        MetricValue(
+            dg.METRIC,
+            s["degenerate_fraction"],
+            n,
+            *s["degenerate_fraction_ci"],
+            s.get("degenerate_fraction_ci_method"),
+        ),
     ]

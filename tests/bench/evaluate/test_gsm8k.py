@@ -141,11 +141,15 @@ def test_bootstrap_matches_paper_definition_and_is_seeded():
 
 
 def test_bootstrap_degenerate_and_tiny():
-    for v in (0.0, 1.0):
+    # every outcome equal: the percentile interval would be [v, v]; the Wilson interval instead
+    # (z^2 / (n + z^2) is its bound at 0 / n, n / (n + z^2) at n / n)
+    z2 = 1.959963984540054**2
+    for v, lo, hi in ((0.0, 0.0, z2 / (50 + z2)), (1.0, 50 / (50 + z2), 1.0)):
         ci = bootstrap_accuracy(np.full(50, v))
-        assert (ci.accuracy, ci.point, ci.low, ci.high) == (v, v, v, v)
+        assert (ci.accuracy, ci.point, ci.method) == (v, v, "Wilson score interval")
+        assert (ci.low, ci.high) == pytest.approx((lo, hi), abs=1e-12)
     one = bootstrap_accuracy([1])
-    assert (one.low, one.high) == (1.0, 1.0)
+    assert one.low == pytest.approx(1 / (1 + z2)) and one.high == 1.0
     assert math.isnan(bootstrap_accuracy([]).accuracy)
     with pytest.raises(ValueError, match="0/1"):
         bootstrap_accuracy([0.5, 1])
