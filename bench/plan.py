@@ -101,8 +101,9 @@ class TrainCell:
         return self.run_dir / "weights.pt"
 
     def label(self) -> str:
-        if self.imported:
-            return f"{self.method}/{self.variant} [import]"
+        if self.imported:  # which file: three imports of one method are three models
+            name = str(self.source.get("checkpoint") or "").rstrip("/").rsplit("/", 1)[-1]
+            return f"{self.method}/{self.variant} [import{' ' + name if name else ''}]"
         seed = f" seed {self.train['seed']}" if self.train.get("seed") else ""
         return f"{self.method}/{self.variant} [{'+'.join(self.groups)}]{seed}"
 

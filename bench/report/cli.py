@@ -120,9 +120,11 @@ def _report(args) -> int:
         df, apart = evaluations.select(df, args.evaluation), df.iloc[0:0]
     else:
         df, apart = evaluations.split(df)
-    atomic.write_with(out / "results.csv", lambda t: df.to_csv(t, index=False))
+    raw, df = df, rows(df, kind=None)  # report columns and models, once for every item
+    # the store's rows as they are, with the label every table gives their model and its recipe id
+    csv = raw.assign(model_label=df["model"].to_numpy(), recipe_id=df["recipe_id"].to_numpy())
+    atomic.write_with(out / "results.csv", lambda t: csv.to_csv(t, index=False))
     written = [out / "results.csv"]
-    df = rows(df, kind=None)  # report columns and models, once for every item
     args.fraction_tasks = renderers.fraction_tasks(df)  # the generic tables' (and sections')
     for sec in renderers.sections():
         written += sec.render(sec, df, out, args)

@@ -81,20 +81,57 @@ def _recipes(df: pd.DataFrame) -> pd.Series:
     return out
 
 
-def _suffixes(recipes: dict[str, str], sweeps: dict[str, str]) -> dict[str, str]:
-    """recipe -> the text that tells it from the other recipes of its (task, method, variant)."""
+#: at most this many differing settings are named in a label (more: the sweep, else the recipe id)
+_MAX_NAMED = 3
+
+
+def _say(k: str, v) -> str:
+    """One setting of a recipe as label text: ``800 steps``, ``alpha_max star``, ``no top_k``."""
+    short = k.removeprefix("recorded.")
+    if v is None:
+        return f"no {short.split('.')[-1]}"
+    return _SAY.get(short, lambda v: f"{short.split('.')[-1]} {v}")(v)
+
+
+def _checkpoint_names(checkpoints: dict[str, str]) -> dict[str, str]:
+    """recipe -> the file or catalogue name of its imported checkpoint (``checkpoint`` column:
+    ``<source>@<sha256[:12]>``), with the digest only where two files share a name."""
+    names = {
+        r: str(c).rsplit("@", 1)[0].rstrip("/").rsplit("/", 1)[-1] for r, c in checkpoints.items()
+    }
+    twice = {n for n in names.values() if list(names.values()).count(n) > 1}
+    return {
+        r: (str(checkpoints[r]).rsplit("/", 1)[-1] if n in twice else n) for r, n in names.items()
+    }
+
+
+def _suffixes(
+    recipes: dict[str, str], sweeps: dict[str, str], checkpoints: dict[str, str] | None = None
+) -> dict[str, str]:
+    """recipe -> the text that tells it from the other recipes of its (task, method, variant):
+    imported files by their names; the one setting that differs; several: the sweeps that ran
+    them when those differ, else the settings themselves (up to three); else the recipe id (the
+    ``recipe_id`` column of results.csv)."""
     flat = {r: _flat(json.loads(r)) for r in recipes}
     keys = sorted({k for f in flat.values() for k in f})
     differ = [
         k for k in keys if len({json.dumps(f.get(k), default=str) for f in flat.values()}) > 1
     ]
+    ckpt = {r: c for r, c in (checkpoints or {}).items() if isinstance(c, str) and c}
+    if "import" in differ and len(ckpt) == len(recipes):
+        names = _checkpoint_names(ckpt)
+        if len(set(names.values())) == len(names):
+            return names
     if len(differ) == 1:
-        k = differ[0]
-        say = _SAY.get(k.removeprefix("recorded."), lambda v, k=k: f"{k.split('.')[-1]} {v}")
-        return {r: say(f.get(k)) if f.get(k) is not None else f"no {k}" for r, f in flat.items()}
+        return {r: _say(differ[0], f.get(differ[0])) for r, f in flat.items()}
     names = {r: sweeps.get(r, "") for r in recipes}
     if all(names.values()) and len(set(names.values())) == len(names):
         return names
+    named = [k for k in differ if k != "import"]
+    if 0 < len(named) <= _MAX_NAMED:
+        said = {r: ", ".join(_say(k, f.get(k)) for k in named) for r, f in flat.items()}
+        if len(set(said.values())) == len(said):
+            return said
     return {r: f"recipe {recipes[r]}" for r in recipes}
 
 
@@ -167,7 +204,14 @@ def with_models(df: pd.DataFrame) -> pd.DataFrame:
             if "sweep" in g
             else {}
         )
-        say = _suffixes(recipes, dict(sweeps))
+        ckpts = (
+            g.groupby("recipe")["checkpoint"].agg(
+                lambda s: next((v for v in s if isinstance(v, str) and v), "")
+            )
+            if "checkpoint" in g
+            else {}
+        )
+        say = _suffixes(recipes, dict(sweeps), dict(ckpts))
         suffix[g.index] = g["recipe"].map(say)
     # rows scored otherwise (bench.rescore) or on the first K items only (bench.eval --limit)
     # are other evaluations of the model: apart in every table, named in the label

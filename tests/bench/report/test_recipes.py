@@ -268,3 +268,50 @@ def test_paper_columns_only_beside_the_papers_protocol(tmp_path):
     # an imported released file is the paper's own model: its train settings are not ours
     imp = {**paper, "import": "abc", "train": None, "backbone": {"size": "?"}}
     assert protocol_differences("sudoku", pd.DataFrame([{**row, "recipe": json.dumps(imp)}])) == []
+
+
+def test_labels_name_options_and_imported_files():
+    """Recipes of one sweep that differ in method options are named by those options (not a
+    hash); imported models by their files' names (the digest only where two names agree)."""
+    import json
+
+    base = {"task": "sort", "method": "sflm", "variant": "trunc", "decoding": "exact",
+            "kind": "sample", "metric": "exact_match", "value": 0.5, "sweep": "one"}  # fmt: skip
+
+    def rec(**opts):
+        return json.dumps({"train": {"steps": 100}, "options": opts}, sort_keys=True)
+
+    df = pd.DataFrame(
+        [
+            {**base, "seed": 0, "recipe": rec(schedule="adaptive")},
+            {**base, "seed": 0, "recipe": rec(schedule="linear", alpha_max="star")},
+        ]
+    )
+    assert sorted(with_models(df)["model"].unique()) == [
+        "sflm/trunc [alpha_max star, schedule linear] (exact)",
+        "sflm/trunc [no alpha_max, schedule adaptive] (exact)",
+    ]
+    imp = {**base, "method": "flm", "variant": "base", "decoding": "euler"}
+
+    def irec(sha):
+        return json.dumps({"import": sha, "options": {"k": sha[:1]}}, sort_keys=True)
+
+    files = [("runs/a/flm_owt.ckpt@aaaaaaaaaaaa", "a" * 64), ("hf://x/flm_lm1b.ckpt@bb", "b" * 64),
+             ("other/flm_owt.ckpt@cccccccccccc", "c" * 64)]  # fmt: skip
+    df = pd.DataFrame([{**imp, "seed": 0, "checkpoint": c, "recipe": irec(s)} for c, s in files])
+    assert sorted(with_models(df)["model"]) == [
+        "flm [flm_lm1b.ckpt] (euler)",
+        "flm [flm_owt.ckpt@aaaaaaaaaaaa] (euler)",
+        "flm [flm_owt.ckpt@cccccccccccc] (euler)",
+    ]
+
+
+def test_results_csv_carries_the_model_label(tmp_path):
+    results = str(tmp_path / "results")
+    write_store(results)
+    assert report_main(["--results-dir", results, "--no-html"]) == 0
+    csv = pd.read_csv(tmp_path / "results" / "report" / "results.csv")
+    assert len(csv) == len(read(results))
+    s = csv[csv["kind"] == "sample"]
+    assert s["model_label"].str.contains(r"\[(100|800) steps\]").all()
+    assert s["recipe_id"].str.fullmatch(r"[0-9a-f]{8}").all()
