@@ -8,8 +8,10 @@ a ``likelihood`` section (``datasets``; ``--limit K`` -> ``n_sequences = K``, ``
 as in a sweep file), plans it with the sweep's planner (the same :class:`bench.plan.LikelihoodCell`
 ids: running it twice computes nothing) and runs the model's likelihood cells here
 (:func:`bench.likelihood.cells.run_likelihood_cell`). It prints one line per (training seed,)
-dataset: nll (nats/token), ppl, bpd, the 95 % bootstrap interval of ppl, the sequences and tokens
-scored, the Monte-Carlo standard error of nll and the wall time.
+dataset: nll in nats per token, perplexity per token, bits per token (``bpd`` in the store: nll /
+ln 2), each prefixed ``<=`` where it is an upper bound (a NELBO), the 95 % bootstrap interval of
+the perplexity, the sequences and tokens scored, the Monte-Carlo standard error of nll (nats per
+token) and the wall time.
 
 Bad input is one line on stderr and exit status 2 before anything is written: an unknown dataset,
 a method without a likelihood bound (``Method.bound_kind`` empty: S-FLM, ...), blocks longer than
@@ -136,15 +138,16 @@ def _num(v, digits: int = 4) -> str:
 
 def table(lp: LikelihoodPlan):
     """One row per likelihood cell in the store: model (with its training seed when several),
-    dataset, bound, nll, ppl, bpd, ppl's CI, sequences, tokens, MC s.e. of nll, wall_s."""
+    dataset, bound, nll (nats/token), ppl (per token), bits/token, ppl's CI, sequences, tokens,
+    MC s.e. of nll, wall_s; the three values prefixed ``<=`` for an upper bound."""
     import pandas as pd
 
     from bench.results import Store
 
     store = Store(lp.results_dir)
     seeds = len({tc.id for tc in lp.train_cells}) > 1
-    cols = ["model", "dataset", "bound", "nll", "ppl", "bpd", "ppl CI", "sequences", "tokens",
-            "MC se", "wall_s"]  # fmt: skip
+    cols = ["model", "dataset", "bound", "nll nats/tok", "ppl", "bits/tok", "ppl CI", "sequences",
+            "tokens", "MC se", "wall_s"]  # fmt: skip
     out = []
     for c in lp.cells:
         rows = {r["metric"]: r for r in store.load(c.id) or []}
@@ -157,14 +160,15 @@ def table(lp: LikelihoodPlan):
         ppl = rows.get("ppl", {})
         lo, hi = ppl.get("ci_low"), ppl.get("ci_high")
         kind = first.get("bound_kind") or "no bound"
+        le = "<= " if kind.startswith("upper") else ""  # every value of a bound is a bound
         out.append(
             {
                 "model": model,
                 "dataset": c.subset,
                 "bound": kind,
-                "nll": _num(rows.get("nll", {}).get("value")),
-                "ppl": ("<= " if kind.startswith("upper") else "") + _num(ppl.get("value")),
-                "bpd": _num(rows.get("bpd", {}).get("value")),
+                "nll nats/tok": le + _num(rows.get("nll", {}).get("value")),
+                "ppl": le + _num(ppl.get("value")),
+                "bits/tok": le + _num(rows.get("bpd", {}).get("value")),
                 "ppl CI": f"[{_num(lo)}, {_num(hi)}]" if lo is not None else "",
                 "sequences": first.get("n") or 0,
                 "tokens": int(rows["tokens"]["value"]) if "tokens" in rows else "",

@@ -5,7 +5,8 @@ a column per dataset (the likelihood cells' ``subset``: ``heldout``, ``owt-valid
 zero-shot corpora), each entry the perplexity with its 95 % bootstrap interval over sequences
 (one training seed) or the mean +- sd over seeds, prefixed ``<=`` where it is an upper bound
 (a NELBO); "no bound" for a method that has none (S-FLM). A second table gives the NLL in
-nats/token with the Monte-Carlo standard error of its estimate and the bound's kind.
+nats/token with the Monte-Carlo standard error of its estimate and the bound's kind. Each table
+is headed by its metric and unit, and its caption is printed under the heading.
 """
 
 from __future__ import annotations
@@ -43,15 +44,20 @@ def entry(g: pd.DataFrame, metric: str, digits: int = 2) -> str:
     return f"{upper}{s.mean():.{digits}f} +- {s.std():.{digits}f} (sd, {len(vals)} seeds)"
 
 
+#: (metric, caption, digits) of the two tables; the caption's first clause is the table's title
+TABLES = (
+    ("ppl", "Perplexity per token (<=: an upper bound from the NELBO); 95 % CI over sequences", 2),
+    ("nll", "NLL in nats/token (<=: an upper bound); mc s.e.: Monte-Carlo standard error of "
+     "the estimate, nats/token", 4),
+)  # fmt: skip
+
+
 def task_tables(t: pd.DataFrame) -> list[Table]:
     """The perplexity table and the NLL table of one task's likelihood rows."""
     datasets = list(dict.fromkeys(t["subset"].astype(str)))
     models = sorted(t["model_base"].unique())
     out = []
-    for metric, caption, digits in (
-        ("ppl", "perplexity (<=: an upper bound from the NELBO); 95 % CI over sequences", 2),
-        ("nll", "NLL in nats/token; mc s.e.: Monte-Carlo standard error of the estimate", 4),
-    ):
+    for metric, caption, digits in TABLES:
         rows, sources = [], []
         for m in models:
             g = t[t["model_base"] == m]
@@ -94,8 +100,9 @@ def _render(item, df: pd.DataFrame, out: Path, args) -> list[Path]:
     )
     for task, t in lk.groupby("task", sort=True):
         doc += ["", f"## {task}", ""]
-        for tab in task_tables(t):
-            doc += [tab, ""]
+        for tab in task_tables(t):  # titled by metric and unit: the two tables look alike
+            title, _, rest = tab.caption.partition(" (")
+            doc += [f"### {title.split(';')[0]}", "", tab.caption, "", tab, ""]
     return [doc.write(out / "likelihood.md")]
 
 

@@ -58,7 +58,8 @@ def test_heldout_and_text_rows_records_and_sweep_ids(runs, digits, tmp_path, cap
     assert rc == 0, err
     lines = [ln for ln in out.splitlines() if " exact " in ln]
     assert len(lines) == 2 and all("exact" in ln for ln in lines), out
-    for col in ("dataset", "nll", "ppl", "bpd", "ppl CI", "sequences", "tokens", "MC se"):
+    cols = ("dataset", "nll nats/tok", "ppl", "bits/tok", "ppl CI", "sequences", "tokens", "MC se")
+    for col in cols:
         assert col in out
     lp = command.prepare(str(runs["ar"]), spec.split(","), limit=8)
     store = Store(rd)

@@ -52,3 +52,9 @@ def test_sweep_writes_likelihood_rows_and_the_report_table(tmp_path, capsys):
     assert "no bound" in md and "<= " in md
     line = next(x for x in md.splitlines() if x.startswith("| ar |"))  # one label per model
     assert "<=" not in line  # exact
+    # each table under a heading that names its metric and unit, its caption printed beside it
+    heads = [x for x in md.splitlines() if x.startswith("### ")]
+    assert heads == ["### Perplexity per token", "### NLL in nats/token"], heads
+    nll = md[md.index("### NLL in nats/token") :]
+    mdlm = next(x for x in nll.splitlines() if x.startswith("| mdlm |"))
+    assert mdlm.count("<= ") == 1  # the NLL of a NELBO is a bound too
