@@ -9,7 +9,9 @@ model_args (``--model_args key=value,...``):
   sweep or ``bench.eval`` imported a checkpoint (read only); ``set``: a checkpoint's task options
   as ``--set`` takes them, items separated by ``;`` (``set=task.options.n_digits=4``);
 - likelihood: ``draws``, the Monte-Carlo draws of the method's bound per request (default 8 for
-  a bound, 1 for an exact NLL); ``seed``;
+  a bound, 1 for an exact NLL); ``seed``; ``greedy`` (``one_pass``, the default, ``decode`` or
+  ``off``) and ``greedy_steps`` (``decode`` only; default one step per continuation token): the
+  rule of ``is_greedy`` (below);
 - generation: ``nfe`` (default: the positions to generate; AR makes one call per position
   whatever it says), ``temperature`` (default 1), ``decoding`` (default: the method's),
   ``max_gen_toks`` (default: the positions left after the prompt), ``float64`` (default true);
@@ -34,16 +36,29 @@ Requests:
   model's full length (the diffusion models were trained at one length on a bidirectional
   backbone): positions after the continuation hold the task's pad id (its tokenizer's PAD when
   inside the vocabulary, else EOS, else 0) and, like the context, are clean (conditioned on)
-  and out of the loss (``Method.bound_positions``). ``is_greedy``: for an exact
-  left-to-right method (AR) whether every continuation token is the argmax given the tokens
-  before it; False for a bound (a bound says nothing about the argmax). The draws of one batch
-  share the bound's stratified times, so a value depends on ``seed``, the batch size and the
-  request's place in the list (same command, same numbers).
+  and out of the loss (``Method.bound_positions``). The draws of one batch share the bound's
+  stratified times, so a value depends on ``seed``, the batch size and the request's place in
+  the list (same command, same numbers).
+  ``is_greedy`` (lm-eval's ``acc`` of loglikelihood tasks) by the ``greedy`` rule: AR, whether
+  every continuation token is the argmax given the tokens before it (either rule: a greedy
+  left-to-right decode agrees exactly then). MDLM and Duo: the continuation is noised in full on
+  the same canvas (MDLM: all [MASK]; Duo: uniform ids drawn from the request batch's greedy
+  stream, :meth:`SFLMBenchLM.generator` ``stream=1``), then denoised greedily (argmax of
+  p_theta(x_0 | x_t)), True iff that equals the continuation token for token. ``one_pass``: one
+  forward at t = 1, the argmax at every position (s-sahoo/duo's adapter). ``decode``:
+  ``greedy_steps`` forwards (default: one per continuation token, as LLaDA's adapter), each
+  revealing the most confident still-noised positions (p_theta of their argmax; ties to the
+  left) with their argmax, the count split evenly over the steps, the network's time on
+  linspace(1, 1e-5, steps + 1) (MDLM's ``confidence`` decoding's grid). ``off``: False for
+  every request (warned when built: lm-eval's ``acc`` then measures nothing). A method with a
+  bound and neither denoiser (a plug-in's) gets ``off`` with that warning, or refuses an
+  explicit rule in one line. :meth:`SFLMBenchLM.get_model_info` records the rule and its steps
+  (docs/likelihood.md, "is_greedy").
 - ``loglikelihood_rolling(text)``: the sum of lm-eval's rolling windows
   (``lm_eval.utils.get_rolling_token_windows`` + ``make_disjoint_window``, context length 1, the
-  model's length), each scored as a ``loglikelihood`` request; the first window's context is the
-  task's BOS/EOS token, none for a task without one (AR then refuses: it cannot predict a first
-  token).
+  model's length), each scored as a ``loglikelihood`` request (no ``is_greedy`` check); the
+  first window's context is the task's BOS/EOS token, none for a task without one (AR then
+  refuses: it cannot predict a first token).
 - ``generate_until(context, gen_kwargs)``: the method's sampler at ``nfe`` on
   ``task.text_canvas(context, "", length)``, ``length`` = ``max_gen_toks`` (from gen_kwargs, else
   the model_args, else what the model's positions leave), cut at the first ``until`` string.
@@ -75,6 +90,11 @@ from bench.config import ConfigError
 NAME = "sflm-bench"
 #: ``batch_size`` when lm-eval gives none or ``auto`` (the adapter has no memory probe)
 AUTO_BATCH = 16
+#: model_args ``greedy``: how ``is_greedy`` is decided (module docstring). Not "none": lm-eval's
+#: argument parser reads ``none`` as None (the default)
+GREEDY_RULES = ("one_pass", "decode", "off")
+#: the network's time at the last step of ``greedy=decode`` (MDLM's confidence decoding's grid)
+GREEDY_T_END = 1e-5
 #: model_args lm-eval itself passes or a user may carry over from the hf model; accepted, unused
 _IGNORED = frozenset({"max_batch_size", "trust_remote_code"})
 
@@ -133,6 +153,8 @@ class SFLMBenchLM(LM):
         max_gen_toks: int | None = None,
         results_dir: str | None = None,
         float64: bool = True,
+        greedy: str | None = None,
+        greedy_steps: int | None = None,
         **extra,
     ) -> None:
         super().__init__()
@@ -144,7 +166,8 @@ class SFLMBenchLM(LM):
         if unknown:
             raise ConfigError(
                 f"{NAME}: unknown model_args key {unknown[0]!r} (known: src, task, nfe, "
-                "temperature, decoding, draws, seed, max_gen_toks, results_dir, float64, set)"
+                "temperature, decoding, draws, seed, greedy, greedy_steps, max_gen_toks, "
+                "results_dir, float64, set)"
             )
         if not src:
             raise ConfigError(f"{NAME}: model_args src=... is required (a run folder, a model "
@@ -152,6 +175,16 @@ class SFLMBenchLM(LM):
         self.nfe = _positive_int("nfe", nfe)
         self.draws_arg = _positive_int("draws", draws)
         self.max_gen_toks = _positive_int("max_gen_toks", max_gen_toks)
+        rule = "one_pass" if greedy is None else greedy
+        if rule not in GREEDY_RULES:
+            raise ConfigError(
+                f"{NAME}: model_args greedy: one of {', '.join(GREEDY_RULES)}, got {greedy!r}"
+            )
+        self.greedy_steps = _positive_int("greedy_steps", greedy_steps)
+        if self.greedy_steps is not None and rule != "decode":
+            raise ConfigError(
+                f"{NAME}: model_args greedy_steps: only with greedy=decode (greedy is {rule})"
+            )
         try:
             self.temperature = float(temperature)
         except (TypeError, ValueError):
@@ -184,6 +217,48 @@ class SFLMBenchLM(LM):
         self.left_to_right = bool(cls.nfe_is_length)
         self.draws = self.draws_arg or (1 if self.exact else 8)
         self._warned_gen_kwargs = False
+        self.greedy_family = self._greedy_family()
+        self.greedy = self._greedy_rule(rule, explicit=greedy is not None)
+
+    def _greedy_family(self) -> str | None:
+        """Which ``is_greedy`` check the method has: "left_to_right" (an exact left-to-right
+        method: AR), "masked" (an absorbing-state denoiser: MDLM), "uniform" (a uniform-state one:
+        Duo), None (none here: no bound, or a plug-in's method)."""
+        from baselines.duo import Duo
+        from baselines.mdlm import MDLM
+
+        if not self.bound_kind:
+            return None
+        if self.exact and self.left_to_right:
+            return "left_to_right"
+        if isinstance(self.method, MDLM):
+            return "masked"
+        if isinstance(self.method, Duo):
+            return "uniform"
+        return None
+
+    def _greedy_rule(self, rule: str, explicit: bool) -> str:
+        """The rule the requests use: ``rule``; "left_to_right" for AR (both rules are its
+        argmax chain); "off" for a method without a bound (it refuses likelihoods anyway). A
+        bound without a check here refuses an explicit rule, and is "off" by default, warned."""
+        if not self.bound_kind:
+            return "off"
+        family = self.greedy_family
+        if family is None and rule != "off":
+            if explicit:
+                raise ConfigError(
+                    f"{NAME}: model_args greedy: {self.method_name} has no greedy check here "
+                    "(it needs an absorbing- or uniform-state denoiser, as MDLM and Duo); use "
+                    "greedy=off"
+                )
+            rule = "off"
+        if rule == "off":
+            log.warning(
+                "%s: greedy=off for %s: is_greedy is False for every request, so lm-eval's acc "
+                "of loglikelihood tasks reads 0 and measures nothing", NAME, self.method_name
+            )  # fmt: skip
+            return rule
+        return "left_to_right" if family == "left_to_right" else rule
 
     # -- lm-eval's bookkeeping -----------------------------------------------------------
     @property
@@ -200,12 +275,25 @@ class SFLMBenchLM(LM):
             "sflm_nfe": self.nfe,
             "sflm_decoding": self.decoding,
             "sflm_temperature": self.temperature,
+            "sflm_greedy": self.greedy,
+            "sflm_greedy_steps": self._greedy_steps_info(),
         }
 
-    def generator(self, k: int) -> torch.Generator:
+    def _greedy_steps_info(self) -> int | str | None:
+        """The network calls of one ``is_greedy`` check (per batch of requests)."""
+        if self.greedy == "off":
+            return None
+        if self.greedy == "decode":
+            return self.greedy_steps or "one per continuation token"
+        return 1  # one_pass; AR's argmax chain is one teacher-forced call
+
+    def generator(self, k: int, stream: int = 0) -> torch.Generator:
         """The random stream of the batch of likelihood requests that starts at request ``k``
-        (of generation request ``k``): ``seed * 1000003 + k``, on the model's device."""
-        return torch.Generator(device=self._device).manual_seed(self.seed * 1_000_003 + k)
+        (of generation request ``k``): ``seed * 1000003 + k``, on the model's device; ``stream``
+        1 is that batch's ``is_greedy`` check (Duo's noised continuation), ``2**40`` further on,
+        so that the check leaves the bound's draws as they are."""
+        seed = self.seed * 1_000_003 + k + (stream << 40)
+        return torch.Generator(device=self._device).manual_seed(seed)
 
     # -- text ---------------------------------------------------------------------------
     def _tokenizer(self):
@@ -329,13 +417,68 @@ class SFLMBenchLM(LM):
             nll = self.method.nll_bound(self.backbone, batch, n_draws=self.draws, generator=gen)
             values = (-nll.to(torch.float64).mean(0)).tolist()
             flags = [False] * len(chunk)
-            if greedy and self.exact and self.left_to_right:
+            if greedy and self.greedy == "left_to_right":
                 logits = self.backbone(batch.x[:, :-1])
                 hit = logits.argmax(-1) == batch.x[:, 1:]
                 flags = (hit | ~batch.loss_mask[:, 1:]).all(-1).tolist()
+            elif greedy and self.greedy != "off":
+                flags = self._greedy_denoise(batch, self.generator(b, stream=1)).tolist()
             for (i, *_), v, g in zip(chunk, values, flags):
                 out[i] = (float(v), bool(g))
         return out
+
+    def _noised(self, x0: torch.Tensor, cont: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        """The canvas at t = 1 on the continuation ``cont``, clean elsewhere: MDLM's [MASK]
+        (its prior), Duo's uniform ids (its sampler's prior)."""
+        if self.greedy_family == "masked":
+            return x0.masked_fill(cont, self.method.mask_id)
+        shape, V = x0.shape, self.method.vocab_size
+        unif = torch.randint(0, V, shape, generator=gen, device=gen.device).to(x0.device)
+        return torch.where(cont, unif, x0)
+
+    def _denoiser(self, x: torch.Tensor, alpha_t: torch.Tensor) -> torch.Tensor:
+        """log p_theta(x_0 | x_t) (B, L, classes) as each method's sampler computes it: MDLM's
+        SUBS log-probs ([MASK] class -inf), Duo's log-softmax at sigma = -log alpha_t."""
+        m = self.method
+        if self.greedy_family == "masked":
+            return m.log_probs(self.backbone, x, alpha_t.float())
+        return torch.log_softmax(self.backbone(x, m.sigma(alpha_t).float()).float(), -1)
+
+    @torch.no_grad()
+    def _greedy_denoise(self, batch, gen: torch.Generator) -> torch.Tensor:
+        """(B,) bool: whether the greedy denoising of each row's continuation (its
+        ``loss_mask`` positions, noised in full: :meth:`_noised`) gives it back token for token,
+        by the ``greedy`` rule (module docstring)."""
+        x0, cont = batch.x, batch.loss_mask & ~batch.clean_mask
+        B, L = x0.shape
+        n = cont.sum(-1)
+        if self.greedy == "one_pass":
+            steps = torch.ones_like(n)
+        else:
+            steps = n if self.greedy_steps is None else n.clamp(max=self.greedy_steps)
+        steps = steps.clamp(min=1)
+        # LLaDA generate.py::get_num_transfer_tokens: n // steps per step, the first n % steps
+        # steps one more
+        base, extra = n // steps, n % steps
+        x, todo = self._noised(x0, cont, gen), cont.clone()
+        places = torch.arange(L, device=x0.device).expand(B, L)
+        for k in range(int(steps.max())):
+            # t_k = linspace(1, 1e-5, steps + 1)[k] per row: MDLM._confidence_steps' grid; one
+            # pass is t = 1, where the samplers start (the noised continuation is their prior)
+            frac = (k / steps.double()).clamp(max=1.0)
+            alpha_t = self.method.alpha(1.0 - (1.0 - GREEDY_T_END) * frac)
+            conf, pred = self._denoiser(x, alpha_t).max(-1)
+            # one_pass: s-sahoo/duo discrete_diffusion_harness.py::_suffix_greedy_prediction_mdlm
+            # (_duo_base), all positions at once; decode: ML-GSAI/LLaDA
+            # eval_llada.py::suffix_greedy_prediction, the most confident first (p of the argmax)
+            conf = torch.where(todo, conf.double(), -torch.inf)
+            order = conf.argsort(dim=-1, descending=True, stable=True)
+            rank = torch.empty_like(order).scatter_(-1, order, places)
+            n_reveal = torch.where(k < steps, base + (k < extra).long(), 0)
+            reveal = todo & (rank < n_reveal[:, None])
+            x = torch.where(reveal, pred, x)
+            todo &= ~reveal
+        return ((x == x0) | ~cont).all(-1).cpu()
 
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         self._require_bound("loglikelihood")

@@ -2,12 +2,15 @@
 ``simple_evaluate`` and its command line (``python -m bench.lmeval``) run the local task files
 of ``lmeval_tasks/`` (8 sort-4 items, multiple choice and generation) on the tiny sort-4 runs of
 ``eval_runs`` (AR: exact NLL; MDLM: its NELBO); a loglikelihood is the method's own
-``nll_bound`` (AR: the chain rule computed here); a method without a bound refuses likelihood
-requests with one line and still generates. Skips without lm-eval; fails instead under
-``SFLM_REQUIRE_LMEVAL=1`` or CI (scripts/setup.sh installs the extra)."""
+``nll_bound`` (AR: the chain rule computed here); ``is_greedy`` (lm-eval's ``acc``) of MDLM and
+Duo is checked on scripted denoisers whose greedy continuation is known, by both rules; a method
+without a bound refuses likelihood requests with one line and still generates. Skips without
+lm-eval; fails instead under ``SFLM_REQUIRE_LMEVAL=1`` or CI (scripts/setup.sh installs the
+extra)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from eval_runs import copy_runs, snapshot
 from helpers import offline_required, reference_checkpoint
 
@@ -115,8 +119,12 @@ def test_mdlm_loglikelihood_is_the_mean_of_the_bound_draws(runs):
 
     lm = _lm(runs["mdlm"], draws=4, seed=5)
     [(ll, greedy)] = lm.loglikelihood([_req("loglikelihood", "3 4 1 6", " 1 3 4 6")])
-    assert greedy is False  # a bound says nothing about the argmax
     x = torch.tensor([[3, 4, 1, 6, 1, 3, 4, 6]])
+    # is_greedy (greedy=one_pass): the argmax of one call on the continuation all [MASK]
+    noised = x.masked_fill(torch.arange(8) >= 4, lm.method.mask_id)
+    with torch.no_grad():
+        logp = lm.method.log_probs(lm.backbone, noised, lm.method.alpha(torch.ones(1)).float())
+    assert greedy is bool((logp[0, 4:].argmax(-1) == x[0, 4:]).all())
     loss = torch.zeros_like(x, dtype=torch.bool)
     loss[:, 4:] = True
     nll = lm.method.nll_bound(lm.backbone, Batch(x, ~loss, loss), n_draws=4,
@@ -131,6 +139,146 @@ def test_mdlm_loglikelihood_is_the_mean_of_the_bound_draws(runs):
         [_req("loglikelihood", "3 4 1 6", " 1 3 4 6")]
     )
     assert other[0][0] != ll
+
+
+class Scripted(torch.nn.Module):
+    """A denoiser (``backbone(x, sigma)``) whose greedy continuation is known, on sort-4 canvases
+    (4 context ids, then the continuation). ``ahead``: position i predicts x[3] + i - 3 (mod 10),
+    whatever the noised positions hold, so "3 4 1 6" continues "7 8 9 0" by either rule.
+    ``chain``: position i predicts x[i - 1] + 1 (mod 10), 0 after a [MASK], with more confidence
+    the further left: for MDLM one pass gives "7 0 0 0", a decode one position per step
+    "7 8 9 0", two steps "7 0 1 0". ``sigmas``: the time inputs of its calls, in order."""
+
+    def __init__(self, kind: str, classes: int):
+        super().__init__()
+        self.kind, self.classes, self.sigmas = kind, classes, []
+
+    def forward(self, x, sigma):
+        self.sigmas.append(sigma.detach().clone())
+        L = x.shape[1]
+        if self.kind == "ahead":
+            target, conf = (x[:, 3:4] + torch.arange(L) - 3) % 10, torch.full((L,), 4.0)
+        else:
+            prev = torch.cat([x[:, :1], x[:, :-1]], 1)
+            target, conf = torch.where(prev < 10, (prev + 1) % 10, 0), 10.0 - torch.arange(L)
+        return F.one_hot(target, self.classes).float() * conf[:, None]
+
+
+@pytest.fixture(scope="module")
+def duo_ckpt(tmp_path_factory):
+    """A random tiny Duo model of sort-4 (the trained runs hold MDLM and AR only)."""
+    return reference_checkpoint(tmp_path_factory.mktemp("duo"), "d", "duo", {})
+
+
+def _scripted(runs, duo_ckpt, method, kind, **kw):
+    if method == "mdlm":
+        lm = _lm(runs["mdlm"], draws=1, **kw)
+    else:
+        lm = _lm(duo_ckpt, task="sort", set="task.options.n_digits=4", draws=1, **kw)
+    assert lm.method_name == method
+    lm.backbone = Scripted(kind, lm.method.vocab_size + (method == "mdlm"))  # MDLM: + [MASK]
+    return lm
+
+
+def _greedy(lm, *continuations, context="3 4 1 6"):
+    reqs = [_req("loglikelihood", context, f" {c}") for c in continuations]
+    return [g for _, g in lm.loglikelihood(reqs)]
+
+
+@pytest.mark.parametrize("method", ["mdlm", "duo"])
+@pytest.mark.parametrize("rule", ["one_pass", "decode"])
+def test_is_greedy_of_a_known_denoiser(runs, duo_ckpt, method, rule):
+    """The greedy continuation gives is_greedy True (lm-eval's acc 1), any other False (acc 0),
+    for a short one too; the rule and its steps are in get_model_info."""
+    lm = _scripted(runs, duo_ckpt, method, "ahead", greedy=rule)
+    got = _greedy(lm, "7 8 9 0", "1 3 4 6", "7 8 9 1", "6 8 9 0", "7 8")
+    assert got == [True, False, False, False, True]
+    info = lm.get_model_info()
+    steps = 1 if rule == "one_pass" else "one per continuation token"
+    assert (info["sflm_greedy"], info["sflm_greedy_steps"]) == (rule, steps)
+
+
+def test_mdlm_one_pass_and_decode_differ(runs, duo_ckpt):
+    """The chain denoiser: one call sees every other continuation position masked; a decode
+    reveals the most confident position(s) first and calls again on them (one per step, or
+    greedy_steps=2: two per step); one network call per step after the bound's draw."""
+    conts = ["7 0 0 0", "7 8 9 0", "7 0 1 0"]
+    cases = [({}, conts[0], 1), ({"greedy": "decode"}, conts[1], 4)]
+    cases.append(({"greedy": "decode", "greedy_steps": 2}, conts[2], 2))
+    for kw, right, calls in cases:
+        lm = _scripted(runs, duo_ckpt, "mdlm", "chain", **kw)
+        assert _greedy(lm, *conts) == [c == right for c in conts]
+        assert len(lm.backbone.sigmas) == 1 + calls
+
+
+def test_duo_noises_the_continuation_uniformly_at_t_1(runs, duo_ckpt):
+    """Duo has no [MASK]: the continuation starts as uniform ids (its sampler's prior) at t = 1,
+    sigma = -log eps; a decode (chain denoiser) reveals left to right on t = 1, 0.75, 0.5, 0.25
+    and reaches "7 8 9 0"; the noise comes from the greedy stream, not the bound's draws."""
+    eps = torch.tensor(1e-3, dtype=torch.float64)
+    lm = _scripted(runs, duo_ckpt, "duo", "chain", greedy="decode")
+    assert _greedy(lm, "7 8 9 0", "7 0 0 0") == [True, False]
+    alpha = 1 - (1 - eps) * torch.linspace(1.0, 1e-5, 5, dtype=torch.float64)[:4]
+    got = torch.stack([s[0] for s in lm.backbone.sigmas[1:]]).double()
+    assert torch.allclose(got, -torch.log(alpha), atol=1e-5)
+    lm = _scripted(runs, duo_ckpt, "duo", "ahead")
+    [(ll, _)] = lm.loglikelihood([_req("loglikelihood", "3 4 1 6", " 7 8 9 0")])
+    assert float(lm.backbone.sigmas[1][0]) == pytest.approx(-float(torch.log(eps)), rel=1e-6)
+    off = _scripted(runs, duo_ckpt, "duo", "ahead", greedy="off")
+    [(ll_off, g)] = off.loglikelihood([_req("loglikelihood", "3 4 1 6", " 7 8 9 0")])
+    assert ll_off == ll and g is False and len(off.backbone.sigmas) == 1
+
+
+def test_greedy_off_and_a_method_without_a_check_are_flagged(runs, caplog):
+    """greedy=off: is_greedy False, warned, recorded; a bound method with no check here (a
+    plug-in's) refuses an explicit rule in one line and is off, warned, by default."""
+    from bench.config import ConfigError
+
+    with caplog.at_level("WARNING", logger="bench.lmeval.model"):
+        lm = _lm(runs["mdlm"], greedy="off", draws=1)
+    assert "acc of loglikelihood tasks reads 0" in caplog.text
+    info = lm.get_model_info()
+    assert (info["sflm_greedy"], info["sflm_greedy_steps"]) == ("off", None)
+    assert _greedy(lm, "1 3 4 6") == [False]
+    lm.greedy_family = None  # as a plug-in method with a bound but no denoiser known here
+    with pytest.raises(ConfigError, match="model_args greedy: mdlm has no greedy check") as e:
+        lm._greedy_rule("decode", explicit=True)
+    assert "\n" not in str(e.value)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="bench.lmeval.model"):
+        assert lm._greedy_rule("one_pass", explicit=False) == "off"
+    assert "is_greedy is False for every request" in caplog.text
+    ar = _lm(runs["ar"], greedy="decode").get_model_info()  # AR: its argmax chain either way
+    assert (ar["sflm_greedy"], ar["sflm_greedy_steps"]) == ("left_to_right", 1)
+
+
+def test_acc_of_a_loglikelihood_task_through_simple_evaluate(runs, duo_ckpt, tmp_path):
+    """A loglikelihood task (the 8 sort items, every other target the scripted model's greedy
+    continuation, the others the sorted digits): lm-eval's acc is 0.5, the rule in its config."""
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    items = [json.loads(line) for line in (TASKS / "sflm_sort.jsonl").read_text().splitlines()]
+    rows = []
+    for i, it in enumerate(items):
+        last = int(it["digits"].split()[-1])
+        ahead = " ".join(str((last + j) % 10) for j in range(1, 5))
+        assert ahead != it["sorted"]
+        rows.append({"digits": it["digits"], "target": ahead if i % 2 == 0 else it["sorted"]})
+    data = tmp_path / "greedy.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "greedy.yaml").write_text(
+        "task: sflm_sort_greedy\ndataset_path: json\ndataset_kwargs:\n  data_files:\n"
+        f"    test: {data}\noutput_type: loglikelihood\ntest_split: test\n"
+        'doc_to_text: "{{digits}}"\ndoc_to_target: " {{target}}"\n'
+        "metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n"
+        "metadata:\n  version: 1.0\n"
+    )
+    lm = _scripted(runs, duo_ckpt, "mdlm", "ahead")
+    tm = TaskManager(include_path=str(tmp_path), include_defaults=False)
+    out = simple_evaluate(model=lm, tasks=["sflm_sort_greedy"], task_manager=tm, limit=8)
+    assert out["results"]["sflm_sort_greedy"]["acc,none"] == 0.5
+    assert out["config"]["sflm_greedy"] == "one_pass" and out["config"]["sflm_greedy_steps"] == 1
 
 
 def test_short_requests_are_padded_clean_out_of_the_loss(runs, monkeypatch):
@@ -267,6 +415,9 @@ def test_a_reference_format_file_with_task_and_set(tmp_path):
         ({"src": None}, "model_args src=... is required"),
         ({"nfe": 0}, "nfe: must be an integer >= 1"),
         ({"bogus": 1}, "unknown model_args key 'bogus'"),
+        ({"greedy": "argmax"}, "model_args greedy: one of one_pass, decode, off, got 'argmax'"),
+        ({"greedy_steps": 0}, "model_args greedy_steps: must be an integer >= 1"),
+        ({"greedy_steps": 2}, "model_args greedy_steps: only with greedy=decode"),
         ({"decoding": "nope"}, "decoding: mdlm: unknown decoding"),
         ({"task": "sudoku"}, "is a model of task 'sort'"),
     ],
