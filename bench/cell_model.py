@@ -50,6 +50,7 @@ def _base_row(tc: TrainCell) -> dict:
         "variant": tc.variant,
         "backbone": tc.backbone["size"],
         "seed": tc.train["seed"],
+        "train_seed": tc.train["seed"],
         "config_hash": tc.id,
         "train_cell": tc.id,
         "recipe": recipe(tc),

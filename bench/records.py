@@ -9,7 +9,8 @@ changed or cut after it was written is found.
 
 A record is a flat JSON object. Common fields (every task; :func:`item_records`):
 
-- ``cell_id``, ``method``, ``variant``, ``subset``, ``seed`` (the sampling seed), ``train_seed``,
+- ``cell_id``, ``method``, ``variant``, ``subset``, ``sample_seed`` (the sampling seed; ``seed`` in
+  records written before the two seeds had a name each), ``train_seed`` (the model's),
   ``nfe`` (the network calls the sampler made), ``temperature``, ``decoding``;
 - ``index`` (position in the task's item order) and ``item`` (the task's id of the item,
   ``data.meta["id"]``, else the index);
@@ -29,6 +30,12 @@ A task adds its own fields, or replaces a common one, through one hook,
 cells; program tasks: the extracted program, executed answer, sandbox status and output
 excerpts, the grader's verdict; OWT: length, entropy, per-sample Gen. PPL, degenerate reason).
 ``python -m bench.samples`` prints records; ``python -m bench.rescore`` scores the saved ids again.
+
+A records file changed, cut or deleted after its rows were written is found by
+:func:`damaged_files` (one check, :func:`check`, per file the rows name): ``python -m bench.results
+verify`` and ``bench.samples`` refuse it, ``bench.rescore`` skips its cell with one line naming it,
+and ``bench.report`` prints one line per such file on stderr (:func:`warn_damaged`; its tables
+come from the rows, which keep their own checksum).
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ import gzip
 import hashlib
 import json
 import math
+import sys
 from pathlib import Path
 
 from bench import atomic
@@ -110,7 +118,7 @@ def item_records(task, cell, samples, data, metrics, *, nfe, cost=None) -> list[
             "subset": cell.subset,
             "index": i,
             "item": _plain(ids[i]) if ids is not None else i,
-            "seed": cell.seed,
+            "sample_seed": cell.seed,  # "seed" in records written before the two names
             "train_seed": tc.train.get("seed"),
             "nfe": nfe,
             "temperature": cell.temperature,
@@ -151,11 +159,8 @@ def write(results_dir: str | Path, cell_id: str, records: list[dict]) -> dict:
     return {"records": rel, "records_sha256": hashlib.sha256(raw).hexdigest()}
 
 
-def read(results_dir: str | Path, rel: str, sha256: str | None = None) -> list[dict]:
-    """The records of a file named by a row (``rel``: its ``records`` column), checked against
-    ``sha256`` when given. :class:`RecordsError` (one line, naming the file) when it is missing,
-    not gzip'd JSON lines, or not the file the row names."""
-    p = Path(results_dir) / rel
+def _text(p: Path, sha256: str | None) -> bytes:
+    """The uncompressed text of records file ``p``, checked against ``sha256`` when given."""
     try:
         raw = gzip.decompress(p.read_bytes())
     except FileNotFoundError:
@@ -164,6 +169,15 @@ def read(results_dir: str | Path, rel: str, sha256: str | None = None) -> list[d
         raise RecordsError(f"{p}: damaged records file ({e})") from None
     if sha256 and hashlib.sha256(raw).hexdigest() != sha256:
         raise RecordsError(f"{p}: records file damaged (its sha256 is not the one its rows name)")
+    return raw
+
+
+def read(results_dir: str | Path, rel: str, sha256: str | None = None) -> list[dict]:
+    """The records of a file named by a row (``rel``: its ``records`` column), checked against
+    ``sha256`` when given. :class:`RecordsError` (one line, naming the file) when it is missing,
+    not gzip'd JSON lines, or not the file the row names."""
+    p = Path(results_dir) / rel
+    raw = _text(p, sha256)
     out = []
     for k, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), 1):
         try:
@@ -177,9 +191,60 @@ def read(results_dir: str | Path, rel: str, sha256: str | None = None) -> list[d
 
 
 def check(results_dir: str | Path, rel: str, sha256: str | None) -> str | None:
-    """Why the records file ``rel`` is bad, or None when it reads and matches ``sha256``."""
+    """Why the records file ``rel`` is bad, or None when it reads and matches ``sha256``. A
+    matching sha256 means the very text :func:`write` wrote, so its lines are not parsed again."""
     try:
-        read(results_dir, rel, sha256)
+        if sha256:
+            _text(Path(results_dir) / rel, sha256)
+        else:
+            read(results_dir, rel)
     except RecordsError as e:
         return str(e)
     return None
+
+
+def _named(v) -> str | None:
+    return v if isinstance(v, str) and v else None
+
+
+def damaged_files(results_dir: str | Path, df) -> list[tuple[str, list[str], str]]:
+    """``(records file, cell ids naming it, why)`` for every records file the rows ``df`` (a
+    store frame, :func:`bench.results.read`, or any subset of its rows) name that is missing,
+    cut or changed since it was written (:func:`check`), each file once."""
+    if df is None or not len(df) or "records" not in df:
+        return []
+    shas = df["records_sha256"] if "records_sha256" in df else [None] * len(df)
+    cells = df["cell_id"] if "cell_id" in df else [None] * len(df)
+    named: dict[tuple[str, str | None], list[str]] = {}
+    for rel, sha, cell in zip(df["records"], shas, cells):
+        if _named(rel):
+            ids = named.setdefault((rel, _named(sha)), [])
+            if _named(cell) and cell not in ids:
+                ids.append(cell)
+    out = []
+    for (rel, sha), ids in named.items():
+        why = check(results_dir, rel, sha)
+        if why is not None:
+            out.append((rel, ids, why))
+    return out
+
+
+def damaged_lines(results_dir: str | Path, df) -> list[str]:
+    """One line per damaged records file of :func:`damaged_files`: its cell(s), the file, why."""
+    return [
+        f"cell {', '.join(ids)}: {why}" if ids else why
+        for _, ids, why in damaged_files(results_dir, df)
+    ]
+
+
+def warn_damaged(results_dir: str | Path, df) -> int:
+    """``bench.report``: print one ``warning:`` line on stderr per damaged records file the rows
+    ``df`` name (the report goes on: its numbers come from the rows); returns how many."""
+    lines = damaged_lines(results_dir, df)
+    for line in lines:
+        print(
+            f"warning: {line}; the report's numbers come from its rows (python -m bench.results "
+            "verify checks the store)",
+            file=sys.stderr,
+        )
+    return len(lines)

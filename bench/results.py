@@ -131,6 +131,10 @@ COLUMNS = [
     # sample and likelihood rows a ``bench.eval`` of a sweep's model computed: the evaluation
     # (its flags, e.g. "bench.eval --nfe 40 --limit 32"); empty for a sweep's own cells
     "evaluation",
+    # the two seeds by name: the model's training seed (``seed``, the results-table column, is
+    # it too) and a sample or likelihood cell's sampling seed (``sample.seed`` / likelihood.seed)
+    "train_seed",
+    "sample_seed",
 ]
 #: Columns added after the first stores were written: :meth:`Store.read` lists one only when a
 #: row has it, so an older store reads (and exports to results.csv) exactly as before.
@@ -209,6 +213,10 @@ COLUMNS = [
 #:   likelihood cell of a sweep's model, a protocol of its own (other items, NFE, draws, ...);
 #:   empty for the cells a sweep computed. The report keeps such cells out of the sweep's tables
 #:   and reports each evaluation apart (:mod:`bench.report.evaluations`).
+#: - ``train_seed`` / ``sample_seed``: the two seeds by name. ``seed`` (the results table's
+#:   column since the first store) is the training seed, ``train_seed`` the same number;
+#:   ``sample_seed`` is the sampling seed of a sample or likelihood cell (the per-item records'
+#:   ``sample_seed``). Every model row / sample and likelihood rows.
 REPORT_COLUMNS = COLUMNS[COLUMNS.index("task_kind") :]
 
 

@@ -33,6 +33,11 @@ def _parse_where(items: list[str]) -> list[tuple[str, str]]:
         field, sep, value = it.partition("=")
         if not sep or not field.strip():
             raise UsageError(f"--where {it!r}: expected FIELD=VALUE")
+        if field.strip() == "seed":  # two seeds, one word each
+            raise UsageError(
+                f"--where {it!r}: say which seed: train_seed (the model's training seed) or "
+                "sample_seed (the sampler's)"
+            )
         out.append((field.strip(), value))
     return out
 

@@ -107,6 +107,7 @@ def likelihood_rows(
         "bound_kind": bound_kind,
         "item_limit": s.n_sequences or None,
         "evaluation": evaluation or None,
+        "sample_seed": s.seed,
         **(cost or {}),
     }
     return [
@@ -246,7 +247,7 @@ def _compute(
         "method": tc.method,
         "variant": variant or tc.variant,
         "subset": dataset,
-        "seed": s.seed,
+        "sample_seed": s.seed,  # the draws' seed (likelihood.seed)
         "train_seed": tc.train.get("seed"),
         "bound_kind": kind,
     }

@@ -116,6 +116,13 @@ def test_samples_cli_selects_and_filters(sudoku_run, capsys):
     recs = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert len(recs) == 2 * 2 * 12  # 2 models x 2 subsets x 12 items
     assert all({"prompt", "output", "correct", "model"} <= set(r) for r in recs)
+    # two seeds, two names, in the records and the rows; the rows' seed is the training seed
+    assert {(r["sample_seed"], r["train_seed"]) for r in recs} == {(0, 0)} and "seed" not in recs[0]
+    rows = _sample_rows(rd)
+    assert (rows["train_seed"] == rows["seed"]).all() and (rows["sample_seed"] == 0).all()
+    assert samples_main(["--results-dir", str(rd), "--where", "sample_seed=0", "--format",
+                         "jsonl", "--limit", "0"]) == 0  # fmt: skip
+    assert len(capsys.readouterr().out.splitlines()) == len(recs)
     # --model, --where (numbers and booleans as text), --limit
     where = ["--where", "correct=0", "--where", "subset=hard"]
     argv = [
@@ -150,6 +157,7 @@ def test_samples_cli_selects_and_filters(sudoku_run, capsys):
         (["--where", "status"], "expected FIELD=VALUE"),
         (["--limit", "-1"], "--limit"),
         (["--task", "gsm8k"], "no sample cell with records"),
+        (["--where", "seed=0"], "train_seed (the model's training seed) or sample_seed"),
     ):
         assert samples_main(["--results-dir", str(rd), *argv]) == 2
         err = capsys.readouterr().err.strip()
