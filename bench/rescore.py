@@ -16,6 +16,11 @@ Without ``--set`` (or with settings equal to the cell's) nothing is written: eve
 (value, CI, n, per-item outcomes) is computed again and compared exactly; exit 1 on any
 difference. A setting that changes which items a cell has (e.g. the prompt separator) is refused:
 its saved samples answer other prompts, so it needs sampling again.
+
+A selected cell whose per-item records file was changed, cut or deleted after it was written
+(:func:`bench.records.damaged_files`, the check ``python -m bench.results verify`` makes) is
+skipped with one line on stderr naming the file and the cell; the others are scored, and the exit
+status is 1.
 """
 
 from __future__ import annotations
@@ -198,10 +203,24 @@ def main(argv: list[str] | None = None) -> int:
         if not len(cells):
             raise UsageError(f"{results_dir}: no sampled cell with records matches the selection")
         _check_settings(results_dir, cells, args.set)
-        return _run(results_dir, store, cells, args.set)
+        cells, damaged = _skip_damaged(results_dir, cells)
+        rc = _run(results_dir, store, cells, args.set) if len(cells) else 1
+        return 1 if damaged else rc
     except (UsageError, RecordsError, FileNotFoundError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return USAGE_EXIT
+
+
+def _skip_damaged(results_dir: Path, cells):
+    """(the selected cells whose records file is intact, how many files are not): one
+    ``skipped:`` line on stderr per damaged records file, naming it and its cell."""
+    from bench import records
+
+    bad = records.damaged_files(results_dir, cells)
+    for _, ids, why in bad:
+        print(f"skipped: cell {', '.join(ids)}: {why}", file=sys.stderr)
+    gone = {c for _, ids, _ in bad for c in ids}
+    return cells[~cells["cell_id"].isin(gone)], len(bad)
 
 
 def _check_settings(results_dir: Path, cells, sets: list[str]) -> None:

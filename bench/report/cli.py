@@ -14,6 +14,7 @@ from pathlib import Path
 
 from bench import atomic
 from bench.plugins import PluginError
+from bench.records import warn_damaged
 from bench.report import evaluations, html, renderers, unchanged
 from bench.report.common import rows
 from bench.report.document import Doc
@@ -97,6 +98,7 @@ def _report(args) -> int:
         return 0
     out.mkdir(parents=True, exist_ok=True)
     df = read(args.results_dir)
+    warn_damaged(args.results_dir, df)  # one stderr line per damaged records file (bench.records)
     if args.sweep:
         known = sorted(df["sweep"].dropna().unique()) if "sweep" in df else []
         unknown = [s for s in args.sweep if s not in known]
