@@ -47,10 +47,10 @@ def train_rows(tc: TrainCell, res, n_params: int, *, task) -> list[dict]:
     log (:func:`bench.train.log_path`) relative to the results folder, when it was written;
     ``loss_kind``: what that log's ``loss`` / ``val_loss`` is (the method's
     :meth:`~bench.method.Method.loss_kind_for` the cell's options). What the run cost
-    (:data:`bench.cost.measure.TRAIN_COST_COLUMNS`, on every row): ``s_per_step``,
+    (:data:`bench.measure.TRAIN_COST_COLUMNS`, on every row): ``s_per_step``,
     ``tokens_per_s`` (training tokens of the global batch per second) and ``peak_mem_mb`` of
     this process's steps (a resumed run's last process), and the machine it trained on."""
-    from bench.cost.measure import environment
+    from bench.measure import environment
 
     log = log_path(tc.run_dir)
     cls = registry.METHODS[tc.method]
@@ -296,9 +296,9 @@ def _import(tc: TrainCell, task, store: Store, rebuild: bool) -> str:
 
 def _import_rows(tc: TrainCell, task, store: Store, meta: dict, t0: float) -> None:
     """An imported model's train rows: its parameter count and the step it was trained to, and
-    the machine that converted it (:func:`bench.cost.measure.environment`; nothing was trained
+    the machine that converted it (:func:`bench.measure.environment`; nothing was trained
     here, so no other cost column)."""
-    from bench.cost.measure import environment
+    from bench.measure import environment
 
     base = {
         **_base_row(tc),
@@ -409,20 +409,20 @@ def sample_batch(sampler, backbone, c: SampleCell, prompt, pmask, generator, *, 
 
 def _sample(tc: TrainCell, todo: list[SampleCell], store: Store, progress: bool) -> int:
     """Sample and score ``todo`` (cells of train cell ``tc``), each into its store rows and
-    records. What a cell cost (:data:`bench.cost.measure.SAMPLE_COST_COLUMNS`): ``sample_s`` is
+    records. What a cell cost (:data:`bench.measure.SAMPLE_COST_COLUMNS`): ``sample_s`` is
     the seconds its batches took to sample (moving the prompts to the device, the sampler, the
     ids back to the CPU), summed over every batch, also those resumed from the batch files of an
     earlier run (each file records its batch's seconds, network seconds and calls); loading the
     items, building the sampler, saving and scoring are not in it. ``score_s`` is the task's
     evaluation and the records; ``wall_s`` all of this process's work on the cell. A batch file
     written before these were recorded makes the columns it would have fed None.
-    ``peak_mem_mb``: the most any batch's process measured (:class:`~bench.cost.measure.
+    ``peak_mem_mb``: the most any batch's process measured (:class:`~bench.measure.
     PeakMemory`, reset when that process began sampling the cell; each batch file records the
     peak so far), so across a resume it is the peak of the processes that sampled; None when no
     batch file records one."""
     from tqdm import tqdm
 
-    from bench.cost.measure import CallTimer, PeakMemory, environment, sample_cost
+    from bench.measure import CallTimer, PeakMemory, environment, sample_cost
 
     if not tc.weights.is_file():
         raise FileNotFoundError(

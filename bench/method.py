@@ -277,7 +277,7 @@ class Method(nn.Module):
     def call(self, backbone: nn.Module, *args: Any, **kwargs: Any) -> Any:
         """Every backbone call a sampler makes goes through here (it is the NFE count)."""
         self.nfe_counter += 1
-        timer = getattr(self, "call_timer", None)  # bench.cost.measure.CallTimer, when measuring
+        timer = getattr(self, "call_timer", None)  # bench.measure.CallTimer, when measuring
         if timer is None:
             return backbone(*args, **kwargs)
         token = timer.start()

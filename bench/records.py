@@ -22,7 +22,7 @@ A record is a flat JSON object. Common fields (every task; :func:`item_records`)
 - ``sample_s``: the seconds spent sampling the item, its batch's sampling seconds over the
   batch's items (the records of a cell sum to its rows' ``sample_s``; None for a batch resumed
   from a file written before batches recorded their seconds), and ``device_name``, the machine
-  that sampled (:func:`bench.cost.measure.environment`); records written as a cell is sampled
+  that sampled (:func:`bench.measure.environment`); records written as a cell is sampled
   (not those :mod:`bench.rescore` writes).
 
 A task adds its own fields, or replaces a common one, through one hook,

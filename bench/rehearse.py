@@ -43,7 +43,7 @@ with its reference LM where the task has one (OWT's Gen. PPL: the configured mod
 this machine, else its architecture with random weights from a known configuration, said in the
 output).
 
-Each phase reports seconds and peak memory (:class:`bench.cost.measure.PeakMemory`: CUDA max
+Each phase reports seconds and peak memory (:class:`bench.measure.PeakMemory`: CUDA max
 allocated, or the process's resident peak on the CPU) at both batches, and the peak extrapolated
 linearly to the sweep's batch: ``sample.batch_size`` (sampling), ``likelihood.batch_size``, and
 ``train.batch_size / (devices x num_nodes)``, the batch of one device under DDP (training). The
@@ -81,7 +81,7 @@ import torch
 from bench import heap
 from bench.cell_model import cell_task, method_backbone
 from bench.config import ConfigError, canonical, config_hash
-from bench.cost.measure import PeakMemory, device_name
+from bench.measure import PeakMemory, device_name
 from bench.data.base import TaskData
 from bench.method import Batch
 from bench.plan import LikelihoodCell, Plan, SampleCell, TrainCell

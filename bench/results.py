@@ -111,7 +111,7 @@ COLUMNS = [
     # (canonical JSON of task.options overrides) and the cell whose saved samples they score
     "scorer",
     "rescored_from",
-    # what a cell cost (bench.cost.measure: SAMPLE_ / TRAIN_ / LIKELIHOOD_COST_COLUMNS)
+    # what a cell cost (bench.measure: SAMPLE_ / TRAIN_ / LIKELIHOOD_COST_COLUMNS)
     "network_s",
     "network_calls",
     "forward_equivalents",
@@ -120,7 +120,7 @@ COLUMNS = [
     "peak_mem_mb",
     "eval_s",
     "s_per_step",
-    # the machine a cell ran on (bench.cost.measure.environment)
+    # the machine a cell ran on (bench.measure.environment)
     "device_name",
     "torch_version",
     "cuda_version",
@@ -188,7 +188,7 @@ COLUMNS = [
 #: - ``scorer``: the scorer settings a re-scored row used where they differ from the sampled
 #:   cell's (canonical JSON of ``task.options`` keys, ``python -m bench.rescore``), and
 #:   ``rescored_from``: the cell whose saved samples it scored; empty on rows scored as sampled.
-#: - what a cell cost (:mod:`bench.cost.measure`), empty where it cannot be known (a batch
+#: - what a cell cost (:mod:`bench.measure`), empty where it cannot be known (a batch
 #:   resumed from a file that does not record it):
 #:
 #:   - sample rows: ``network_s`` (of ``sample_s``, the seconds inside the backbone calls the

@@ -125,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         cfg = load_sweep(args.sweep, args.overrides)
+        from bench.cost.table import check_device
+
+        check_device(cfg, args.sweep)
         if args.executor:
             cfg.executor.kind = args.executor
         if args.results_dir:

@@ -6,7 +6,7 @@ Every file of OLD must exist in NEW with the same bytes, except:
 
 - ``results.csv``: compared row by row on (cell_id, metric) over the columns both have, leaving
   out what depends on the machine or the moment (wall time, steps/s, git sha, creation time, the
-  measured cost columns of bench/cost/measure.py and the machine's name and versions);
+  measured cost columns of bench/measure.py and the machine's name and versions);
   columns NEW adds (e.g. report columns) are listed, not compared;
 - ``training.md``: its steps/s column is a timing; the rest of each line must match;
 - PDFs: compared by their content streams (what is drawn), so a ``/CreationDate`` (reports

@@ -28,6 +28,9 @@ def main(argv: list[str] | None = None) -> int:
         overrides.append(f"executor.device={args.device}")
     try:
         cfg = load_sweep(args.sweep, overrides)
+        from bench.cost.table import check_device
+
+        check_device(cfg, args.sweep)
         if args.results_dir:
             cfg.results_dir = args.results_dir
         p = plan(cfg, args.sweep, offline_ok=True)

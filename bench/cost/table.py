@@ -105,6 +105,23 @@ def known_kinds(directory: Path | None = None) -> list[str]:
     return sorted(kinds)
 
 
+def check_device(cfg, source: str) -> None:
+    """A sweep's ``executor.device`` (on SLURM: ``SFLM_SLURM_DEVICE`` when set) names a kind a
+    table exists for (shipped or calibrated): :class:`~bench.config.ConfigError` naming the file
+    and key, or the variable, otherwise."""
+    from bench.config import ConfigError
+
+    kind, where = cfg.executor.device, f"{source}: executor.device"
+    env = os.environ.get("SFLM_SLURM_DEVICE", "").strip()
+    if cfg.executor.kind == "slurm" and env:
+        kind, where = env, "environment SFLM_SLURM_DEVICE"
+    if kind and kind not in (kinds := known_kinds()):
+        raise ConfigError(
+            f"{where}: unknown device kind {kind!r} (known: "
+            f"{', '.join(kinds)}; python -m bench.perf calibrate adds this machine's)"
+        )
+
+
 def _merge(base: dict, over: dict) -> dict:
     """``over``'s sections over ``base``'s (a calibrated entry may leave sections out; method
     factors merge by key, so a calibration that measured some models keeps the others')."""

@@ -17,13 +17,13 @@ Rows (one per metric of :mod:`bench.likelihood.evaluate`): the model's columns (
 ``kind = "likelihood"``, ``subset`` = the dataset spec, ``nfe`` None, ``decoding`` "",
 ``bound_kind``, ``n`` = sequences, ``item_limit`` = the sequences asked for (empty: all),
 ``records`` / ``records_sha256``, ``wall_s``, and what the cell cost
-(:data:`bench.cost.measure.LIKELIHOOD_COST_COLUMNS`): ``eval_s``, the seconds of every block's
+(:data:`bench.measure.LIKELIHOOD_COST_COLUMNS`): ``eval_s``, the seconds of every block's
 bound (:func:`~bench.likelihood.evaluate.evaluate`'s ``bound_s``; loading the model and the
 corpus, the metrics' bootstrap and writing are not in it), of them ``network_s`` inside
 ``network_calls`` backbone calls (timed by hooks on the backbone,
-:func:`bench.cost.measure.timing_calls`: the bounds call it directly), ``tokens_per_s`` (scored
+:func:`bench.measure.timing_calls`: the bounds call it directly), ``tokens_per_s`` (scored
 positions per ``eval_s``), ``peak_mem_mb`` (reset before the evaluation) and the machine
-(:func:`bench.cost.measure.environment`). A method without a bound gets the machine columns only.
+(:func:`bench.measure.environment`). A method without a bound gets the machine columns only.
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ def _compute(
 ):
     from bench import records
     from bench.cell_model import _device, cell_task, keep_freed_heap, method_backbone
-    from bench.cost.measure import CallTimer, PeakMemory, environment, timing_calls
+    from bench.measure import CallTimer, PeakMemory, environment, timing_calls
     from bench.evaluate.metrics import MetricValue
     from bench.likelihood.datasets import load_blocks, parse
     from bench.likelihood.evaluate import evaluate

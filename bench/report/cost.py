@@ -1,6 +1,6 @@
 """Seconds in the report: what a sample costs beside what it scores.
 
-Sample rows carry their cell's measured cost (:data:`bench.cost.measure.SAMPLE_COST_COLUMNS`):
+Sample rows carry their cell's measured cost (:data:`bench.measure.SAMPLE_COST_COLUMNS`):
 ``sample_s`` (sampling seconds of the cell, net of scoring and of loading the model),
 ``score_s``, ``seconds_per_sample`` (``sample_s`` / items), ``device_name``, ``threads``, ...;
 stores written before them have ``sample_s`` / ``score_s`` only, or neither. From the rows alone:

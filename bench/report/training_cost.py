@@ -15,7 +15,7 @@ column (the store does not record them yet) count one device of unrecorded kind,
 table. Several train cells of one (task, model) (seeds, Sudoku's per-difficulty models): the mean
 per run, with the number of runs.
 
-Measured cost (:data:`bench.cost.measure.TRAIN_COST_COLUMNS`, train rows written since): the
+Measured cost (:data:`bench.measure.TRAIN_COST_COLUMNS`, train rows written since): the
 column groups ``s/step``, ``tokens/s`` and ``peak mem (MB)`` per task, shown when any run has
 them (the paper has no such numbers); the device they were measured on (``device_name``, with
 the threads on a CPU) named in a note, or in a ``device`` group per entry where the runs'
@@ -52,7 +52,7 @@ QUANTITIES = (  # (column group, our field, the paper's metric)
     ("duration (h)", "duration_h", "duration_h"),
     ("device-hours", "device_hours", "gpu_hours"),
 )
-#: measured cost of a train row (:data:`bench.cost.measure.TRAIN_COST_COLUMNS`): column groups
+#: measured cost of a train row (:data:`bench.measure.TRAIN_COST_COLUMNS`): column groups
 #: shown when any run has them (the paper reports none of them); stores written before them
 #: have none, and the table reads as before
 MEASURED = (  # (column group, our field)

@@ -285,7 +285,7 @@ class TrainResult:
     is_global_zero: bool = True  # False on the other DDP ranks (they write nothing)
     device: str = "cpu"  # "cuda:<name of GPU 0>" or "cpu" (the training-cost table's kind)
     devices: int = 1  # processes of the run: devices x num_nodes
-    # what this process's steps cost (bench.cost.measure.TRAIN_COST_COLUMNS); None: no step ran
+    # what this process's steps cost (bench.measure.TRAIN_COST_COLUMNS); None: no step ran
     s_per_step: float | None = None  # seconds / steps
     tokens_per_s: float | None = None  # batch_size x seq_len x steps/s (global batch: all ranks)
     peak_mem_mb: float | None = None  # this rank's peak since training started (PeakMemory)
@@ -296,10 +296,10 @@ class _Timer(Callback):
         self.t0 = None
         self.steps0 = 0
         self.last_loss: torch.Tensor | float = float("nan")  # a tensor: read once, at the end
-        self.peak = None  # bench.cost.measure.PeakMemory, reset when training starts
+        self.peak = None  # bench.measure.PeakMemory, reset when training starts
 
     def on_train_start(self, trainer, pl_module):
-        from bench.cost.measure import PeakMemory  # on the module's device, set up by now
+        from bench.measure import PeakMemory  # on the module's device, set up by now
 
         self.peak = PeakMemory(pl_module.device).reset()
         self.t0, self.steps0 = time.perf_counter(), trainer.global_step

@@ -1,4 +1,4 @@
-"""What a cell cost (bench.cost.measure, bench.cells._sample, bench.likelihood.cells, the train
+"""What a cell cost (bench.measure, bench.cells._sample, bench.likelihood.cells, the train
 rows): on a sort-4 MDLM trained 4 steps (cpu-mini), sampled 8 items in two batches of 4 at NFE 2.
 
 A backbone that sleeps a fixed time per call bounds the network seconds from below; an
@@ -16,7 +16,7 @@ import torch
 
 from bench import cells, records
 from bench.config import load_sweep
-from bench.cost.measure import (
+from bench.measure import (
     LIKELIHOOD_COST_COLUMNS,
     SAMPLE_COST_COLUMNS,
     TRAIN_COST_COLUMNS,
