@@ -312,10 +312,7 @@ def _import_facts(entry: MethodEntry, task, where: str, offline_ok: bool):
     elif sp.vocab_size == task.vocab_size + 1 and pad_is_class(sp.method):
         vocab = sp.vocab_size  # the reference's [PAD] is a class of this model (Method.reference)
     else:
-        raise ConfigError(
-            f"{where}.checkpoint: {entry.checkpoint} has |V| = {sp.vocab_size}, task "
-            f"{task.name} has {task.vocab_size}"
-        )
+        raise ConfigError(_vocab_mismatch(entry.checkpoint, sp, task, where))
     if sp.seq_len and task.seq_len > sp.seq_len:
         raise ConfigError(
             f"{where}.checkpoint: the task's sequences ({task.seq_len}) are longer than the "
@@ -324,6 +321,39 @@ def _import_facts(entry: MethodEntry, task, where: str, offline_ok: bool):
     src = {"checkpoint": entry.checkpoint, "sha256": source.sha256, "family": sp.family,
            "forced": forced}  # fmt: skip
     return sp, opts, src, vocab
+
+
+def _vocab_mismatch(checkpoint: str, sp, task, where: str) -> str:
+    """The one-line error for a checkpoint whose |V| the task cannot serve, naming the way
+    forward: the other built-in tasks (default options) it fits, else a task of its own."""
+    from bench.checkpoints.families import pad_is_class
+
+    pad = pad_is_class(sp.method)  # the reference's [PAD] is a class: |V| may be the task's + 1
+    fits = []
+    for name in sorted(registry.TASKS):
+        if name == task.name:
+            continue
+        try:
+            v = registry.make_task(TaskConfig(name=name)).vocab_size
+        except Exception:  # a plug-in task its defaults cannot build: not a suggestion
+            continue
+        if v == sp.vocab_size or (pad and v + 1 == sp.vocab_size):
+            fits.append(name)
+    head = (
+        f"{where}.checkpoint: {checkpoint} ({sp.family} family) has |V| = {sp.vocab_size}, "
+        f"task {task.name} has {task.vocab_size}"
+    )
+    if fits:
+        return f"{head}; task {' or '.join(fits)} fits it: --task {fits[0]} (task.name in a sweep)"
+    sizes = f"{sp.vocab_size - 1} or {sp.vocab_size}" if pad else f"{sp.vocab_size}"
+    why = ""
+    if not pad and sp.vocab_size == task.vocab_size + 1:
+        pads = ", ".join(m for m in sorted(registry.METHODS) if pad_is_class(m))
+        why = f" (only {pads} files may have one class more than the task, the reference's [PAD])"
+    return (
+        f"{head}{why}; no built-in task has {sizes} tokens: serve it with a task plug-in of "
+        f"{sizes} tokens (docs/adding-a-task.md)"
+    )
 
 
 def _decodings(method, entry: MethodEntry, sweep_decodings: list[str], where: str) -> list[str]:
