@@ -2,7 +2,7 @@
 section with its source. ``python -m bench.perf calibrate`` measures the same entry on the
 machine at hand; a calibrated entry wins over these.
 
-Sources:
+Sources (each entry's ``measured`` says when, in one line):
 
 - ``cpu``: ``python -m bench.perf calibrate`` on the project's 2-core AMD EPYC VM (AVX-512), one
   thread (the quickstart's jobs: two at once, one thread each; other thread counts are scaled,
@@ -75,6 +75,7 @@ H200 = {
     "threads": 0,
     "device_name": "cuda: NVIDIA H200",
     "source": "the project's H200 runs (docs/measurements/gpu_h200_*.json)",
+    "measured": "2026-11-26 (the H200 runs)",
     "memory_bytes": 143_771 * 2**20,
     "forward": {
         "overhead_s": 0.0083,
@@ -160,9 +161,12 @@ H100["methods"]["source"] = (
     + H200["methods"]["source"]
 )
 
+H100["measured"] = "training from the paper's table, sampling 2026-11-26 on an H200 (scaled)"
+
 A100 = _scaled(H100, "a100", "cuda: NVIDIA A100-SXM4-80GB", 312 / 989, 80 * 2**30,
                "the H100 entry x 312 / 989 (dense bf16 TFLOP/s, vendor data sheets)")  # fmt: skip
 A100["forward"]["overhead_s"] = 0.01
+A100["measured"] = "never (the H100 entry scaled by the data sheets)"
 A100["train"]["overhead_s"] = 0.025
 
 #: one thread of the project's 2-core AMD EPYC VM (AVX-512), idle: the mean of two runs of ``python
@@ -220,6 +224,7 @@ CPU = {
     "threads": 1,
     "device_name": "cpu: AMD EPYC (2 cores, AVX-512)",
     "source": f"{_CALIBRATED} (2026-11-27, idle, mean of two runs); other thread counts scaled",
+    "measured": "2026-11-27 (idle)",
     "memory_bytes": 8 * 2**30,
     "forward": {"overhead_s": 0.000569, "flops_per_s": 6.1e10, "source": _CALIBRATED},
     "train": {

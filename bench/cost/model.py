@@ -277,9 +277,11 @@ class PlanPrediction:
         return max((j.peak_bytes for j in self.jobs), default=0)
 
     def source(self) -> str:
-        cal = "calibrated" if self.entry.get("calibrated") else "shipped"
-        threads = f", {self.entry['threads']} thread(s)" if self.entry.get("threads") else ""
-        return f"{cal} {self.kind} table{threads}"
+        """Which table predicted (shipped or a calibrated file, its path) and when it was
+        measured (:func:`bench.cost.table.describe`)."""
+        from bench.cost.table import describe
+
+        return describe({**self.entry, "kind": self.kind})
 
 
 def _bytes(dtype: str) -> int:

@@ -28,6 +28,11 @@ at hand and stores it in ``<calibration dir>/<kind>.json`` (:func:`calibration_d
 ``$SFLM_CALIBRATION_DIR``, else ``<data cache>/calibration``, i.e.
 ``~/.cache/sflm-bench/calibration`` unless ``$SFLM_BENCH_DATA`` moves the data cache), one entry
 per CPU thread count. A calibrated entry wins over the shipped one of its kind.
+
+Every entry says when it was measured: a shipped one in ``measured``, a calibrated one in
+``calibrated_at`` with the machine's ``load`` then (and calibrate's ``repeats`` and ``verdict``);
+:func:`load` adds ``calibrated`` and, for a calibrated entry, ``table_path`` (the file), and
+:func:`describe` says all that in one line (``--dry-run``'s predicted cost names its table so).
 """
 
 from __future__ import annotations
@@ -149,6 +154,7 @@ def _scaled(entry: dict, threads: int) -> dict:
         if key in out["scorers"]:
             out["scorers"][key] *= f
     out["threads"] = threads
+    out["scaled_from_threads"] = have
     out["source"] = f"{entry.get('source', '')} (scaled from {have} to {threads} threads)"
     return out
 
@@ -172,12 +178,38 @@ def load(kind: str, threads: int = 0, directory: Path | None = None) -> dict:
             base = DEFAULTS["cpu" if cpu else "h100"]
         entry = _merge(base, cal[near])
         entry["calibrated"] = True
+        entry["table_path"] = str((directory or calibration_dir()) / f"{kind}.json")
     else:
         entry = copy.deepcopy(base)
         entry["calibrated"] = False
     if threads and entry.get("threads"):
         entry = _scaled(entry, threads)
     return entry
+
+
+def describe(entry: dict) -> str:
+    """Which table ``entry`` (from :func:`load`) is and when it was measured, in one line:
+    ``calibrated cpu table, 1 thread(s): <file>, measured <UTC time> at 1-min load 0.3 on 2 CPUs``
+    or ``shipped h100 table (built-in default, bench/cost/defaults.py), measured: <when>``."""
+    kind = entry.get("kind", "?")
+    threads = f", {entry['threads']} thread(s)" if entry.get("threads") else ""
+    if entry.get("scaled_from_threads"):
+        threads += f" (scaled from {entry['scaled_from_threads']})"
+    if not entry.get("calibrated"):
+        when = entry.get("measured") or "(not recorded)"
+        where = "built-in default, bench/cost/defaults.py"
+        return f"shipped {kind} table{threads} ({where}), measured: {when}"
+    # an entry calibrated before ``calibrated_at`` was kept: the date its source gives
+    dated = re.search(r"\d{4}-\d{2}-\d{2}(T[\d:]+Z)?", str(entry.get("source") or ""))
+    when = entry.get("calibrated_at") or (dated.group(0) if dated else "(not recorded)")
+    out = f"calibrated {kind} table{threads}: {entry.get('table_path', '?')}, measured {when}"
+    load = entry.get("load") or {}
+    if load.get("end_1min") is not None:
+        out += f" at 1-min load {load['end_1min']:.1f} on {load.get('cpus', '?')} CPUs"
+    verdict = str(entry.get("verdict") or "")
+    if verdict.startswith(("forced", "warn")):
+        out += f" ({verdict})"
+    return out
 
 
 def save(entry: dict, directory: Path | None = None) -> Path:

@@ -4,10 +4,11 @@ it where the planner finds it (``--calib-dir``, default :func:`bench.cost.table.
 and CPU thread count (``--threads``: measure at the threads a job will use; the local executor
 gives each of its ``max_parallel`` jobs ``cpu_count // max_parallel``).
 
-Each timing is the least of ``--calib-reps`` runs; on one CPU thread it counts the process's CPU
-seconds, not wall seconds, so that on a machine shared with other work the table says what the
-work costs when the core is free (on several threads CPU seconds would count the threads'
-spin-waits: calibrate those on an idle machine). What it measures:
+Each timing is the median of ``--calib-reps`` runs (default 3; the bare backbone's fitted shapes
+two more), and its spread, (max - min) / median of the runs, is kept; on one CPU thread it counts
+the process's CPU seconds, not wall seconds, so that on a machine shared with other work the
+table says what the work costs when the core is free (on several threads CPU seconds would count
+the threads' spin-waits: calibrate those on an idle machine). What it measures:
 
 - bare backbone forwards (no gradients) at six shapes and a one-position decoding step, fitted
   to ``overhead_s + FLOPs / flops_per_s`` (relative least squares);
@@ -27,13 +28,32 @@ spin-waits: calibrate those on an idle machine). What it measures:
 
 ``--calib-quick`` (tests): tiny shapes, one run each, no trainer, job, disk or sandbox
 measurement (those sections keep the shipped entry's values).
+
+A busy or noisy machine writes a table that predicts the wrong times (a calibration at load 4-6
+on 2 cores predicted 46.5 minutes for a 6.5-minute quickstart), so :func:`verdict` judges the
+1-min load average (``os.getloadavg``, before and after, against ``os.cpu_count``) and the
+timings' spreads:
+
+- **refused** (one ``error:`` line, exit 2, nothing written; checked once before measuring, so
+  a busy machine is refused at once, and again after): the load besides this run leaves fewer
+  free CPUs than the threads measured (:data:`BUSY_FREE`), or the median timing's spread is above
+  :data:`SPREAD_REFUSE`;
+- **warned** (one ``warning:`` line on stderr, the table written): the load besides this run is
+  above :data:`LOAD_WARN` of the CPUs, the median spread above :data:`SPREAD_WARN` or one
+  timing's above :data:`SPREAD_ONE`.
+
+``--calib-force`` writes a refused table anyway (with the warning line). The entry records when
+it was measured (``calibrated_at``), the load (``load``: 1-min averages before and after, CPUs,
+the load besides this run), the repeats (``repeats``: runs per timing, median and largest spread,
+the noisiest timing) and the verdict (``verdict``); ``--dry-run`` names the table it predicts
+with (:func:`bench.cost.table.describe`).
 """
 
 from __future__ import annotations
 
-import math
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -82,9 +102,29 @@ TRAIN_WARMUP = 6
 #: sampling calls per timed run of a non-AR sampler
 NFE = 4
 
+#: refuse when the load besides this run leaves fewer free CPUs than this many per thread measured
+BUSY_FREE = 1.0
+#: warn when the load besides this run is above this share of the CPUs
+LOAD_WARN = 0.25
+#: refuse / warn when the median timing's spread ((max - min) / median of its runs) is above these
+SPREAD_REFUSE = 0.15
+SPREAD_WARN = 0.05
+#: warn when one timing's spread is above this
+SPREAD_ONE = 0.5
+
+
+class CalibrationRefused(ConfigError):
+    """A busy or noisy machine: the table would mislead the planner (one line)."""
+
+
+#: spread of every timing of the calibration under way: what -> (max - min) / median
+_SPREADS: dict[str, float] = {}
+
 
 def add_arguments(group) -> None:
-    group.add_argument("--calib-reps", type=int, default=3, help="calibrate: runs per timing (min)")
+    group.add_argument(
+        "--calib-reps", type=int, default=3, help="calibrate: runs per timing (their median)"
+    )
     group.add_argument(
         "--calib-dir", help="calibrate: where to store the table (default: the calibration dir)"
     )
@@ -97,6 +137,11 @@ def add_arguments(group) -> None:
     )
     group.add_argument(
         "--calib-genppl", action="store_true", help="calibrate: time the Gen. PPL reference LM"
+    )
+    group.add_argument(
+        "--calib-force",
+        action="store_true",
+        help="calibrate: write the table even on a busy machine or with noisy timings",
     )
 
 
@@ -116,16 +161,82 @@ def _clock(device) -> float:
     return time.perf_counter()
 
 
-def _min_time(fn, reps: int, device, warmup: int = 1) -> float:
-    """The least of ``reps`` timed calls of ``fn`` (:func:`_clock`), after ``warmup`` calls."""
+def _timed(fn, reps: int, device, warmup: int = 1, what: str = "") -> float:
+    """The median of ``reps`` timed calls of ``fn`` (:func:`_clock`), after ``warmup`` calls; their
+    spread, (max - min) / median, goes to :data:`_SPREADS` under ``what``."""
     for _ in range(warmup):
         fn()
-    best = math.inf
+    times = []
     for _ in range(max(1, reps)):
         t0 = _clock(device)
         fn()
-        best = min(best, _clock(device) - t0)
-    return best
+        times.append(_clock(device) - t0)
+    med = statistics.median(times)
+    if what:
+        _SPREADS[what] = (max(times) - min(times)) / med if med > 0 else 0.0
+    return med
+
+
+def _shape(size: str, V: int, L: int, B: int) -> str:
+    return f"{size} |V| {V} L {L} batch {B}"
+
+
+def others_load(start: float | None, end: float | None, threads: int) -> float | None:
+    """The 1-min load besides this run: the larger of the load before it and the load after it
+    less its own ``threads`` (None when neither is known)."""
+    seen = [v for v in (start, None if end is None else end - threads) if v is not None]
+    return max(0.0, max(seen)) if seen else None
+
+
+def verdict(
+    spreads: dict[str, float], others: float | None, cpus: int, threads: int
+) -> tuple[str, str]:
+    """(``"ok"`` / ``"warn"`` / ``"refuse"``, the reason in one line) of a calibration whose
+    timings had ``spreads`` (what -> (max - min) / median; empty before measuring) while the
+    1-min load besides it was ``others`` (None: unknown) on ``cpus`` CPUs, measuring with
+    ``threads`` threads (module docstring)."""
+    refuse, warn = [], []
+    if others is not None and cpus > 0:
+        what = f"1-min load {others:.1f} besides this run on {cpus} CPUs"
+        if cpus - others < BUSY_FREE * max(1, threads):
+            refuse.append(f"machine busy: {what} leaves no free CPU for its {threads} thread(s)")
+        elif others > LOAD_WARN * cpus:
+            warn.append(f"machine not idle: {what}")
+    if spreads:
+        med = statistics.median(spreads.values())
+        worst = max(spreads, key=spreads.__getitem__)
+        noisy = (
+            f"the median timing varies by {med:.0%} across repeats (most: {worst}, "
+            f"{spreads[worst]:.0%})"
+        )
+        if med > SPREAD_REFUSE:
+            refuse.append(f"timings noisy: {noisy}")
+        elif med > SPREAD_WARN:
+            warn.append(f"timings noisy: {noisy}")
+        elif spreads[worst] > SPREAD_ONE:
+            warn.append(f"one timing noisy: {worst} varies by {spreads[worst]:.0%} across repeats")
+    if refuse:
+        return "refuse", "; ".join(refuse + warn)
+    if warn:
+        return "warn", "; ".join(warn)
+    return "ok", ""
+
+
+def _judge(spreads, others, cpus: int, threads: int, force: bool, when: str) -> str:
+    """Act on :func:`verdict`: raise :class:`CalibrationRefused` (unless ``force``), print one
+    warning line; returns what the entry records (``ok``, ``warn: ...``, ``forced: ...``)."""
+    v, why = verdict(spreads, others, cpus, threads)
+    if v == "refuse" and not force:
+        raise CalibrationRefused(
+            f"calibrate: {why}; no table written {when} (--calib-force writes one anyway)"
+        )
+    if v == "refuse":
+        common.progress(f"warning: calibrate: {why}; table written anyway (--calib-force)")
+        return f"forced: {why}"
+    if v == "warn":
+        common.progress(f"warning: calibrate: {why}; its predictions may be off")
+        return f"warn: {why}"
+    return "ok"
 
 
 def _net(size: str, vocab: int, *, arch: str = "dit", causal: bool = False):
@@ -216,7 +327,8 @@ def _forward_fit(shapes, args, device, rows, bare: dict) -> dict:
     pts = _with_factor_shapes(shapes["forward"], shapes)
     size1, _, _, b1 = shapes["small"]
     for size, V, L, B in [*pts, (size1, 12, 1, b1)]:
-        s = _min_time(_bare_forward(size, V, L, B, args, device), args.calib_reps + 2, device)
+        s = _timed(_bare_forward(size, V, L, B, args, device), args.calib_reps + 2, device,
+                   what=f"forward {_shape(size, V, L, B)}")  # fmt: skip
         bare[("forward", size, V, L, B)] = s
         flops = B * L * _net(size, V).token_flops(L)
         X.append([1.0, flops])
@@ -236,7 +348,8 @@ def _train_fit(shapes, args, device, rows, bare: dict) -> dict:
     X, y = [], []
     for size, V, L, B in _with_factor_shapes(shapes["train"], shapes):
         step = _bare_step(size, V, L, B, args, device)
-        s = _min_time(step, args.calib_reps + 2, device, warmup=TRAIN_WARMUP)
+        s = _timed(step, args.calib_reps + 2, device, warmup=TRAIN_WARMUP,
+                   what=f"train step {_shape(size, V, L, B)}")  # fmt: skip
         bare[("train", size, V, L, B)] = s
         net = _net(size, V)
         flops = 3.0 * B * L * net.token_flops(L)
@@ -295,8 +408,11 @@ def _method_factors(model_list, shapes, entry, args, device, rows) -> dict:
         tt: dict[str, tuple[float, float]] = {}  # setting -> (seconds, reference) per step
         ts: dict[tuple, tuple[float, float]] = {}  # (decoding, dtype, setting) -> per call
         for which, (size, V, L, B) in settings:
-            now_f = _min_time(_bare_forward(size, V, L, B, args, device), args.calib_reps, device)
-            now_t = _min_time(_bare_step(size, V, L, B, args, device), args.calib_reps, device)
+            at = _shape(size, V, L, B)
+            now_f = _timed(_bare_forward(size, V, L, B, args, device), args.calib_reps, device,
+                           what=f"forward {at} (before {label})")  # fmt: skip
+            now_t = _timed(_bare_step(size, V, L, B, args, device), args.calib_reps, device,
+                           what=f"train step {at} (before {label})")  # fmt: skip
             method, bb = common.make_model(name, opts, V, L, size, device)
             models.fast_path(label, method, bb)
             common.as_asked(method)
@@ -312,7 +428,8 @@ def _method_factors(model_list, shapes, entry, args, device, rows) -> dict:
             step = _train_step_fn(method, bb, opt, batch, a, device)
             # some models settle only after a few steps (FLM: 2.5x its steady time for the first
             # five at batch 16), which a min over three calls after two would keep
-            s = _min_time(step, args.calib_reps, device, warmup=TRAIN_WARMUP)
+            s = _timed(step, args.calib_reps, device, warmup=TRAIN_WARMUP,
+                       what=f"train {label} {at}")  # fmt: skip
             tt[which] = (
                 s,
                 now_t
@@ -326,7 +443,8 @@ def _method_factors(model_list, shapes, entry, args, device, rows) -> dict:
             dtypes = ("float64",) if which != "large" else ("float64", "float32")
             for key, dec in _decodings(name, opts, V, L):
                 for dtype in dtypes:
-                    s, calls = _sample_time(method, bb, batch, dec, dtype, args, device)
+                    s, calls = _sample_time(method, bb, batch, dec, dtype, args, device,
+                                            what=f"sample {label} {key} {dtype} {at}")  # fmt: skip
                     cached = bool(getattr(method, "kv_cache", None)) and method.nfe_is_length
                     if cached:
                         given = L - calls
@@ -367,7 +485,9 @@ def _method_factors(model_list, shapes, entry, args, device, rows) -> dict:
     return {"head_share": shares, "sample": sample, "train": train}
 
 
-def _sample_time(method, backbone, batch, decoding, dtype, args, device) -> tuple[float, int]:
+def _sample_time(
+    method, backbone, batch, decoding, dtype, args, device, what: str = ""
+) -> tuple[float, int]:
     def once():
         method.nfe_counter = 0
         with common.autocast(device, args.precision):
@@ -375,7 +495,7 @@ def _sample_time(method, backbone, batch, decoding, dtype, args, device) -> tupl
                           float64=dtype == "float64",
                           generator=torch.Generator(device=device).manual_seed(0))  # fmt: skip
 
-    s = _min_time(once, args.calib_reps, device)
+    s = _timed(once, args.calib_reps, device, what=what)
     return s, method.nfe_counter
 
 
@@ -535,7 +655,7 @@ def run(model_list, args, device) -> list[dict]:
     from bench.cell_model import keep_freed_heap
     from bench.cost import table
     from bench.cost.defaults import DEFAULTS
-    from bench.cost.measure import device_name
+    from bench.measure import device_name
 
     t_start = time.perf_counter()
     # the heap of a job (a sampling job sets it; training raises glibc's threshold to the same):
@@ -549,6 +669,11 @@ def run(model_list, args, device) -> list[dict]:
         raise ConfigError("--calib-reps: must be >= 1")
     if args.calib_quick:
         args.calib_reps = 1
+    # a busy machine is refused before anything is measured (and judged again after)
+    cpus, used = os.cpu_count() or 1, threads or 1
+    load0 = _loadavg()
+    _judge({}, others_load(load0, None, used), cpus, used, args.calib_force, "(before measuring)")
+    _SPREADS.clear()
     base = DEFAULTS.get(kind) or DEFAULTS["cpu" if device.type == "cpu" else "h100"]
     rows: list[dict] = []
     entry = {"kind": kind, "threads": threads, "device_name": name}
@@ -577,6 +702,24 @@ def run(model_list, args, device) -> list[dict]:
     entry["memory_bytes"] = _memory(device)
     when = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     load = _loadavg()
+    others = others_load(load0, load, used)
+    spreads = dict(_SPREADS)
+    entry["verdict"] = _judge(spreads, others, cpus, used, args.calib_force, "(measured)")
+    entry["load"] = {"start_1min": load0, "end_1min": load, "cpus": cpus,
+                     "besides_this_run": others}  # fmt: skip
+    worst = max(spreads, key=spreads.__getitem__) if spreads else ""
+    entry["repeats"] = {
+        "runs_per_timing": args.calib_reps,
+        "timings": len(spreads),
+        "median_spread": statistics.median(spreads.values()) if spreads else 0.0,
+        "max_spread": spreads.get(worst, 0.0),
+        "noisiest": worst,
+    }
+    common.progress(
+        f"calibrate: {len(spreads)} timings, {args.calib_reps} runs each: median spread "
+        f"{entry['repeats']['median_spread']:.1%}, largest {entry['repeats']['max_spread']:.1%}"
+        + (f" ({worst})" if worst else "")
+    )
     for sec in ("forward", "train", "trainer", "job", "methods"):
         if sec in entry:
             entry[sec]["source"] = f"python -m bench.perf calibrate, {when}"
@@ -604,7 +747,8 @@ def run(model_list, args, device) -> list[dict]:
 
 
 def _loadavg() -> float | None:
+    """The 1-min load average (``os.getloadavg``), None where the system has none."""
     try:
-        return float(Path("/proc/loadavg").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
+        return round(float(os.getloadavg()[0]), 2)
+    except (OSError, AttributeError):
         return None
