@@ -14,6 +14,7 @@ instead of a train cell; :mod:`bench.plan`). docs/checkpoints.md lists the 15 re
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import json
@@ -24,7 +25,7 @@ from typing import Any
 import torch
 
 from bench.checkpoints import families
-from bench.checkpoints.mapping import Spec, our_state
+from bench.checkpoints.mapping import Spec, fit_problem, our_state
 from bench.checkpoints.mapping import spec as reference_spec
 from bench.checkpoints.reference import RefFile
 from bench.checkpoints.reference import read as read_reference
@@ -77,7 +78,27 @@ def open_source(src: str, *, family: str | None = None) -> Opened:
     """Resolve ``src`` (downloading a hub file when needed) and read it."""
     source = resolve(src)
     ref = read_reference(source.path, family=family)
-    return Opened(source, ref, reference_spec(ref))
+    return Opened(source, ref, checked_spec(ref))
+
+
+def checked_spec(ref: RefFile) -> Spec:
+    """:func:`bench.checkpoints.mapping.spec`, checked against our backbone for it, built with
+    its parameters on the meta device (no memory; shapes only, no weight read): a file whose
+    sizes our backbone cannot take or whose tensors do not fit it is a :class:`CheckpointError`
+    naming the file, before anything is written."""
+    sp = reference_spec(ref)
+    try:
+        _, backbone = build_model(
+            sp.method, sp.options, sp.backbone, sp.vocab_size, sp.seq_len or 1024, meta=True
+        )
+    except CheckpointError:
+        raise
+    except (ConfigError, ValueError) as e:  # e.g. a width that the heads cannot split
+        raise CheckpointError(f"{ref.path}: {e}") from None
+    problem = fit_problem(ref, sp, {k: v.shape for k, v in backbone.state_dict().items()})
+    if problem:
+        raise CheckpointError(problem)
+    return sp
 
 
 def plan_spec(src: str, *, family: str | None = None) -> tuple[Spec, Source]:
@@ -104,7 +125,7 @@ def plan_spec(src: str, *, family: str | None = None) -> tuple[Spec, Source]:
         if family is not None and family != sp.family:
             raise CheckpointError(f"{src}: is a {sp.family} checkpoint, not {family} (forced)")
         return dataclasses.replace(sp, options=dict(sp.options), choices=dict(sp.choices)), source
-    return reference_spec(read_reference(source.path, family=family)), source
+    return checked_spec(read_reference(source.path, family=family)), source
 
 
 def resolve_options(sp: Spec, requested: dict | None, *, where: str = "options") -> dict:
@@ -139,36 +160,46 @@ def _options_obj(method: str, options: dict, where: str):
 
 
 def build_model(
-    method: str, options: dict, backbone: dict, vocab_size: int, seq_len: int
+    method: str, options: dict, backbone: dict, vocab_size: int, seq_len: int, *, meta=False
 ) -> tuple[Any, torch.nn.Module]:
-    """Our method and backbone for these facts (weights as initialised)."""
+    """Our method and backbone for these facts (weights as initialised; ``meta``: the
+    backbone's parameters on the meta device, shapes without memory or initialisation)."""
     from bench import registry
 
     cls = registry.METHODS[method]
     opts = _options_obj(method, options, f"{method}.options")
     m = cls(opts, vocab_size, seq_len)
-    return m, m.build_backbone(BackboneConfig(**backbone))
+    with _parameters_on_meta() if meta else contextlib.nullcontext():
+        return m, m.build_backbone(BackboneConfig(**backbone))
+
+
+@contextlib.contextmanager
+def _parameters_on_meta():
+    """Parameters registered inside go to the meta device (their initialisation then does
+    nothing); buffers and every other tensor stay on the CPU, so a method that computes a
+    schedule while building its backbone still can (as accelerate's ``init_empty_weights``)."""
+    register = torch.nn.Module.register_parameter
+
+    def on_meta(module, name, param):
+        register(module, name, param)
+        if param is not None:
+            p = module._parameters[name]
+            module._parameters[name] = type(p)(p.to("meta"), requires_grad=p.requires_grad)
+
+    torch.nn.Module.register_parameter = on_meta
+    try:
+        yield
+    finally:
+        torch.nn.Module.register_parameter = register
 
 
 def _load_into(op: Opened, options: dict, seq_len: int) -> tuple[Any, torch.nn.Module]:
     sp, ref = op.spec, op.ref
     method, backbone = build_model(sp.method, options, sp.backbone, sp.vocab_size, seq_len)
-    state = our_state(ref, sp.vocab_size)
-    ours = backbone.state_dict()
-    missing = sorted(set(ours) - set(state))
-    unexpected = sorted(set(state) - set(ours))
-    if missing or unexpected:
-        raise CheckpointError(
-            f"{ref.path}: does not fit our {sp.method} backbone"
-            + (f"; missing {missing[:3]}" if missing else "")
-            + (f"; unexpected {unexpected[:3]}" if unexpected else "")
-        )
-    for k, v in state.items():
-        if tuple(v.shape) != tuple(ours[k].shape):
-            raise CheckpointError(
-                f"{ref.path}: {k}: shape {tuple(v.shape)} in the file, {tuple(ours[k].shape)} here"
-            )
-    backbone.load_state_dict(state, strict=True)
+    problem = fit_problem(ref, sp, {k: v.shape for k, v in backbone.state_dict().items()})
+    if problem:
+        raise CheckpointError(problem)
+    backbone.load_state_dict(our_state(ref, sp.vocab_size), strict=True)
     # method state the file holds beyond the weights (S-FLM: the fitted adaptive schedule)
     families.entry(ref.family).format.load_state(method, ref)
     return method, backbone

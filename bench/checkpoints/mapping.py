@@ -91,9 +91,9 @@ def spec(ref: RefFile) -> Spec:
     )
 
 
-def our_state(ref: RefFile, vocab: int) -> dict[str, torch.Tensor]:
-    """The backbone state dict in our names (EMA weights; the rows of a mask class our backbone
-    does not have are sliced off: the reference pins or drops their logits)."""
+def _ours(ref: RefFile, vocab: int) -> dict[str, torch.Tensor]:
+    """The file's backbone tensors under our names, as views (the rows of a mask class our
+    backbone does not have are sliced off: the reference pins or drops their logits)."""
     fam = families.entry(ref.family).family
     lay = layout(fam.layout)
     rows = {**{k: vocab + fam.kept_mask_rows[0] for k in lay.inputs},
@@ -103,11 +103,31 @@ def our_state(ref: RefFile, vocab: int) -> dict[str, torch.Tensor]:
         if DROPPED.search(k):
             continue
         name = rename(k, fam.layout, fam.name)
-        t = v
-        if name in rows and t.shape[0] > rows[name]:
-            t = v[: rows[name]]
-        out[name] = t.detach().to(torch.float32).clone()
+        out[name] = v[: rows[name]] if name in rows and v.shape[0] > rows[name] else v
     return out
+
+
+def our_state(ref: RefFile, vocab: int) -> dict[str, torch.Tensor]:
+    """The backbone state dict in our names (EMA weights, float32 copies; see :func:`_ours`)."""
+    return {k: v.detach().to(torch.float32).clone() for k, v in _ours(ref, vocab).items()}
+
+
+def fit_problem(ref: RefFile, sp: Spec, ours: dict[str, tuple]) -> str | None:
+    """What keeps the file's backbone tensors from loading into ours (``ours``: our state dict's
+    names -> shapes), in words naming the file, or None when they fit. Reads shapes only."""
+    theirs = {k: tuple(v.shape) for k, v in _ours(ref, sp.vocab_size).items()}
+    missing = sorted(set(ours) - set(theirs))
+    unexpected = sorted(set(theirs) - set(ours))
+    if missing or unexpected:
+        return (
+            f"{ref.path}: does not fit our {sp.method} backbone"
+            + (f"; missing {missing[:3]}" if missing else "")
+            + (f"; unexpected {unexpected[:3]}" if unexpected else "")
+        )
+    for k, shape in theirs.items():
+        if shape != tuple(ours[k]):
+            return f"{ref.path}: {k}: shape {shape} in the file, {tuple(ours[k])} here"
+    return None
 
 
 def describe(ref: RefFile, sp: Spec) -> dict:

@@ -39,9 +39,13 @@ import torch
 from bench.checkpoints import families
 from bench.checkpoints.names import DROPPED
 from bench.checkpoints.source import CheckpointError
-from bench.checkpoints.unpickle import pickle_module, plain
+from bench.checkpoints.unpickle import foreign, pickle_module, plain, what
 
 _REQUIRED_KEYS = ("state_dict",)
+#: the output rows (DiT layouts, S-arch) and the first MLP matrix of block 0, whose shapes give
+#: the output vocabulary and the MLP ratio
+_OUTPUT = ("output_layer.linear.weight", "lm_head.weight")
+_MLP_IN = ("blocks.0.mlp.0.weight", "blocks.0.c_fc.weight")
 #: the config schemas of the two codebases whose files are read (``RefFile.repo``) -> who wrote
 #: the file, in words: the S-FLM paper's harness and the FLM repository (david3684/flm)
 SCHEMAS = {"s-flm": "S-FLM harness", "flm": "FLM repository"}
@@ -92,8 +96,7 @@ class RefFile:
 
     @property
     def out_rows(self) -> int:
-        w = self.weights.get("output_layer.linear.weight", self.weights.get("lm_head.weight"))
-        return int(w.shape[0])
+        return int(next(self.weights[k] for k in _OUTPUT if k in self.weights).shape[0])
 
     @property
     def n_blocks(self) -> int:
@@ -107,8 +110,9 @@ class RefFile:
 
     @property
     def mlp_ratio(self) -> int:
-        w = self.weights.get("blocks.0.mlp.0.weight", self.weights.get("blocks.0.c_fc.weight"))
-        return int(w.shape[0]) // self.d_model
+        return int(next(self.weights[k] for k in _MLP_IN if k in self.weights).shape[0]) // (
+            self.d_model
+        )
 
     def cfg(self, dotted: str, default: Any = None) -> Any:
         """A config value by dotted key (``model.n_heads``); ``default`` when absent."""
@@ -128,6 +132,8 @@ class RefFile:
             return default
         if isinstance(v, str):
             raise self.error(f"config.{dotted} is {v!r}, which needs the reference's resolvers")
+        if not isinstance(v, bool | int | float):
+            raise self.error(f"config.{dotted} is {what(v)}, not a number")
         return v
 
     def error(self, message: str) -> CheckpointError:
@@ -207,12 +213,27 @@ def read(path: str | Path, *, family: str | None = None) -> RefFile:
         raise CheckpointError(f"{path}: not a Lightning checkpoint (no {missing[0]!r} key)")
     sd = ckpt["state_dict"]
     if not isinstance(sd, Mapping):
-        raise CheckpointError(f"{path}: state_dict is a {type(sd).__name__}, not a mapping")
+        raise CheckpointError(f"{path}: state_dict is {what(sd)}, not a mapping")
     # torch.compile's "._orig_mod." infix and distillation teachers (reference loaders do the same)
     sd = {k.replace("._orig_mod.", ".").replace("_orig_mod.", ""): v for k, v in sd.items()
           if not k.startswith("teacher")}  # fmt: skip
+    for k, v in sd.items():  # what is read: backbone.*, noise.*, top-level tables
+        if not isinstance(v, torch.Tensor) and (
+            k.startswith(("backbone.", "noise.")) or "." not in k
+        ):
+            raise CheckpointError(f"{path}: state_dict[{k!r}] is {what(v)}, not a tensor")
+    for key, kind in (("ema", Mapping), ("global_step", int), ("epoch", int)):
+        v = ckpt.get(key)
+        if v is not None and not isinstance(v, kind):
+            words = "a mapping" if kind is Mapping else "an integer"
+            raise CheckpointError(f"{path}: {key} is {what(v)}, not {words}")
     hp = ckpt.get("hyper_parameters") or {}
+    raw_config = hp.get("config") if isinstance(hp, Mapping) else None
     hp = hp if isinstance(hp, Mapping) else plain(hp)
+    for name, v in (("hyper_parameters", hp), ("hyper_parameters['config']", raw_config)):
+        said = foreign(v)  # a call of a function outside the allow-list is never a config
+        if said and said.startswith(("a call of", "the function")):
+            raise CheckpointError(f"{path}: {name} is {said}, not a config")
     config = plain(hp.get("config")) if isinstance(hp, Mapping) else None
     config = config if isinstance(config, dict) else {}
     keys = set(sd)
@@ -246,6 +267,10 @@ def read(path: str | Path, *, family: str | None = None) -> RefFile:
     params = [(k, v) for k, v in backbone if not DROPPED.search(k)]
     ema = ckpt.get("ema")
     shadow = ema.get("shadow_params") if isinstance(ema, Mapping) else None
+    if shadow is not None and not isinstance(shadow, list | tuple):
+        raise CheckpointError(
+            f"{path}: ema['shadow_params'] is {what(shadow)}, not a list of tensors"
+        )
     warnings = []
     if shadow is None:
         warnings.append(
@@ -262,17 +287,31 @@ def read(path: str | Path, *, family: str | None = None) -> RefFile:
             )
         weights = {}
         for i, ((k, v), s) in enumerate(zip(params, shadow)):
-            if not isinstance(s, torch.Tensor) or tuple(s.shape) != tuple(v.shape):
-                got = tuple(s.shape) if isinstance(s, torch.Tensor) else type(s).__name__
+            if not isinstance(s, torch.Tensor):
                 raise CheckpointError(
-                    f"{path}: EMA tensor {i} has shape {got}, parameter backbone.{k} has "
-                    f"{tuple(v.shape)}"
+                    f"{path}: ema['shadow_params'][{i}] is {what(s)}, not a tensor"
+                )
+            if tuple(s.shape) != tuple(v.shape):
+                raise CheckpointError(
+                    f"{path}: EMA tensor {i} has shape {tuple(s.shape)}, parameter backbone.{k} "
+                    f"has {tuple(v.shape)}"
                 )
             weights[k] = s
     noise = {k[len("noise.") :]: v for k, v in sd.items() if k.startswith("noise.")}
     embed_name = families.entry(fam).family.embed
-    if embed_name not in weights:
-        raise CheckpointError(f"{path}: no input embedding ({embed_name}) in a {fam} backbone")
+    # the tensors the sizes are read from (RefFile.d_model, vocab_rows, out_rows, mlp_ratio)
+    for part, names in (
+        ("input embedding", (embed_name,)),
+        ("output layer", _OUTPUT),
+        ("MLP input of block 0", _MLP_IN),
+    ):
+        name = next((n for n in names if n in weights), None)
+        if name is None:
+            raise CheckpointError(f"{path}: no {part} ({' or '.join(names)}) in a {fam} backbone")
+        if weights[name].dim() != 2:
+            raise CheckpointError(
+                f"{path}: backbone.{name} has shape {tuple(weights[name].shape)}, not a matrix"
+            )
     step = ckpt.get("global_step")
     epoch = ckpt.get("epoch")
     return RefFile(

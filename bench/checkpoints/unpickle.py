@@ -86,7 +86,7 @@ class _Func(Placeholder):
     ``__reduce__`` that names ``os.system``...): calling it builds a placeholder, runs nothing."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Placeholder:
-        obj = placeholder_class("call", self._qualname)()
+        obj = placeholder_class(_CALL, self._qualname)()
         obj._args, obj._kwargs = args, kwargs
         return obj
 
@@ -120,6 +120,34 @@ class Unpickler(pickle.Unpickler):
         fn = _Func()
         fn._qualname = f"{module}.{name}"
         return fn
+
+
+#: the module name of the placeholder a call of an unresolved function builds (:class:`_Func`)
+_CALL = "call"
+
+
+def foreign(obj: Any) -> str | None:
+    """The global outside the allow-list that ``obj`` stands for, in words (``a call of
+    os.system, a global outside the allow-list (never run)``), or None for anything else. Takes
+    a placeholder, an unresolved function, or what :func:`plain` made of a placeholder (a dict
+    with ``__class__``)."""
+    if isinstance(obj, _Func):
+        return f"the function {obj._qualname}, a global outside the allow-list (never called)"
+    if isinstance(obj, Placeholder):
+        qual = obj._qualname
+    elif isinstance(obj, dict) and isinstance(obj.get("__class__"), str):
+        qual = obj["__class__"]
+    else:
+        return None
+    if qual.startswith(_CALL + "."):
+        return f"a call of {qual[len(_CALL) + 1 :]}, a global outside the allow-list (never run)"
+    return f"a {qual} object, a class outside the allow-list (never loaded)"
+
+
+def what(obj: Any) -> str:
+    """``obj`` in words for an error line: :func:`foreign`'s words for a placeholder, else its
+    type (``a str``)."""
+    return foreign(obj) or f"a {type(obj).__name__}"
 
 
 def _reconstructor(cls: Any, base: Any, state: Any) -> Any:
