@@ -167,7 +167,11 @@ def main(argv: list[str] | None = None) -> int:
             from bench.executors import slurm
 
             try:
-                failures = slurm.execute(p, progress=not args.no_progress, wait=not args.no_wait)
+                from bench.cost.forecast import Forecast
+
+                failures = slurm.execute(
+                    p, progress=not args.no_progress, wait=not args.no_wait, forecast=Forecast()
+                )
             except ConfigError as e:  # incl. no SLURM here: nothing submitted, nothing written
                 via = "--executor slurm" if args.executor else "executor.kind: slurm"
                 print(f"error: {args.sweep}: {via}: {e}", file=sys.stderr)

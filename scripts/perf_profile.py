@@ -23,7 +23,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from bench import atomic
-from bench.perf import common, models
+from bench.cost import catalogue as models
+from bench.perf import common
 from bench.perf import train as train_bench
 
 

@@ -136,10 +136,10 @@ def _interp(pair, h: float, shares) -> float:
 
 
 def model_label(method: str, options: dict) -> str:
-    """The label of the benchmark model (:data:`bench.perf.models.MODELS`) a cell's method and
+    """The label of the benchmark model (:data:`bench.cost.catalogue.MODELS`) a cell's method and
     options are: the most specific one whose options the cell's include (``sflm/sarch`` for
     S-FLM on the S-arch, ``candi/pure-gaussian``), else the method's name."""
-    from bench.perf.models import FAST_PATHS, MODELS, VARIANTS
+    from bench.cost.catalogue import FAST_PATHS, MODELS, VARIANTS
 
     best, n = method, -1
     for label, name, opts in MODELS + VARIANTS:

@@ -277,9 +277,19 @@ def _submit_missing(
 
 
 def execute(
-    p: Plan, progress: bool = True, wait: bool = True, poll_s: float | None = None
+    p: Plan,
+    progress: bool = True,
+    wait: bool = True,
+    poll_s: float | None = None,
+    forecast=None,
 ) -> list[str]:
     """Submit what the plan still needs, then (``wait``) watch until nothing is queued or running.
+
+    ``forecast`` is what the command knows of the cost (the cost model sits above the executors
+    and is given, not imported: :class:`bench.cost.model.Forecast`): ``sizing(p, ex, store)``,
+    the prediction the jobs' time limits and packing are sized from
+    (:func:`bench.executors.slurm_cluster.sizing_of`); ``predicted(...)`` / ``local_time(...)``,
+    the texts a refusal quotes. None: every job asks ``time_min``, a refusal quotes no prediction.
 
     Before anything is written it checks that the SLURM client is on PATH and its controller
     answers (:func:`_preflight`); if not it raises :class:`SlurmUnavailable` (a ConfigError: one
@@ -294,13 +304,12 @@ def execute(
         store.has(t.id) and t.weights.is_file() for t in p.train_cells
     ):
         return []  # a finished sweep submits nothing and asks SLURM nothing
-    from bench.cost.model import slurm_sizing
-
-    sizes = slurm_sizing(p, ex, store)  # time limits and task packing from the cost model
+    # time limits and task packing from the cost model's prediction
+    sizes = forecast.sizing(p, ex, store) if forecast is not None else None
     problem = memory_problem(p, sizes)
     if problem:  # before anything is written
         raise ConfigError(problem)
-    _preflight(p, ex, store, sizes)  # before anything is written: no state, no logs, no runs
+    _preflight(p, ex, store, sizes, forecast)  # before anything is written: no state, logs, runs
     try:
         with DriverLock(cfg):
             state = load_state(cfg)
@@ -331,7 +340,9 @@ def execute(
     return out
 
 
-def _preflight(p: Plan, ex: ExecutorConfig, store: Store, sizes: Sizing | None = None) -> None:
+def _preflight(
+    p: Plan, ex: ExecutorConfig, store: Store, sizes: Sizing | None = None, forecast=None
+) -> None:
     """Raise :class:`SlurmUnavailable` (one line: the cause, what the sweep would submit and its
     cost bound, the ways forward) unless the SLURM client is here and its controller answers."""
     # srun too: submitit's SlurmExecutor refuses to start without it (its job scripts run srun)
@@ -354,40 +365,11 @@ def _preflight(p: Plan, ex: ExecutorConfig, store: Store, sizes: Sizing | None =
         )
     raise SlurmUnavailable(
         f"{cause}; this sweep would submit {plan_cost(p, ex, store, sizes).describe()}"
-        f"{_predicted(p, ex, store, sizes)}; run it here with --executor local"
-        f"{_local_time(p, store)}, plan it with --dry-run, {fix} "
+        f"{forecast.predicted(p, ex, store, sizes) if forecast else ''}; run it here with "
+        f"--executor local{forecast.local_time(p, store) if forecast else ''}, plan it with "
+        f"--dry-run, {fix} "
         "(a one-node test cluster: bash scripts/slurm-local-up.sh)"
     )
-
-
-def _predicted(p: Plan, ex: ExecutorConfig, store: Store, sizes: Sizing | None) -> str:
-    """``, predicted 44.6 GPU-hours on h100`` (the cost model), or nothing without a table."""
-    if sizes is None:
-        return ""
-    from bench.cost.model import predict_plan, slurm_cost
-
-    try:
-        sc = slurm_cost(predict_plan(p, sizes.kind, store, ex=ex), p, ex, store)
-    except Exception:  # noqa: BLE001 - the prediction never hides the cause
-        return ""
-    gpu = f"{sc.gpu_h:.1f} GPU-hours" if ex.gpus_per_node else f"{sc.cpu_h:.1f} CPU-hours"
-    return f", predicted {gpu} on {sizes.kind}"
-
-
-def _local_time(p: Plan, store: Store) -> str:
-    """`` (predicted 8.0 min here)``: the local executor's predicted wall time on this machine."""
-    import dataclasses
-
-    from bench.cost.model import fmt_s, local_wall, predict_plan
-
-    try:
-        ex = dataclasses.replace(p.cfg.executor, kind="local", device="")
-        pred = predict_plan(p, None, store, ex=ex)
-        parallel = max(1, min(ex.max_parallel, len(pred.jobs)))
-        wall = local_wall(pred.jobs, parallel, pred.setup_s)
-    except Exception:  # noqa: BLE001
-        return ""
-    return f" (predicted {fmt_s(wall)} here)"
 
 
 @contextlib.contextmanager

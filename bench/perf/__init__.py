@@ -22,7 +22,7 @@ each runs on CPU or GPU (``--device``; bf16 autocast on CUDA unless ``--precisio
   machine (bare forwards and steps fitted over shapes, each model's forward-equivalents, the
   trainer, a job's start, the sandbox), stored where ``--dry-run`` finds it (:mod:`bench.cost`).
 
-The models (labels, opt-in fast paths) and ``--scale`` presets are :mod:`bench.perf.models`';
+The models (labels, opt-in fast paths) and ``--scale`` presets are :mod:`bench.cost.catalogue`';
 timing, memory and batch helpers :mod:`bench.perf.common`'s; the flags and the output
 :mod:`bench.perf.suite`'s. Results print as a table and are written atomically to ``--out``
 (JSON) when given.
@@ -30,8 +30,8 @@ timing, memory and batch helpers :mod:`bench.perf.common`'s; the flags and the o
 
 from __future__ import annotations
 
+from bench.cost.catalogue import BARE, FAST_PATHS, MODELS, SCALES, VARIANTS
 from bench.perf.agreement import agreement_cells, token_agreement
-from bench.perf.models import BARE, FAST_PATHS, MODELS, SCALES, VARIANTS
 from bench.perf.suite import BENCHES, BENCHMARKS, main
 
 __all__ = [

@@ -17,7 +17,7 @@ the threads' spin-waits: calibrate those on an idle machine). What it measures:
 - each model's sampling call (every decoding; float64, and float32 at the large vocabulary)
   and training step at a small vocabulary (two batch sizes: its own seconds per call apart) and
   a large one, as forward-equivalents of the bare forward / step timed right before it at the
-  same shape (models: ``--models``, default all of :data:`bench.perf.models.MODELS`);
+  same shape (models: ``--models``, default all of :data:`bench.cost.catalogue.MODELS`);
 - the trainer's own cost (``bench.train.fit`` for two step counts: per step and once), a job's
   process start (``import bench.cells`` in a fresh interpreter, its CPU seconds), the disk's
   write and read rates, the GSM8K sandbox's seconds per program over every core (when the
@@ -65,7 +65,8 @@ from pathlib import Path
 import torch
 
 from bench.config import ConfigError
-from bench.perf import common, models
+from bench.cost import catalogue as models
+from bench.perf import common
 
 HELP = "measure the cost model's throughput table here and store it (bench.cost)"
 
@@ -515,7 +516,7 @@ def _trainer(shape, entry, args, device, rows) -> dict:
     clean = torch.zeros_like(x, dtype=torch.bool)
     clean[:, : L // 2] = True
     data = TaskData(x, clean, ~clean)
-    # the diffusion reference model of the catalogue (bench.perf.models.REFERENCES)
+    # the diffusion reference model of the catalogue (bench.cost.catalogue.REFERENCES)
     label = models.REFERENCES[-1]
     _, name, opts = next(m for m in models.MODELS if m[0] == label)
     runs = {}

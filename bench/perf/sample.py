@@ -7,8 +7,9 @@ import functools
 
 import torch
 
+from bench.cost import catalogue as models
 from bench.method import Batch
-from bench.perf import common, models
+from bench.perf import common
 
 HELP = "sequences/s per model's default sampler at --nfe"
 

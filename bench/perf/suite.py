@@ -19,8 +19,8 @@ import torch
 
 from bench import atomic
 from bench.config import ConfigError
+from bench.cost.catalogue import BARE, LEGACY, MODELS, SCALES, VARIANTS
 from bench.perf import agreement, arcache, calibrate, genppl, sample, startup, train, velocity
-from bench.perf.models import BARE, LEGACY, MODELS, SCALES, VARIANTS
 
 #: name -> benchmark module, in run (and report) order
 BENCHMARKS = {

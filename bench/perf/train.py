@@ -15,8 +15,9 @@ import types
 import torch
 
 from bench.config import BackboneConfig
+from bench.cost import catalogue as models
 from bench.method import Batch, antithetic_times
-from bench.perf import common, models
+from bench.perf import common
 
 HELP = "optimizer steps/s per model vs the bare backbone"
 

@@ -52,7 +52,7 @@ FROM_SCALE = {"vel_vocab": "vocab", "vel_len": "seq_len", "vel_batch": "batch", 
 def resolve_shape(args) -> None:
     """Fill each ``--vel-*`` flag left unset from ``--scale`` when one is given, else from
     :data:`DEFAULTS`."""
-    from bench.perf.models import SCALES
+    from bench.cost.catalogue import SCALES
 
     scale = SCALES.get(getattr(args, "scale", None) or "", {})
     for key, default in DEFAULTS.items():

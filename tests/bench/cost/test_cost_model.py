@@ -116,7 +116,7 @@ def test_parameter_count_matches_the_built_backbones():
     """Net.params counts what the methods build (within 2 %: mask tokens and input projections
     are left out of the count)."""
     from bench.config import BackboneConfig
-    from bench.perf.models import MODELS
+    from bench.cost.catalogue import MODELS
 
     for label, name, opts in MODELS:
         cls = registry.METHODS[name]

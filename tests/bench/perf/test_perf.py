@@ -120,8 +120,8 @@ def test_variants_are_opt_in_rows(tmp_path, monkeypatch):
     """``duo/reference`` (Duo's reference-chain NELBO) / ``sflm/sarch-unfolded`` are rows only when
     named, and their row runs that option / fast path (set on that model's method / backbone,
     not on the class); ``bare`` may be named and is the first row either way."""
+    from bench.cost import catalogue as perf_models
     from bench.perf import common
-    from bench.perf import models as perf_models
     from sflm.sarch import SArch
 
     seen = []
@@ -189,7 +189,7 @@ def test_one_module_per_benchmark_and_no_method_named_outside_the_catalogue():
     """Every module of bench/perf but the shared ones is a benchmark of the table (HELP, its own
     flags, run), and no benchmark names a method: the methods' classes say which sampler has an
     exact velocity or a KV cache (bench.method.Method), and the model labels are catalogue data
-    (bench/perf/models.py)."""
+    (bench/cost/catalogue.py)."""
     import ast
     from pathlib import Path
 

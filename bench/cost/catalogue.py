@@ -1,4 +1,6 @@
-"""What the benchmarks run on: the models of the paper's comparison and the ``--scale`` presets.
+"""What the benchmarks run and the cost prediction reads: the models of the paper's comparison and
+the ``--scale`` presets (the catalogue lives with the prediction, :mod:`bench.cost.model`; the
+benchmarks in :mod:`bench.perf` import it).
 
 Catalogue data (labels, not dispatch): each model is a registered method with options
 (:data:`MODELS`); :data:`VARIANTS` are opt-in rows of the same models, chosen with ``--models``
