@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent set-up: a virtual environment in .venv with sflm-bench and its dependencies.
-# On a machine without an NVIDIA GPU, torch comes from the CPU wheel index (never a
-# multi-GB CUDA build). Re-running is a no-op once the environment is complete.
+# On a machine without an NVIDIA GPU, torch is the CPU build (never a multi-GB CUDA build): from
+# the PyTorch CPU wheel index, or where that cannot be reached, a +cpu wheel from pip's
+# configured indexes. Re-running is a no-op once the environment is complete.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-}"
@@ -62,10 +63,29 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   echo "setup: NVIDIA GPU found: installing torch==${TORCH_VERSION} (CUDA build)" >&2
   "${PIP[@]}" "torch==${TORCH_VERSION}"
 else
-  echo "setup: no GPU: installing the CPU build of torch==${TORCH_VERSION}" >&2
-  # +cpu local versions sort above the plain (CUDA) release, so pip picks the CPU wheel from
-  # the PyTorch CPU index or a local wheel directory configured for pip.
-  "${PIP[@]}" "torch==${TORCH_VERSION}" --extra-index-url https://download.pytorch.org/whl/cpu
+  # The PyTorch CPU index is asked once, for 5 s: where it cannot be reached, pip given it would
+  # retry it five times for every package (minutes of warnings) before using its other indexes.
+  cpu_index=https://download.pytorch.org/whl/cpu
+  if .venv/bin/python -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)' \
+    "$cpu_index/torch/" >/dev/null 2>&1; then
+    echo "setup: no GPU: installing the CPU build of torch==${TORCH_VERSION}" >&2
+    # +cpu local versions sort above the plain (CUDA) release, so pip picks the CPU wheel from
+    # the PyTorch CPU index or a local wheel directory configured for pip.
+    "${PIP[@]}" "torch==${TORCH_VERSION}" --extra-index-url "$cpu_index"
+  else
+    # Only pip's configured indexes and wheel directories are left: on Linux the +cpu build is
+    # asked for by name, as the plain release there (PyPI's) is the multi-GB CUDA build.
+    torch_cpu="torch==${TORCH_VERSION}"
+    [[ "$(uname -s)" == Linux ]] && torch_cpu+="+cpu"
+    echo "setup: no GPU, $cpu_index unreachable: installing $torch_cpu from pip's configured" \
+      "indexes" >&2
+    "${PIP[@]}" "$torch_cpu" || {
+      echo "setup: $torch_cpu is in none of pip's configured indexes or wheel directories and" \
+        "$cpu_index cannot be reached; download the wheel from there elsewhere and point pip's" \
+        "find-links at it (pip config set global.find-links DIR)" >&2
+      exit 1
+    }
+  fi
 fi
 # lmeval: the lm-evaluation-harness adapter's optional extra (bench/lmeval; docs/likelihood.md,
 # "lm-evaluation-harness"): no torch of its own, no CUDA package; about 140 MB and 25 s more
