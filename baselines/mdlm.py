@@ -15,27 +15,12 @@ Likelihood (``nll_bound``, ``bound_kind`` upper bound): that NELBO (always the `
 weight) summed over the counted positions, one Monte-Carlo draw of (t, x_t) per sequence and
 row, the reference evaluation's antithetic t on [1e-3, 1], float64.
 
-Samplers (``decodings``; docs/methods/mdlm.md lists each with its source, cost and options), all
-with exactly ``nfe`` backbone calls except ``cached`` (at most ``nfe``):
-- ``ancestral`` (default) over t_k = linspace(1, 1e-5, nfe + 1): each masked token is revealed
-  with probability (alpha_s - alpha_t) / (1 - alpha_t) and drawn from p_theta (float64
-  Gumbel-max); revealed tokens are frozen. The last step has alpha_s = 1: ``ancestral`` samples
-  every remaining mask, ``greedy`` takes the argmax. No extra noise-removal pass.
-- ``cached``: ``ancestral`` with MDLM's cache (kuleshov-group/mdlm ``diffusion.py::_sample``,
-  ``ddpm_cache``): after a step that changed no token of the batch the next step reuses p_theta
-  instead of calling the network (not when time-conditioned). Same samples as ``ancestral``.
-- ``confidence`` / ``margin`` / ``entropy``: LLaDA's low-confidence remasking (ML-GSAI/LLaDA
-  ``generate.py``): every step draws all masked positions, then keeps the k most confident, k
-  the even split of the masked count over the steps (``get_num_transfer_tokens``); confidence =
-  p(drawn token) (LLaDA), top-1 minus top-2 probability or the negative entropy (Dream
-  ``generation_utils.py::sample_tokens``, ``topk_margin`` / ``entropy``).
-- ``block_length`` (an option; 0 = off): semi-autoregressive decoding (LLaDA's ``block_length``):
-  the generated positions, in order, split into blocks decoded left to right, the calls split
-  over the blocks as evenly as possible; for ``ancestral``, ``greedy``, ``cached`` and the
-  confidence orders.
-- ``remdm-cap`` / ``remdm-rescale`` / ``remdm-conf`` / ``remdm-loop``: ReMDM remasking (Wang et
-  al. 2025; kuleshov-group/remdm ``diffusion.py::_ddpm_caching_update``): a decoded token is
-  remasked with probability sigma_t, a masked one follows the ReMDM posterior.
+Samplers: the decodings of :mod:`baselines.mdlm_samplers` (one object each, in its table
+``DECODINGS``; docs/methods/mdlm.md lists each with its source, cost and options), all with
+exactly ``nfe`` backbone calls except ``cached`` (at most ``nfe``). ``block_length`` (an option;
+0 = off): semi-autoregressive decoding (LLaDA's ``block_length``): the generated positions, in
+order, split into blocks decoded left to right, the calls split over the blocks as evenly as
+possible (:meth:`MDLM.blocks`); for every decoding but ReMDM's.
 Departures: the time grid and alpha_t, alpha_s are float64 (reference: model dtype), so the
 reveal probabilities are exact; ``loss_type="low_var"`` applies whenever ``loss`` runs (the
 reference switches back to the NELBO outside training; here ``loss`` is only the training
@@ -51,8 +36,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from baselines.mdlm_samplers import DECODINGS, ConfidenceOrder, ReMDM
 from bench.backbones.dit import build_dit
 from bench.config import BackboneConfig, ConfigError
+from bench.decoding import flagged
 from bench.method import (
     BOUND_ELBO,
     CATEGORICAL_SAMPLING,
@@ -64,7 +51,6 @@ from bench.method import (
     Method,
     bound_times,
     gold_log_probs,
-    gumbel_argmax,
     token_mean,
 )
 from bench.numerics import log_linear_alpha, log_linear_dalpha, sigma_of_alpha
@@ -130,13 +116,18 @@ class MDLMOptions(CategoricalSampling):
             )
 
 
-#: ReMDM's eta per sampler when ``remdm_eta`` is unset: kuleshov-group/remdm scripts/remdm-cap.sh,
-#: remdm-rescale.sh, remdm-loop.sh (remdm-conf takes none: its sigma comes from confidences)
-REMDM_ETA = {"remdm-cap": 0.008, "remdm-rescale": 0.015, "remdm-loop": 0.02}
+#: loss_type -> the weight of -log p_theta(x_0 | x_t) at the masked positions, from (alpha_t, eps)
+LOSS_WEIGHTS = {
+    # MDLM eq. 10: alpha'_t / (1 - alpha_t) * log p, alpha'_t = -(1 - eps)
+    "elbo": lambda alpha_t, eps: -log_linear_dalpha(eps) / (1 - alpha_t),
+    "low_var": lambda alpha_t, eps: torch.ones_like(alpha_t),  # the masked CE
+}
+#: loss_type -> what the loss is (bench.method.Method.loss_kind)
+LOSS_KINDS = {"elbo": LOSS_NELBO, "low_var": LOSS_CE}
 #: the ReMDM decodings (kuleshov-group/remdm ``sampling.sampler``)
-REMDM = ("remdm-cap", "remdm-rescale", "remdm-conf", "remdm-loop")
+REMDM = tuple(n for n, d in DECODINGS.items() if isinstance(d, ReMDM))
 #: the confidence-ordered decodings: LLaDA low_confidence, Dream topk_margin and entropy
-CONFIDENCE_ORDERS = ("confidence", "margin", "entropy")
+CONFIDENCE_ORDERS = tuple(n for n, d in DECODINGS.items() if isinstance(d, ConfidenceOrder))
 
 
 class MDLMReference(ReferenceFormat):
@@ -178,9 +169,11 @@ class MDLMReference(ReferenceFormat):
 class MDLM(Method):
     name = "mdlm"
     Options = MDLMOptions
-    decodings = ("ancestral", "greedy", "cached", *CONFIDENCE_ORDERS, *REMDM)
+    #: name -> sampler object (baselines.mdlm_samplers; docs and ``--list`` are drawn from it)
+    DECODINGS = DECODINGS
+    decodings = tuple(DECODINGS)
     #: ``cached`` skips the calls of steps that changed nothing: at most ``nfe_for`` calls
-    call_skipping = ("cached",)
+    call_skipping = flagged(DECODINGS, "call_skipping")
     #: the draws' filters (top-p / top-k), the blocks and ReMDM's schedule: they reuse the
     #: trained model
     sampling_options = (
@@ -200,7 +193,7 @@ class MDLM(Method):
     @classmethod
     def loss_kind_for(cls, options) -> str:
         """The NELBO; ``low_var``: the masked CE without its 1/t weight (no bound)."""
-        return LOSS_CE if options.loss_type == "low_var" else LOSS_NELBO
+        return LOSS_KINDS[options.loss_type]
 
     def __init__(self, options, vocab_size: int, seq_len: int):
         super().__init__(options, vocab_size, seq_len)
@@ -216,12 +209,12 @@ class MDLM(Method):
         for decoding in sample.decoding:
             self._check_blocks(self.resolve_decoding(decoding))
 
-    def _check_blocks(self, decoding: str) -> None:
-        if decoding in REMDM and self.opts.block_length:
+    def _check_blocks(self, name: str) -> None:
+        if not self.DECODINGS[name].blocks and self.opts.block_length:
+            blockwise = [n for n, d in self.DECODINGS.items() if d.blocks]
             raise ConfigError(
-                f"options.block_length: {decoding} decodes the whole canvas (ReMDM defines "
-                "no blocks); block_length applies to ancestral, greedy, cached and "
-                f"{', '.join(CONFIDENCE_ORDERS)}"
+                f"options.block_length: {name} decodes the whole canvas (ReMDM defines "
+                f"no blocks); block_length applies to {', '.join(blockwise)}"
             )
 
     # -- schedule -----------------------------------------------------------------
@@ -268,11 +261,7 @@ class MDLM(Method):
         logp_x0 = -F.cross_entropy(
             logits.flatten(0, 1), batch.x.flatten(), reduction="none"
         ).view_as(batch.x)
-        if self.opts.loss_type == "elbo":
-            # MDLM eq. 10: alpha'_t / (1 - alpha_t) * log p, alpha'_t = -(1 - eps)
-            weight = -log_linear_dalpha(self.opts.eps) / (1 - alpha_t)
-        else:
-            weight = torch.ones_like(alpha_t)
+        weight = LOSS_WEIGHTS[self.opts.loss_type](alpha_t, self.opts.eps)
         per_token = -logp_x0 * weight[:, None] * masked
         return token_mean(per_token, batch.loss_mask)
 
@@ -353,18 +342,19 @@ class MDLM(Method):
     ) -> Tensor:
         """:meth:`sample` before its last guard: the canvas the decoding leaves, which holds no
         [MASK] id (every decoding's last step reveals what is left; the tests check it)."""
-        decoding = self.resolve_decoding(decoding)
+        name = self.resolve_decoding(decoding)
         x = torch.where(prompt_mask, prompt, torch.full_like(prompt, self.mask_id))
-        generated = ~prompt_mask
-        self._check_blocks(decoding)
-        if decoding in REMDM:
-            return self._remdm(
-                backbone, x, generated, nfe, decoding, temperature, float64, generator
+        self._check_blocks(name)  # ReMDM: one block, the whole canvas
+        for block, calls in self.blocks(~prompt_mask, nfe):  # checked before the first call
+            x = self.DECODINGS[name].run(
+                self, backbone, x, block, calls, temperature, float64, generator
             )
-        steps = self._confidence_steps if decoding in CONFIDENCE_ORDERS else self._ancestral
-        for block, calls in self.blocks(generated, nfe):  # checked before the first call
-            x = steps(backbone, x, block, calls, decoding, temperature, float64, generator)
         return x
+
+    def remdm_step(self, name: str, t: float, s: float, last: bool) -> tuple:
+        """(alpha_t, alpha_s, sigma) of one step from t to s of the ReMDM decoding ``name``
+        (:meth:`baselines.mdlm_samplers.ReMDM.step`)."""
+        return self.DECODINGS[name].step(self, t, s, last)
 
     def min_nfe(self, prompt_mask: Tensor) -> int:
         """One call per block of ``block_length`` (:meth:`blocks`); 1 without blocks."""
@@ -398,165 +388,3 @@ class MDLM(Method):
         rank = generated.long().cumsum(-1) - 1  # each generated position's place in its row
         base, extra = divmod(nfe, n_blocks)
         return [(generated & (rank // bl == b), base + (b < extra)) for b in range(n_blocks)]
-
-    def _ancestral(self, backbone, x, block, nfe, decoding, temperature, float64, generator):
-        """``nfe`` ancestral steps (``ancestral``, ``greedy``, ``cached``) over the masked
-        positions of ``block`` (the others stay as they are) on t_k = linspace(1, 1e-5, nfe + 1),
-        the last step to alpha_s = 1."""
-        n, dev = x.shape[0], x.device
-        ts = torch.linspace(1.0, 1e-5, nfe + 1, device=dev, dtype=torch.float64)
-        cached = None
-        for k in range(nfe):
-            last = k == nfe - 1
-            alpha_t = self.alpha(ts[k]).expand(n)
-            alpha_s = torch.ones_like(alpha_t) if last else self.alpha(ts[k + 1]).expand(n)
-            if cached is None:
-                logp = self.log_probs(backbone, x, alpha_t.float(), temperature, count=True)
-            else:
-                logp = cached
-            is_mask = (x == self.mask_id) & block
-            if last and decoding == "greedy":
-                draw = logp.argmax(-1)
-            else:
-                # top-k / top-p on p_theta (duo trainer_base.py:594-597, there without
-                # renormalising; here the draw is from p_theta renormalised over the kept classes)
-                draw = gumbel_argmax(self.filtered(logp), generator, float64)
-            # absorbing posterior q(z_s | z_t = m, x): reveal w.p.
-            # (alpha_s - alpha_t) / (1 - alpha_t)
-            p_reveal = ((alpha_s - alpha_t) / (1 - alpha_t))[:, None]
-            u = torch.rand(x.shape, generator=generator, device=dev, dtype=torch.float64)
-            reveal = is_mask & (u < p_reveal)
-            x = torch.where(reveal, draw, x)
-            # MDLM's cache (kuleshov-group/mdlm diffusion.py::_sample, ddpm_cache): p_theta is
-            # reused while no token of the batch changed, unless the network sees t
-            keep = decoding == "cached" and not self.opts.time_conditioning
-            cached = logp if keep and not bool(reveal.any()) else None
-        return x
-
-    def _confidence_steps(self, backbone, x, block, nfe, decoding, temperature, float64, generator):
-        """``nfe`` steps of confidence-ordered unmasking over the masked positions of ``block``
-        (ML-GSAI/LLaDA generate.py::generate, ``remasking='low_confidence'``): each step draws
-        every position from p_theta at the temperature (float64 Gumbel-max, LLaDA's
-        ``add_gumbel_noise``) and reveals the k masked positions of the block with the highest
-        confidence (:meth:`confidence`), k the block's masked count split evenly over the steps.
-        The network's time input (used only when time-conditioned) follows t_k = linspace(1,
-        1e-5, nfe + 1), the expected masked fraction of the even split."""
-        n, L = x.shape
-        dev = x.device
-        # LLaDA generate.py::get_num_transfer_tokens: base = masked // steps per step, the first
-        # (masked % steps) steps one more
-        masked = ((x == self.mask_id) & block).sum(-1)
-        base, extra = masked // nfe, masked % nfe
-        ts = torch.linspace(1.0, 1e-5, nfe + 1, device=dev, dtype=torch.float64)
-        places = torch.arange(L, device=dev).expand(n, L)
-        for k in range(nfe):
-            n_reveal = base + (k < extra)
-            alpha_t = self.alpha(ts[k]).expand(n)
-            raw = self.call(backbone, x, self.sigma(alpha_t.float()))
-            logp = self.subs_log_probs(raw, x, temperature)
-            draw = gumbel_argmax(self.filtered(logp), generator, float64)
-            conf = self.confidence(decoding, raw, x, logp, draw, temperature)
-            # LLaDA: confidence -inf off the masked positions of the current block
-            conf = torch.where((x == self.mask_id) & block, conf, -torch.inf)
-            # LLaDA: topk(confidence[j], k=num_transfer_tokens[j, i]) per row
-            order = conf.argsort(dim=-1, descending=True, stable=True)
-            rank = torch.empty_like(order).scatter_(-1, order, places)
-            x = torch.where(rank < n_reveal[:, None], draw, x)
-        return x
-
-    def confidence(self, decoding, raw, x, logp, draw, temperature=1.0) -> Tensor:
-        """(n, L) float64 confidence of each position's draw (higher: revealed first).
-        ``confidence``: LLaDA's low_confidence, p_theta(draw) at T = 1 without filters
-        (generate.py: ``p = F.softmax(logits)``, ``x0_p = p[x0]``). ``margin`` / ``entropy``:
-        Dream ``generation_utils.py::sample_tokens`` (``margin_confidence`` / ``neg_entropy``) on
-        the distribution the draw uses (temperature, then top-k / top-p): top-1 minus top-2
-        probability, and sum p log(p + 1e-10), the negative entropy."""
-        if decoding == "confidence":
-            logp1 = logp if temperature == 1.0 else self.subs_log_probs(raw, x, 1.0)
-            return logp1.double().gather(-1, draw[..., None]).squeeze(-1).exp()
-        probs = torch.softmax(self.filtered(logp).double(), -1)
-        if decoding == "margin":
-            top = probs.topk(2, dim=-1).values  # Dream: sorted_probs[:, 0] - sorted_probs[:, 1]
-            return top[..., 0] - top[..., 1]
-        return (probs * torch.log(probs + 1e-10)).sum(-1)  # Dream neg_entropy, epsilon 1e-10
-
-    def remdm_step(self, decoding: str, t: float, s: float, last: bool) -> tuple:
-        """(alpha_t, alpha_s, sigma) of one ReMDM step from t to s (floats; kuleshov-group/remdm
-        diffusion.py::_ddpm_caching_update). ``remdm-conf``: sigma is sigma_max, scaled per
-        position by the confidence weights (:meth:`_remdm`). The last step goes to alpha_s = 1
-        with sigma = 0 (cap, rescale and conf give sigma = 0 there by their formula; the loop's
-        phases are forced), so every token ends revealed with no noise-removal call."""
-        o = self.opts
-        eta = REMDM_ETA.get(decoding, 0.0) if o.remdm_eta is None else o.remdm_eta
-        if decoding == "remdm-loop":
-            a_on, t_on, t_off = o.remdm_alpha_on, o.remdm_t_on, o.remdm_t_off
-            if t > t_on:  # remdm-loop, t > t_on: MDLM with alpha = (1 - t) alpha_on / (1 - t_on)
-                a_t, a_s, sigma = (1 - t) * a_on / (1 - t_on), (1 - s) * a_on / (1 - t_on), 0.0
-                # a coarse grid's step past t_on can give alpha_s > 1: the reference's [MASK]
-                # weight is then negative and never drawn, i.e. alpha_s = 1
-                a_s = min(a_s, 1.0)
-            elif t <= t_off:  # t <= t_off: MDLM with alpha = 1 - t (1 - alpha_on) / t_off
-                a_t, a_s, sigma = 1 - t * (1 - a_on) / t_off, 1 - s * (1 - a_on) / t_off, 0.0
-            else:  # the loop: ReMDM at alpha_t = alpha_s = alpha_on, sigma = eta
-                a_t, a_s, sigma = a_on, a_on, eta
-            return (a_t, 1.0, 0.0) if last else (a_t, a_s, sigma)
-        a_t = float(self.alpha(torch.tensor(t, dtype=torch.float64)))
-        a_s = 1.0 if last else float(self.alpha(torch.tensor(s, dtype=torch.float64)))
-        ratio = (1 - a_s) / a_t  # alpha_t >= eps > 0 on this schedule (reference: else eta)
-        if decoding == "remdm-cap":  # sigma = min(eta_cap, (1 - alpha_s) / alpha_t)
-            return a_t, a_s, min(eta, ratio)
-        if decoding == "remdm-rescale":  # sigma = eta_rescale * sigma_max
-            return a_t, a_s, eta * min(1.0, ratio)
-        return a_t, a_s, min(1.0, ratio)  # remdm-conf: sigma_max = min(1, (1 - a_s) / a_t)
-
-    def _remdm(self, backbone, x, generated, nfe, decoding, temperature, float64, generator):
-        """ReMDM sampling (Wang et al. 2025; kuleshov-group/remdm diffusion.py::_sample with
-        ``_ddpm_caching_update``) on t_k = linspace(1, 1e-5, nfe + 1), one call per step: each
-        position draws z_s from the ReMDM posterior q_sigma over the V tokens and [MASK]; a
-        decoded token is kept w.p. 1 - sigma and remasked w.p. sigma, a masked one becomes token
-        v w.p. p_theta(v) (alpha_s - (1 - sigma) alpha_t) / (1 - alpha_t) and stays masked
-        otherwise. Prompt positions are never remasked (the reference has no prompts)."""
-        n, L = x.shape
-        dev = x.device
-        o = self.opts
-        eta, a = REMDM_ETA["remdm-loop"] if o.remdm_eta is None else o.remdm_eta, o.remdm_alpha_on
-        if decoding == "remdm-loop" and 1 - a - a * eta < 0:
-            # the loop phase's q_xs_2 [MASK] probability (1 - a - a eta) / (1 - a) must be >= 0
-            raise ValueError(
-                f"options.remdm_eta: {eta} with remdm_alpha_on = {a} makes remdm-loop's [MASK] "
-                f"probability (1 - a - a eta) / (1 - a) negative: need eta <= (1 - a) / a = "
-                f"{(1 - a) / a:.4g}"
-            )
-        ts = torch.linspace(1.0, 1e-5, nfe + 1, device=dev, dtype=torch.float64)
-        # remdm-conf's state: diffusion.py::_sample confident_score, -inf = none (masked)
-        conf = torch.full((n, L), -torch.inf, device=dev, dtype=torch.float64)
-        for k in range(nfe):
-            last = k == nfe - 1
-            a_t, a_s, sigma = self.remdm_step(decoding, float(ts[k]), float(ts[k + 1]), last)
-            alpha_in = self.alpha(ts[k]).expand(n).float()  # the network's t: the grid's
-            logp = self.log_probs(backbone, x, alpha_in, temperature, count=True)
-            p = torch.softmax(self.filtered(logp).double(), -1)  # p_x0 (after top-k / top-p)
-            is_mask = x == self.mask_id
-            if decoding == "remdm-conf":
-                # eta_conf = softmax(confident_score) over the row; 0 on masked positions
-                weight = torch.nan_to_num(torch.softmax(conf, -1), nan=0.0)
-                sig = torch.where(is_mask, 0.0, weight) * sigma
-            else:
-                sig = torch.full((n, L), sigma, device=dev, dtype=torch.float64)
-            sig = torch.where(generated, sig, 0.0)[..., None]  # the prompt stays
-            # q_xs (decoded): p_x0 (1 - sigma), [MASK] sigma; q_xs_2 (masked): p_x0 (alpha_s -
-            # (1 - sigma) alpha_t) / (1 - alpha_t), [MASK] (1 - alpha_s - sigma alpha_t) /
-            # (1 - alpha_t); as one (n, L, V + 1) buffer: p_x0 times a per-position coefficient
-            masked = is_mask[..., None]
-            coef = torch.where(masked, (a_s - (1 - sig) * a_t) / (1 - a_t), 1 - sig)
-            q = p * coef
-            q_mask = torch.where(masked, (1 - a_s - sig * a_t) / (1 - a_t), sig)
-            q[..., self.mask_id] = q_mask[..., 0]
-            xs = gumbel_argmax(q.clamp_min_(0.0).log_(), generator, float64)
-            if decoding == "remdm-conf":
-                # conf of a newly decoded token = -p_x0(token); a remasked one gets -inf
-                drawn = p.gather(-1, xs[..., None]).squeeze(-1)
-                conf = torch.where(is_mask & (xs != self.mask_id), -drawn, conf)
-                conf = torch.where(~is_mask & (xs == self.mask_id), -torch.inf, conf)
-            x = xs
-        return x

@@ -160,6 +160,9 @@ class Method(nn.Module):
     Options: ClassVar[type] = Options
     #: decoding variants; the first is the default ("default" in a sweep maps to it)
     decodings: ClassVar[tuple[str, ...]] = ("default",)
+    #: name -> :class:`bench.decoding.Decoding` (summary, reference, options, calls) of each
+    #: decoding, when the method keeps such a table: ``--list`` and docs/methods/ are drawn from it
+    DECODINGS: ClassVar[dict] = {}
     #: True when the method draws a diffusion time per sample (trainer does antithetic draws)
     uses_time: ClassVar[bool] = True
     #: True when nfe is fixed by the number of generated tokens (AR)

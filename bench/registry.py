@@ -111,3 +111,8 @@ def listing() -> str:
         n = len(p.obj) if isinstance(p.obj, list | tuple) else 1
         lines.append(f"  {p.name:<14} {p.package:<18} {n} item(s) ({p.value})")
     return "\n".join(lines)
+        for dec, d in getattr(cls, "DECODINGS", {}).items():  # bench.decoding.Decoding
+            tf = ", T-free" if d.temperature_free else ""
+            opts = ", ".join(d.options) or "none"
+            lines.append(f"    {dec:<14} calls: {d.calls_text()}{tf}; options: {opts}")
+            lines.append(f"    {'':<14} {d.summary}")

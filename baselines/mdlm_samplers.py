@@ -1,0 +1,364 @@
+"""MDLM's decodings (docs/methods/mdlm.md lists each with its source, cost and options): one
+:class:`bench.decoding.Decoding` object per name in :data:`DECODINGS`, which :class:`MDLM
+<baselines.mdlm.MDLM>` looks its decoding up in. Each ``run(m, backbone, x, block, nfe, ...)``
+decodes the masked positions of ``block`` with ``nfe`` backbone calls (made through ``m``, the
+method); all make exactly ``nfe`` calls except ``cached`` (at most ``nfe``), and none adds a
+noise-removal call: every last step reveals what is left.
+
+- :class:`Ancestral` (``ancestral``, ``greedy``, ``cached``) over t_k = linspace(1, 1e-5,
+  nfe + 1): each masked token is revealed with probability (alpha_s - alpha_t) / (1 - alpha_t)
+  and drawn from p_theta (float64 Gumbel-max); revealed tokens are frozen. The last step has
+  alpha_s = 1: ``ancestral`` samples every remaining mask, ``greedy`` takes the argmax.
+  ``cached``: MDLM's cache (kuleshov-group/mdlm ``diffusion.py::_sample``, ``ddpm_cache``): after
+  a step that changed no token of the batch the next step reuses p_theta instead of calling the
+  network (not when time-conditioned). Same samples as ``ancestral``.
+- :class:`ConfidenceOrder` (``confidence`` / ``margin`` / ``entropy``): LLaDA's low-confidence
+  remasking (ML-GSAI/LLaDA ``generate.py``): every step draws all masked positions, then keeps the
+  k most confident, k the even split of the masked count over the steps
+  (``get_num_transfer_tokens``); the score: p(drawn token) (LLaDA), top-1 minus top-2
+  probability or the negative entropy (Dream ``generation_utils.py::sample_tokens``,
+  ``topk_margin`` / ``entropy``).
+- :class:`ReMDM` (``remdm-cap`` / ``remdm-rescale`` / ``remdm-conf``) and :class:`ReMDMLoop`
+  (``remdm-loop``): ReMDM remasking (Wang et al. 2025; kuleshov-group/remdm
+  ``diffusion.py::_ddpm_caching_update``): a decoded token is remasked with probability sigma_t,
+  a masked one follows the ReMDM posterior. They take no blocks (``Decoding.blocks`` False).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from bench.decoding import Decoding
+from bench.method import gumbel_argmax
+
+#: the sampling options every categorical draw reads (bench.method.filter_logits)
+FILTERS = ("top_k", "top_p")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ancestral(Decoding):
+    """``nfe`` ancestral steps over the masked positions of ``block`` (the others stay as they
+    are) on t_k = linspace(1, 1e-5, nfe + 1), the last step to alpha_s = 1. ``greedy_tail``: the
+    last step takes the argmax; ``cache``: MDLM's cache of p_theta."""
+
+    greedy_tail: bool = False
+    cache: bool = False
+    #: decodes block by block under ``block_length``
+    blocks: ClassVar[bool] = True
+
+    def run(self, m, backbone, x, block, nfe, temperature, float64, generator) -> Tensor:
+        n, dev = x.shape[0], x.device
+        ts = torch.linspace(1.0, 1e-5, nfe + 1, device=dev, dtype=torch.float64)
+        cached = None
+        for k in range(nfe):
+            last = k == nfe - 1
+            alpha_t = m.alpha(ts[k]).expand(n)
+            alpha_s = torch.ones_like(alpha_t) if last else m.alpha(ts[k + 1]).expand(n)
+            if cached is None:
+                logp = m.log_probs(backbone, x, alpha_t.float(), temperature, count=True)
+            else:
+                logp = cached
+            is_mask = (x == m.mask_id) & block
+            if last and self.greedy_tail:
+                draw = logp.argmax(-1)
+            else:
+                # top-k / top-p on p_theta (duo trainer_base.py:594-597, there without
+                # renormalising; here the draw is from p_theta renormalised over the kept classes)
+                draw = gumbel_argmax(m.filtered(logp), generator, float64)
+            # absorbing posterior q(z_s | z_t = m, x): reveal w.p.
+            # (alpha_s - alpha_t) / (1 - alpha_t)
+            p_reveal = ((alpha_s - alpha_t) / (1 - alpha_t))[:, None]
+            u = torch.rand(x.shape, generator=generator, device=dev, dtype=torch.float64)
+            reveal = is_mask & (u < p_reveal)
+            x = torch.where(reveal, draw, x)
+            # MDLM's cache (kuleshov-group/mdlm diffusion.py::_sample, ddpm_cache): p_theta is
+            # reused while no token of the batch changed, unless the network sees t
+            keep = self.cache and not m.opts.time_conditioning
+            cached = logp if keep and not bool(reveal.any()) else None
+        return x
+
+
+def p_theta_score(m, raw, x, logp, draw, temperature) -> Tensor:
+    """LLaDA's low_confidence: p_theta(draw) at T = 1 without filters (generate.py:
+    ``p = F.softmax(logits)``, ``x0_p = p[x0]``)."""
+    logp1 = logp if temperature == 1.0 else m.subs_log_probs(raw, x, 1.0)
+    return logp1.double().gather(-1, draw[..., None]).squeeze(-1).exp()
+
+
+def margin_score(m, raw, x, logp, draw, temperature) -> Tensor:
+    """Dream ``generation_utils.py::sample_tokens`` ``margin_confidence`` on the draw's
+    distribution (temperature, then top-k / top-p): top-1 minus top-2 probability."""
+    probs = torch.softmax(m.filtered(logp).double(), -1)
+    top = probs.topk(2, dim=-1).values  # Dream: sorted_probs[:, 0] - sorted_probs[:, 1]
+    return top[..., 0] - top[..., 1]
+
+
+def neg_entropy_score(m, raw, x, logp, draw, temperature) -> Tensor:
+    """Dream ``sample_tokens`` ``neg_entropy`` on the draw's distribution: sum p log(p + 1e-10)."""
+    probs = torch.softmax(m.filtered(logp).double(), -1)
+    return (probs * torch.log(probs + 1e-10)).sum(-1)  # Dream neg_entropy, epsilon 1e-10
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConfidenceOrder(Decoding):
+    """``nfe`` steps of confidence-ordered unmasking over the masked positions of ``block``
+    (ML-GSAI/LLaDA generate.py::generate, ``remasking='low_confidence'``): each step draws every
+    position from p_theta at the temperature (float64 Gumbel-max, LLaDA's ``add_gumbel_noise``)
+    and reveals the k masked positions of the block with the highest ``score`` (n, L) float64,
+    k the block's masked count split evenly over the steps. The network's time input (used only
+    when time-conditioned) follows t_k = linspace(1, 1e-5, nfe + 1), the expected masked
+    fraction of the even split."""
+
+    #: (m, raw, x, logp, draw, temperature) -> (n, L) float64 confidence (higher: revealed first)
+    score: Callable[..., Tensor]
+    blocks: ClassVar[bool] = True
+
+    def run(self, m, backbone, x, block, nfe, temperature, float64, generator) -> Tensor:
+        n, L = x.shape
+        dev = x.device
+        # LLaDA generate.py::get_num_transfer_tokens: base = masked // steps per step, the first
+        # (masked % steps) steps one more
+        masked = ((x == m.mask_id) & block).sum(-1)
+        base, extra = masked // nfe, masked % nfe
+        ts = torch.linspace(1.0, 1e-5, nfe + 1, device=dev, dtype=torch.float64)
+        places = torch.arange(L, device=dev).expand(n, L)
+        for k in range(nfe):
+            n_reveal = base + (k < extra)
+            alpha_t = m.alpha(ts[k]).expand(n)
+            raw = m.call(backbone, x, m.sigma(alpha_t.float()))
+            logp = m.subs_log_probs(raw, x, temperature)
+            draw = gumbel_argmax(m.filtered(logp), generator, float64)
+            conf = self.score(m, raw, x, logp, draw, temperature)
+            # LLaDA: confidence -inf off the masked positions of the current block
+            conf = torch.where((x == m.mask_id) & block, conf, -torch.inf)
+            # LLaDA: topk(confidence[j], k=num_transfer_tokens[j, i]) per row
+            order = conf.argsort(dim=-1, descending=True, stable=True)
+            rank = torch.empty_like(order).scatter_(-1, order, places)
+            x = torch.where(rank < n_reveal[:, None], draw, x)
+        return x
+
+
+def capped_sigma(eta: float, ratio: float) -> float:
+    """ReMDM max-capped schedule: sigma = min(eta_cap, (1 - alpha_s) / alpha_t)."""
+    return min(eta, ratio)
+
+
+def rescaled_sigma(eta: float, ratio: float) -> float:
+    """ReMDM rescaled schedule: sigma = eta_rescale * sigma_max."""
+    return eta * min(1.0, ratio)
+
+
+def max_sigma(eta: float, ratio: float) -> float:
+    """sigma_max = min(1, (1 - alpha_s) / alpha_t) (remdm-conf scales it per position)."""
+    return min(1.0, ratio)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReMDM(Decoding):
+    """ReMDM sampling (Wang et al. 2025; kuleshov-group/remdm diffusion.py::_sample with
+    ``_ddpm_caching_update``) on t_k = linspace(1, 1e-5, nfe + 1), one call per step, on the
+    whole canvas. ``sigma(eta, (1 - alpha_s) / alpha_t)``: the schedule; ``eta``: its value when
+    ``remdm_eta`` is unset (the reference script's); ``by_confidence``: remdm-conf's per-position
+    weights."""
+
+    sigma: Callable[[float, float], float] | None = None
+    eta: float = 0.0
+    by_confidence: bool = False
+    blocks: ClassVar[bool] = False
+
+    def eta_of(self, opts) -> float:
+        return self.eta if opts.remdm_eta is None else opts.remdm_eta
+
+    def check(self, opts) -> None:
+        """Reject, before the first call, options this schedule cannot run."""
+
+    def step(self, m, t: float, s: float, last: bool) -> tuple:
+        """(alpha_t, alpha_s, sigma) of one step from t to s (floats; kuleshov-group/remdm
+        diffusion.py::_ddpm_caching_update). ``remdm-conf``: sigma is sigma_max, scaled per
+        position by the confidence weights (:meth:`run`). The last step goes to alpha_s = 1,
+        where (1 - alpha_s) / alpha_t = 0 gives sigma = 0, so every token ends revealed with no
+        noise-removal call."""
+        a_t = float(m.alpha(torch.tensor(t, dtype=torch.float64)))
+        a_s = 1.0 if last else float(m.alpha(torch.tensor(s, dtype=torch.float64)))
+        ratio = (1 - a_s) / a_t  # alpha_t >= eps > 0 on this schedule (reference: else eta)
+        return a_t, a_s, self.sigma(self.eta_of(m.opts), ratio)
+
+    def run(self, m, backbone, x, generated, nfe, temperature, float64, generator) -> Tensor:
+        """Each position draws z_s from the ReMDM posterior q_sigma over the V tokens and [MASK]:
+        a decoded token is kept w.p. 1 - sigma and remasked w.p. sigma, a masked one becomes
+        token v w.p. p_theta(v) (alpha_s - (1 - sigma) alpha_t) / (1 - alpha_t) and stays masked
+        otherwise. Prompt positions are never remasked (the reference has no prompts)."""
+        n, L = x.shape
+        dev = x.device
+        self.check(m.opts)
+        ts = torch.linspace(1.0, 1e-5, nfe + 1, device=dev, dtype=torch.float64)
+        # remdm-conf's state: diffusion.py::_sample confident_score, -inf = none (masked)
+        conf = torch.full((n, L), -torch.inf, device=dev, dtype=torch.float64)
+        for k in range(nfe):
+            last = k == nfe - 1
+            a_t, a_s, sigma = self.step(m, float(ts[k]), float(ts[k + 1]), last)
+            alpha_in = m.alpha(ts[k]).expand(n).float()  # the network's t: the grid's
+            logp = m.log_probs(backbone, x, alpha_in, temperature, count=True)
+            p = torch.softmax(m.filtered(logp).double(), -1)  # p_x0 (after top-k / top-p)
+            is_mask = x == m.mask_id
+            if self.by_confidence:
+                # eta_conf = softmax(confident_score) over the row; 0 on masked positions
+                weight = torch.nan_to_num(torch.softmax(conf, -1), nan=0.0)
+                sig = torch.where(is_mask, 0.0, weight) * sigma
+            else:
+                sig = torch.full((n, L), sigma, device=dev, dtype=torch.float64)
+            sig = torch.where(generated, sig, 0.0)[..., None]  # the prompt stays
+            # q_xs (decoded): p_x0 (1 - sigma), [MASK] sigma; q_xs_2 (masked): p_x0 (alpha_s -
+            # (1 - sigma) alpha_t) / (1 - alpha_t), [MASK] (1 - alpha_s - sigma alpha_t) /
+            # (1 - alpha_t); as one (n, L, V + 1) buffer: p_x0 times a per-position coefficient
+            masked = is_mask[..., None]
+            coef = torch.where(masked, (a_s - (1 - sig) * a_t) / (1 - a_t), 1 - sig)
+            q = p * coef
+            q_mask = torch.where(masked, (1 - a_s - sig * a_t) / (1 - a_t), sig)
+            q[..., m.mask_id] = q_mask[..., 0]
+            xs = gumbel_argmax(q.clamp_min_(0.0).log_(), generator, float64)
+            if self.by_confidence:
+                # conf of a newly decoded token = -p_x0(token); a remasked one gets -inf
+                drawn = p.gather(-1, xs[..., None]).squeeze(-1)
+                conf = torch.where(is_mask & (xs != m.mask_id), -drawn, conf)
+                conf = torch.where(~is_mask & (xs == m.mask_id), -torch.inf, conf)
+            x = xs
+        return x
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReMDMLoop(ReMDM):
+    """remdm-loop (kuleshov-group/remdm ``_ddpm_caching_update``, scripts/remdm-loop.sh): MDLM
+    until t_on, ReMDM at alpha_on with sigma = eta until t_off, MDLM after."""
+
+    def check(self, opts) -> None:
+        eta, a = self.eta_of(opts), opts.remdm_alpha_on
+        if 1 - a - a * eta < 0:
+            # the loop phase's q_xs_2 [MASK] probability (1 - a - a eta) / (1 - a) must be >= 0
+            raise ValueError(
+                f"options.remdm_eta: {eta} with remdm_alpha_on = {a} makes remdm-loop's [MASK] "
+                f"probability (1 - a - a eta) / (1 - a) negative: need eta <= (1 - a) / a = "
+                f"{(1 - a) / a:.4g}"
+            )
+
+    def step(self, m, t: float, s: float, last: bool) -> tuple:
+        """The loop's phases; its last step is forced to alpha_s = 1, sigma = 0 from the phase's
+        alpha_t (the phases do not reach alpha = 1 on the grid)."""
+        o = m.opts
+        eta = self.eta_of(o)
+        a_on, t_on, t_off = o.remdm_alpha_on, o.remdm_t_on, o.remdm_t_off
+        if t > t_on:  # remdm-loop, t > t_on: MDLM with alpha = (1 - t) alpha_on / (1 - t_on)
+            a_t, a_s, sigma = (1 - t) * a_on / (1 - t_on), (1 - s) * a_on / (1 - t_on), 0.0
+            # a coarse grid's step past t_on can give alpha_s > 1: the reference's [MASK]
+            # weight is then negative and never drawn, i.e. alpha_s = 1
+            a_s = min(a_s, 1.0)
+        elif t <= t_off:  # t <= t_off: MDLM with alpha = 1 - t (1 - alpha_on) / t_off
+            a_t, a_s, sigma = 1 - t * (1 - a_on) / t_off, 1 - s * (1 - a_on) / t_off, 0.0
+        else:  # the loop: ReMDM at alpha_t = alpha_s = alpha_on, sigma = eta
+            a_t, a_s, sigma = a_on, a_on, eta
+        return (a_t, 1.0, 0.0) if last else (a_t, a_s, sigma)
+
+
+_ANCESTRAL_COST = "a float64 Gumbel-max draw over (B, L, V+1), a (B, L) uniform"
+_REMDM_COST = (
+    "a float64 softmax and the q_sigma table over (B, L, V+1), its log, the Gumbel-max draw"
+)
+_BLOCKED = (*FILTERS, "block_length")
+
+#: MDLM's decodings, the first the default (kuleshov-group/remdm ``sampling.sampler`` names the
+#: ReMDM ones; their eta: scripts/remdm-cap.sh, remdm-rescale.sh, remdm-loop.sh)
+DECODINGS: dict[str, Decoding] = {
+    "ancestral": Ancestral(
+        summary="each masked position revealed w.p. (alpha_s - alpha_t)/(1 - alpha_t), its token "
+        "drawn from p_theta; t_k = linspace(1, 1e-5, nfe + 1), last step alpha_s = 1",
+        reference="MDLM (Sahoo et al. 2024), the absorbing posterior q(z_s | z_t, x); s-flm "
+        "`samplers.py::AncestralSampler`",
+        cost=_ANCESTRAL_COST,
+        options=_BLOCKED,
+    ),
+    "greedy": Ancestral(
+        greedy_tail=True,
+        summary="`ancestral`, the last step takes the argmax",
+        reference="as `ancestral`",
+        cost="as `ancestral`, argmax at the last step",
+        options=_BLOCKED,
+    ),
+    "cached": Ancestral(
+        cache=True,
+        call_skipping=True,
+        calls_note="a step after one that changed no token reuses p_theta",
+        summary="`ancestral`; after a step that changed no token of the batch, the next step "
+        "reuses p_theta instead of calling the network (never when `time_conditioning`)",
+        reference="MDLM's cached sampler (`ddpm_cache`); kuleshov-group/mdlm "
+        "`diffusion.py::_sample` (`torch.allclose(x_next, x)`) and `_ddpm_caching_update`",
+        cost="as `ancestral`, minus the skipped calls",
+        options=(*_BLOCKED, "time_conditioning"),
+    ),
+    "confidence": ConfidenceOrder(
+        score=p_theta_score,
+        summary="draws every masked position (Gumbel-max at T), reveals the k with the highest "
+        "p_theta(draw) at T = 1, unfiltered",
+        reference="LLaDA (Nie et al. 2025); ML-GSAI/LLaDA `generate.py::generate` "
+        "(`remasking='low_confidence'`, `add_gumbel_noise`, `get_num_transfer_tokens`)",
+        cost="the draw, a log-softmax at T = 1 when T != 1, a (B, L) sort",
+        options=_BLOCKED,
+    ),
+    "margin": ConfidenceOrder(
+        score=margin_score,
+        summary="as `confidence`, confidence = top-1 minus top-2 probability",
+        reference="Dream (Ye et al. 2025); `generation_utils.py::sample_tokens` "
+        "(`margin_confidence`, alg `topk_margin`)",
+        cost="the draw, a float64 softmax and top-2 over (B, L, V+1), a sort",
+        options=_BLOCKED,
+    ),
+    "entropy": ConfidenceOrder(
+        score=neg_entropy_score,
+        summary="as `confidence`, confidence = sum p log(p + 1e-10) (negative entropy)",
+        reference="Dream; `sample_tokens` (`neg_entropy`, alg `entropy`)",
+        cost="the draw, a float64 softmax, log and sum over (B, L, V+1), a sort",
+        options=_BLOCKED,
+    ),
+    "remdm-cap": ReMDM(
+        sigma=capped_sigma,
+        eta=0.008,
+        summary="ReMDM posterior with sigma_t = min(eta, (1 - alpha_s)/alpha_t)",
+        reference="ReMDM (Wang et al. 2025), max-capped schedule; kuleshov-group/remdm "
+        "`diffusion.py::_ddpm_caching_update`, `scripts/remdm-cap.sh` (eta 0.008)",
+        cost=_REMDM_COST,
+        options=("remdm_eta", *FILTERS),
+    ),
+    "remdm-rescale": ReMDM(
+        sigma=rescaled_sigma,
+        eta=0.015,
+        summary="sigma_t = eta sigma_max, sigma_max = min(1, (1 - alpha_s)/alpha_t)",
+        reference="ReMDM rescaled schedule; `remdm-rescale`, `scripts/remdm-rescale.sh` "
+        "(eta 0.015)",
+        cost="as `remdm-cap`",
+        options=("remdm_eta", *FILTERS),
+    ),
+    "remdm-conf": ReMDM(
+        sigma=max_sigma,
+        by_confidence=True,
+        summary="sigma_t^l = softmax_l(-psi^l) sigma_max, psi^l = p_theta of token l when it was "
+        "last decoded (masked: weight 0)",
+        reference="ReMDM confidence-based schedule; `remdm-conf` (`confident_score`), "
+        "`scripts/remdm-conf.sh`",
+        cost="as `remdm-cap`, a (B, L) softmax and gather",
+        options=FILTERS,
+    ),
+    "remdm-loop": ReMDMLoop(
+        eta=0.02,
+        summary="t > t_on: MDLM with alpha = (1 - t) alpha_on/(1 - t_on); t_off < t <= t_on: "
+        "ReMDM at alpha = alpha_on, sigma = eta; t <= t_off: MDLM with alpha = 1 - t "
+        "(1 - alpha_on)/t_off",
+        reference="ReMDM loop; `remdm-loop`, `scripts/remdm-loop.sh` (eta 0.02, t_on 0.55, "
+        "t_off 0.05, alpha_on 0.9)",
+        cost="as `remdm-cap`",
+        options=("remdm_eta", "remdm_t_on", "remdm_t_off", "remdm_alpha_on", *FILTERS),
+    ),
+}
