@@ -126,7 +126,8 @@ class AlphaGammaTable:
     @property
     def _np(self) -> tuple[np.ndarray, np.ndarray]:
         """(gamma, alpha), tabulated on first use: planning a sweep builds every method and never
-        uses it (the quadrature took 0.4 s of a 2.4 s re-run of the CPU quickstart)."""
+        uses it (built eagerly, its quadrature would add to every planning, a re-run that computes
+        nothing included; docs/measurements/quickstart.md)."""
         return _table(*self._args)
 
     def _on(self, device) -> tuple[Tensor, Tensor]:

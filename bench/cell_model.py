@@ -21,10 +21,9 @@ def keep_freed_heap(device: torch.device) -> None:
     """Sampling (or a likelihood bound) on the CPU (on another ``device``: nothing): let glibc
     keep freed buffers of up to 32 MB in the heap for the next call instead of mapping, faulting
     in and unmapping them at every step (its threshold only rises as buffers are freed; a job
-    that trains first has raised it, one that only samples has not). A process that only sampled
-    MDLM at the quickstart's shape spent 12-20 % of its CPU time in the system (0.7-1.5 M page
-    faults per 160 calls); with these settings none (docs/measurements/quickstart.md). Samples
-    are bit-identical. Elsewhere than glibc: nothing."""
+    that trains first has raised it, one that only samples has not): those page faults put much of
+    a sampling process's CPU time in the system (docs/measurements/quickstart.md). Samples are
+    bit-identical. Elsewhere than glibc: nothing."""
     if device.type == "cpu":
         heap.keep_freed()
 

@@ -62,9 +62,8 @@ def job_env(env: dict) -> dict:
     """``env`` for a job process on Linux: ``GLIBC_TUNABLES`` gains :data:`HUGE_PAGES` unless it
     sets ``glibc.malloc.hugetlb`` already or ``SFLM_HUGE_PAGES=0``. Buffers above the largest mmap
     threshold (32 MB: a (B, L, |V|) tensor at a GPT-2 vocabulary) are mapped and faulted in at
-    every step; in 2 MB pages instead of 4 kB, the OWT smoke on 2 CPU cores took 70.3 s instead
-    of 86.0 s (1.0 M page faults instead of 32.9 M, the same values); the quickstart, whose
-    buffers stay below it, 243.9 s instead of 244.6 s (docs/measurements/cost_model.md)."""
+    every step: in 2 MB pages instead of 4 kB, far fewer faults for the same values (what it
+    saved: docs/measurements/cost_model.md)."""
     if not sys.platform.startswith("linux") or env.get("SFLM_HUGE_PAGES") == "0":
         return env
     tunables = env.get("GLIBC_TUNABLES", "")

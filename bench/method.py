@@ -4,7 +4,7 @@ A method is one module with one class, registered by name in :mod:`bench.registr
 the noising process, the objective and the sampler; it never owns the optimiser, EMA,
 checkpoints or data (those belong to :mod:`bench.train`, shared by all methods).
 
-Conventions (README "Equal-NFE accounting"; docs/adding-a-method.md):
+Conventions (docs/commands.md "Equal-NFE accounting"; docs/adding-a-method.md):
 - ``nfe`` is the number of backbone calls a sampler makes, counted the same way for every
   method. Samplers call the network only through :meth:`Method.call` so the count is
   observable (tests assert it).

@@ -26,8 +26,8 @@ architecture, or of a vocabulary a few classes apart, the growth scaled up by th
   The step's own peak does not grow with the batch: it is a floor under the extrapolation
   (:meth:`Rehearsal.train`);
 - **sample**: one sampling call per sampling setup of the model (decoding and sampling-only
-  options: their memory differs, the S-arch's stochastic decoding takes 2.6 times its exact
-  one's at TinyGSM's batch; of decodings that share code with memory growing in a size,
+  options: their memory differs, e.g. the S-arch's stochastic decoding against its exact one;
+  of decodings that share code with memory growing in a size,
   ``Method.decoding_family`` such as S-FLM's top-k, the largest; ``--first-decoding``: the first
   setup only), through
   :func:`bench.cells.sample_batch`, at ``nfe = 2``: a middle step and the last, whose memory
@@ -975,8 +975,8 @@ class Rehearsal:
 
 
 def _random_gpt2(cls, cfg):
-    """A GPT-2 of ``cfg`` with random weights, built without transformers' initialisation (6 s
-    for gpt2-large here, half of it the module-by-module init): structure on the meta device,
+    """A GPT-2 of ``cfg`` with random weights, built without transformers' initialisation (its
+    module-by-module init is slow at gpt2-large's size): structure on the meta device,
     then every matrix drawn N(0, 0.02) (GPT-2's initializer_range), biases 0, norm scales 1, the
     head tied to the embedding. The model has no buffers to fill."""
     with torch.device("meta"):
@@ -1122,8 +1122,8 @@ SHM_FREE_BYTES = 8 * 2**30
 
 def _scratch_dir() -> str | None:
     """Where the import path's files go: ``$TMPDIR`` when set; else ``/dev/shm`` (memory-backed:
-    writing and reading a 0.7-1.4 GB checkpoint there took half the time it took on this
-    machine's disk) when it has :data:`SHM_FREE_BYTES` free; else the system's temp folder."""
+    the GB-sized checkpoints written and read back skip the disk) when it has
+    :data:`SHM_FREE_BYTES` free; else the system's temp folder."""
     if os.environ.get("TMPDIR"):
         return None
     try:

@@ -46,7 +46,7 @@ from bench import atomic
 if TYPE_CHECKING:  # pandas is imported where it is used: the sweep CLI reads no DataFrame
     import pandas as pd
 
-#: the results-table columns (README "Results"), then extensions (flat, never nested).
+#: the results-table columns (docs/report.md), then extensions (flat, never nested).
 COLUMNS = [
     "cell_id",
     "sweep",
