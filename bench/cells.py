@@ -338,18 +338,19 @@ def _import_folder(tc: TrainCell, task, store: Store, rebuild: bool, t0: float) 
 
 def run_samples(cells: list[SampleCell], threads: int = 0, progress: bool = True) -> int:
     """Sample + evaluate cells of ONE train cell (skipping those in the store and those whose
-    lock another process holds), then its likelihood cells (:class:`bench.plan.LikelihoodCell`,
-    :mod:`bench.likelihood.cells`). Returns #done."""
+    lock another process holds), then its cells of other kinds (:mod:`bench.kind`: its
+    likelihood), each by its kind. Returns #done."""
     if not cells:
         return 0
     if threads:
         torch.set_num_threads(threads)
-    from bench.plan import LikelihoodCell
-
     tc = cells[0].train
     store = Store(tc.results_dir)
-    likelihood = [c for c in cells if isinstance(c, LikelihoodCell)]
-    cells = [c for c in cells if not isinstance(c, LikelihoodCell)]
+    others: dict[str, list] = {}  # kind -> its cells, in the plan's order
+    for c in cells:
+        if c.kind != SampleCell.kind:
+            others.setdefault(c.kind, []).append(c)
+    cells = [c for c in cells if c.kind == SampleCell.kind]
     held = []
     try:
         for c in cells:
@@ -365,10 +366,8 @@ def run_samples(cells: list[SampleCell], threads: int = 0, progress: bool = True
     finally:
         for _, lock in held:
             lock.release()
-    if likelihood:  # each takes its own cell lock and skips a cell in the store
-        from bench.likelihood.cells import run_likelihood_cell
-
-        done += sum(bool(run_likelihood_cell(c, store, progress)) for c in likelihood)
+    for kind, mine in others.items():  # each takes its cells' locks, skips those in the store
+        done += registry.KINDS[kind].run(mine, store, progress)
     return done
 
 

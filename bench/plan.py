@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from bench import registry
 from bench.config import (
@@ -124,6 +125,9 @@ class TrainCell:
 
 @dataclass
 class SampleCell:
+    #: the kind of cell (:mod:`bench.kind`): "sample" here; a kind's own cell type says its name
+    kind: ClassVar[str] = "sample"
+
     id: str
     train: TrainCell
     subset: str
@@ -163,22 +167,6 @@ class SampleCell:
 
     def absolute(self) -> SampleCell:
         return dataclasses.replace(self, train=self.train.absolute())
-
-
-@dataclass
-class LikelihoodCell(SampleCell):
-    """A model's likelihood on one dataset (``subset`` = the dataset spec; ``n_samples`` = its
-    sequences, 0 = all): planned with the sample cells and run in the same job (executors see
-    a sample cell); :func:`bench.likelihood.cells.run_likelihood_cell` computes it."""
-
-    block: int = 0
-    wrap: bool = True
-    draws: int = 1
-
-    def label(self) -> str:
-        seed = f" seed {self.train.train['seed']}" if self.train.train.get("seed") else ""
-        model = f"{self.train.method}/{self.variant or self.train.variant}"
-        return f"{model}{seed} likelihood {self.subset}"
 
 
 @dataclass
@@ -577,47 +565,6 @@ def _sample_cells_of(tc: TrainCell, m: _EntryModel, s: SampleConfig) -> list[Sam
     return cells
 
 
-def _check_likelihood(sw: _Sweep) -> None:
-    """The ``likelihood`` section's datasets are ones this task can serve (nothing loaded)."""
-    if not sw.cfg.likelihood.datasets:
-        return
-    from bench.likelihood.datasets import check, parse
-
-    for i, spec in enumerate(sw.cfg.likelihood.datasets):
-        try:
-            check(parse(spec), sw.task)
-        except ValueError as e:  # ConfigError included
-            raise ConfigError(f"{sw.source}: likelihood.datasets[{i}]: {e}") from None
-
-
-def _likelihood_cells_of(tc: TrainCell, m: _EntryModel, lk) -> list[LikelihoodCell]:
-    """One likelihood cell per dataset of the sweep's ``likelihood`` section (none when it names
-    none); its id: the train cell's and the evaluation settings."""
-    cells = []
-    for spec in lk.datasets:
-        ident = {"likelihood": tc.id, "dataset": spec, "n": lk.n_sequences, "block": lk.block,
-                 "wrap": lk.wrap, "draws": lk.draws, "seed": lk.seed}  # fmt: skip
-        cells.append(
-            LikelihoodCell(
-                id=config_hash(ident),
-                train=tc,
-                subset=spec,
-                nfe=0,
-                temperature=1.0,
-                decoding="likelihood",
-                n_samples=lk.n_sequences,
-                batch_size=lk.batch_size,
-                float64=True,
-                seed=lk.seed,
-                variant=m.variant,
-                block=lk.block,
-                wrap=lk.wrap,
-                draws=lk.draws,
-            )
-        )
-    return cells
-
-
 def plan(cfg: SweepConfig, source: str = "sweep", *, offline_ok: bool = False) -> Plan:
     """Expand a sweep (``bench.config.load_sweep``) into cells; ``source`` names the file in
     errors. Loads no data and writes nothing; an entry with ``checkpoint:`` reads that file's
@@ -629,7 +576,9 @@ def plan(cfg: SweepConfig, source: str = "sweep", *, offline_ok: bool = False) -
     share the first one's) and the sample cells of each (:func:`_sample_cells_of`)."""
     out = Plan(cfg)
     sw = _sweep(cfg, source, offline_ok)
-    _check_likelihood(sw)
+    kinds = [registry.KINDS[k] for k in registry.KINDS]  # cells beside the sample cells
+    for kind in kinds:
+        kind.validate(cfg, sw.task, sw.source)
     models: dict[str, TrainCell] = {}  # train cell id -> the cell (entries may share one)
     owner: dict[str, int] = {}  # sample cell id -> the methods[] index that planned it
     for i, entry in enumerate(cfg.methods):
@@ -645,6 +594,7 @@ def plan(cfg: SweepConfig, source: str = "sweep", *, offline_ok: bool = False) -
                         "(only the variant name differs); remove one of them"
                     )
                 out.sample_cells.append(sc)
-            if tc is new:  # the model's likelihood, once
-                out.sample_cells += _likelihood_cells_of(tc, m, cfg.likelihood)
+            if tc is new:  # the model's cells of the other kinds (its likelihood), once
+                for kind in kinds:
+                    out.sample_cells += kind.plan(tc, m.variant, cfg)
     return out

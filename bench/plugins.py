@@ -36,6 +36,7 @@ GROUPS = {
     "tasks": "sflm_bench.tasks",
     "evaluators": "sflm_bench.evaluators",
     "report": "sflm_bench.report",
+    "cell_kinds": "sflm_bench.cell_kinds",
 }
 #: the distribution name the built-in entries are reported under
 BUILTIN = "sflm-bench"

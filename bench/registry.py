@@ -56,6 +56,24 @@ TASKS = Registry(
 )
 
 
+def _cell_kind(p: Plugin) -> None:
+    """A :class:`bench.kind.CellKind` object: what the planner and the jobs call on it."""
+    missing = [a for a in ("name", "validate", "plan", "run") if not hasattr(p.obj, a)]
+    if missing or isinstance(p.obj, type):
+        what = f"has no {missing[0]}" if missing else "is a class, not a CellKind object"
+        raise PluginError(f"plug-in {p.name!r} of package {p.package}: {p.value} {what}")
+
+
+#: cell kind name -> :class:`bench.kind.CellKind` object: kinds of cells a model gets beside its
+#: sample cells (group ``sflm_bench.cell_kinds``; the planner and the jobs look them up here)
+KINDS = Registry(
+    "cell_kinds",
+    {"likelihood": "bench.likelihood.kind:KIND"},
+    name_of=lambda k: getattr(k, "name", None),
+    check=_cell_kind,
+)
+
+
 def _evaluator(p: Plugin) -> None:
     missing = [a for a in ("CLI_HELP", "add_arguments", "run") if not hasattr(p.obj, a)]
     if missing:
@@ -101,6 +119,11 @@ def listing() -> str:
         lines.append(f"  {name:<10} {METHODS.package(name):<22} decodings: {decs}")
         if cls.sampling_options:  # the knobs of its samplers (they reuse the trained model)
             lines.append(f"  {'':<10} {'':<22} sampling options: {', '.join(cls.sampling_options)}")
+        for dec, d in getattr(cls, "DECODINGS", {}).items():  # bench.decoding.Decoding
+            tf = ", T-free" if d.temperature_free else ""
+            opts = ", ".join(d.options) or "none"
+            lines.append(f"    {dec:<14} calls: {d.calls_text()}{tf}; options: {opts}")
+            lines.append(f"    {'':<14} {d.summary}")
     lines.append("tasks:")
     for name in sorted(TASKS):
         cls = TASKS[name]
@@ -111,8 +134,3 @@ def listing() -> str:
         n = len(p.obj) if isinstance(p.obj, list | tuple) else 1
         lines.append(f"  {p.name:<14} {p.package:<18} {n} item(s) ({p.value})")
     return "\n".join(lines)
-        for dec, d in getattr(cls, "DECODINGS", {}).items():  # bench.decoding.Decoding
-            tf = ", T-free" if d.temperature_free else ""
-            opts = ", ".join(d.options) or "none"
-            lines.append(f"    {dec:<14} calls: {d.calls_text()}{tf}; options: {opts}")
-            lines.append(f"    {'':<14} {d.summary}")

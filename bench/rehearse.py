@@ -81,10 +81,11 @@ import torch
 from bench import heap
 from bench.cell_model import cell_task, method_backbone
 from bench.config import ConfigError, canonical, config_hash
-from bench.measure import PeakMemory, device_name
 from bench.data.base import TaskData
 from bench.method import Batch
-from bench.plan import LikelihoodCell, Plan, SampleCell, TrainCell
+from bench.likelihood.kind import LikelihoodCell
+from bench.measure import PeakMemory, device_name
+from bench.plan import Plan, SampleCell, TrainCell
 
 #: the cards the table compares with when no ``--memory-gb`` is given (nominal GB = 1e9 bytes)
 CARDS_GB = (40, 80, 141)
@@ -214,7 +215,7 @@ def models_of(p: Plan) -> list[Model]:
     for sc in p.sample_cells:
         key = model_key(sc.train)
         m = by[key]
-        if isinstance(sc, LikelihoodCell):
+        if sc.kind == LikelihoodCell.kind:
             m.likelihood = m.likelihood or sc
             continue
         setup = (key, config_hash(sc.options), sc.decoding, bool(sc.float64))

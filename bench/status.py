@@ -68,9 +68,8 @@ def dry_run(p: Plan) -> str:
     store = Store(cfg.results_dir)
     kind = cfg.executor.kind
     ex = settings(cfg.executor) if kind == "slurm" else cfg.executor
-    from bench.plan import LikelihoodCell
 
-    n_lk = sum(isinstance(c, LikelihoodCell) for c in p.sample_cells)
+    n_lk = sum(c.kind == "likelihood" for c in p.sample_cells)
     lk = f" ({n_lk} of them likelihood cells)" if n_lk else ""
     lines = [
         f"sweep {cfg.name}: {model_cells(p)}, {len(p.sample_cells)} sample cells{lk}; "

@@ -342,11 +342,10 @@ def _sampler_peak(entry, m: _Model, batch: int, dtype: str, cached: bool) -> int
 def predict_sample(entry: dict, m: _Model, c, *, cores: int = 1) -> CellPrediction:
     """One sample or likelihood cell of model ``m`` (``cores``: the CPU cores the GSM8K sandbox
     spreads its programs over: the machine's for a local job, ``cpus_per_task`` on SLURM)."""
-    from bench.plan import LikelihoodCell
 
     sc = entry["scorers"]
     net, L = m.net, m.L
-    if isinstance(c, LikelihoodCell):
+    if c.kind == "likelihood":
         if not type(m.method).bound_kind:  # "no bound": a row without a value
             return CellPrediction(c.id, "likelihood", sc["cell_s"], 0, {"score": sc["cell_s"]})
         n = c.n_samples or ALL_SEQUENCES
@@ -436,7 +435,6 @@ def predict_train(entry: dict, m: _Model) -> CellPrediction:
 def predict_job(entry: dict, tc, cells: list, *, trained: bool, cores: int = 1,
                 models: dict | None = None) -> JobPrediction:  # fmt: skip
     """One model's job: train (unless ``trained``) and its ``cells`` (not yet in the store)."""
-    from bench.plan import LikelihoodCell
 
     m = _model(tc, models)
     job, sc = entry["job"], entry["scorers"]
@@ -444,8 +442,8 @@ def predict_job(entry: dict, tc, cells: list, *, trained: bool, cores: int = 1,
     train = None if trained else predict_train(entry, m)
     start = job["start_s"] + (tok if train is not None and train.kind == "train" else 0.0)
     samples = [predict_sample(entry, m, c, cores=cores) for c in cells]
-    sampled = [c for c in cells if not isinstance(c, LikelihoodCell)]
-    bound = [c for c in cells if isinstance(c, LikelihoodCell) and type(m.method).bound_kind]
+    sampled = [c for c in cells if c.kind == "sample"]
+    bound = [c for c in cells if c.kind == "likelihood" and type(m.method).bound_kind]
     load = 0.0
     if cells:
         load = 4.0 * m.net.params() / job["load_bytes_per_s"]

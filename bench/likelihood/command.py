@@ -5,13 +5,13 @@ likelihood of one model (a run folder, a converted model folder, a reference-for
 Like the sampling side of ``bench.eval``, it writes the sweep a user would write for SRC, here with
 a ``likelihood`` section (``datasets``; ``--limit K`` -> ``n_sequences = K``, ``--draws N`` ->
 ``draws = N``; ``--set likelihood.block=...`` / ``likelihood.wrap=false`` / ``likelihood.seed=...``
-as in a sweep file), plans it with the sweep's planner (the same :class:`bench.plan.LikelihoodCell`
-ids: running it twice computes nothing) and runs the model's likelihood cells here
-(:func:`bench.likelihood.cells.run_likelihood_cell`). It prints one line per (training seed,)
-dataset: nll in nats per token, perplexity per token, bits per token (``bpd`` in the store: nll /
-ln 2), each prefixed ``<=`` where it is an upper bound (a NELBO), the 95 % bootstrap interval of
-the perplexity, the sequences and tokens scored, the Monte-Carlo standard error of nll (nats per
-token) and the wall time.
+as in a sweep file), plans it with the sweep's planner (the same
+:class:`bench.likelihood.kind.LikelihoodCell` ids: running it twice computes nothing) and runs the
+model's likelihood cells here (:func:`bench.likelihood.cells.run_likelihood_cell`). It prints one
+line per (training seed,) dataset: nll in nats per token, perplexity per token, bits per token
+(``bpd`` in the store: nll / ln 2), each prefixed ``<=`` where it is an upper bound (a NELBO), the
+95 % bootstrap interval of the perplexity, the sequences and tokens scored, the Monte-Carlo standard
+error of nll (nats per token) and the wall time.
 
 Bad input is one line on stderr and exit status 2 before anything is written: an unknown dataset,
 a method without a likelihood bound (``Method.bound_kind`` empty: S-FLM, ...), blocks longer than
@@ -67,7 +67,7 @@ def prepare(
     from bench import registry
     from bench import source_model as sm
     from bench.likelihood.datasets import block_length, check, parse
-    from bench.plan import LikelihoodCell
+    from bench.likelihood.kind import KIND
 
     for d in datasets:  # an unknown spec: one line before anything else
         parse(d)
@@ -84,7 +84,7 @@ def prepare(
     p = sm.build_plan(data, LABEL)
     mine = sm.own_train_cells(source, p)
     ids = {tc.id for tc in mine}
-    cells = [c for c in p.sample_cells if isinstance(c, LikelihoodCell) and c.train.id in ids]
+    cells = [c for c in p.sample_cells if c.kind == KIND.name and c.train.id in ids]
     tc = mine[0]
     if not registry.METHODS[tc.method].bound_kind:
         raise ConfigError(

@@ -102,9 +102,9 @@ def markdown(apart: pd.DataFrame, results_dir: str) -> Doc:
         [
             "# Evaluations apart from the sweeps",
             "",
-            "Cells `python -m bench.eval` computed on a sweep's models under another protocol (other "
-            "items, NFE grid or likelihood draws). They are not in the sweeps' tables, seed pools "
-            "or paired differences; each is reported here on its own.",
+            "Cells `python -m bench.eval` computed on a sweep's models under another protocol "
+            "(other items, NFE grid or likelihood draws). They are not in the sweeps' tables, "
+            "seed pools or paired differences; each is reported here on its own.",
         ]
     )
     ev = names(apart)

@@ -25,8 +25,9 @@ from bench.likelihood import command  # noqa: E402
 from bench.likelihood.cells import Settings, cell_id, run_likelihood  # noqa: E402
 from bench.likelihood.datasets import load_blocks  # noqa: E402
 from bench.likelihood.evaluate import evaluate  # noqa: E402
+from bench.likelihood.kind import LikelihoodCell
 from bench.method import BOUND_ELBO, BOUND_EXACT  # noqa: E402
-from bench.plan import LikelihoodCell, plan  # noqa: E402
+from bench.plan import plan  # noqa: E402
 from bench.results import Store  # noqa: E402
 
 

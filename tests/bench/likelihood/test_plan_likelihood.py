@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.config import SweepConfig, apply_overrides, build, load_yaml
-from bench.plan import LikelihoodCell, plan
+from bench.likelihood.kind import LikelihoodCell
+from bench.plan import plan
 
 ROOT = Path(__file__).resolve().parents[3]
 
