@@ -75,6 +75,13 @@ def quickstart_report(tmp_path_factory) -> Path:
         p, lambda sc: rates.setdefault((sc.train.id, sc.nfe), 0.1 + 0.05 * len(rates) % 0.8),
         logs=True,
     )  # fmt: skip
+    # one cell of a bench.eval of a quickstart model under another protocol (evaluations.md)
+    from bench.results import Store
+
+    store = Store(root / "results")
+    sc = next(c for c in p.sample_cells if c.kind == "sample")
+    rows = [{**r, "evaluation": "bench.eval --limit 8"} for r in store.load(sc.id)]
+    store.write_cell(sc.id + "-limit8", rows)
     out = root / "results" / "report"
     assert report(["--results-dir", str(root / "results")]) == 0
     assert report(["--results-dir", str(root / "results"), "--out", str(out), "--paper"]) == 0
