@@ -19,7 +19,8 @@ Likelihood (``nll_bound``, ``bound_kind`` upper bound): that NELBO without the c
 (the reference's evaluation path), summed over the counted positions, one Monte-Carlo draw of
 (t, x_t) per sequence and row, the reference evaluation's antithetic t on [1e-3, 1], float64.
 
-Sampler: ancestral over t_k = linspace(1, 1e-5, nfe + 1), exactly ``nfe`` backbone calls,
+Sampler (the decodings, their posteriors and schedules: :mod:`baselines.duo_samplers`, table
+``DECODINGS``): ancestral over t_k = linspace(1, 1e-5, nfe + 1), exactly ``nfe`` backbone calls,
 prior = uniform random tokens. Each step draws x_s from the uniform-state posterior
 q(x_s | x_t, x_hat = p_theta) at every non-prompt position (no freezing: a position can
 change at every step), without materialising the posterior: one uniform threshold per
@@ -64,6 +65,18 @@ from baselines.duo_loss import (  # noqa: F401 (udlm_nelbo*: the objective's pub
     udlm_nelbo_fused,
     udlm_nelbo_reference,
 )
+from baselines.duo_samplers import (  # noqa: F401 (the posteriors' and schedules' public names)
+    DECODINGS,
+    PSI_OPTIONS,
+    psi_kappas,
+    psi_mode,
+    psi_posterior_probs,
+    psi_profile,
+    psi_times,
+    sample_psi_posterior,
+    sample_uniform_posterior,
+    uniform_posterior_probs,
+)
 from bench.backbones.dit import build_dit
 from bench.config import BackboneConfig, ConfigError
 from bench.method import (
@@ -76,7 +89,6 @@ from bench.method import (
     LossOutput,
     Method,
     bound_times,
-    gumbel_argmax,
     token_mean,
 )
 from bench.numerics import (
@@ -223,293 +235,6 @@ class DuoOptions(CategoricalSampling):
             )
 
 
-# --------------------------------------------------------------------------- the posterior
-
-
-def uniform_posterior_probs(x_hat: Tensor, x_t: Tensor, alpha_s: Tensor, alpha_t: Tensor) -> Tensor:
-    """Dense q(x_s | x_t, x_0 = x_hat) of the uniform-state process (Duo eq. 5 with x_0 -> x_hat;
-    S-FLM `samplers.py::uniform_posterior_probs`). For tests and reference only: the sampler
-    uses :func:`sample_uniform_posterior`, which never builds this (B, L, V) tensor.
-
-    x_hat: (B, L, V) probabilities; x_t: (B, L); alpha_s, alpha_t broadcastable to (B, L),
-    alpha_s > alpha_t.
-    """
-    V = x_hat.shape[-1]
-    a_t, a_s = alpha_t[..., None], alpha_s[..., None]
-    onehot = F.one_hot(x_t, V).to(x_hat.dtype)
-    p_xt = x_hat.gather(-1, x_t[..., None])
-    num = (
-        V * a_t * x_hat * onehot
-        + (a_t / a_s - a_t) * onehot
-        + (a_s - a_t) * x_hat
-        + (1 - a_t / a_s) * (1 - a_s) / V
-    )
-    return num / (V * a_t * p_xt + 1 - a_t)
-
-
-def sample_uniform_posterior(
-    log_p: Tensor,
-    x_t: Tensor,
-    alpha_s: Tensor,
-    alpha_t: Tensor,
-    generator: torch.Generator | None,
-    float64: bool = True,
-) -> Tensor:
-    """Draw x_s ~ q(x_s | x_t, x_hat = softmax(log_p)) without forming the posterior.
-
-    The posterior is the mixture (shared denominator den = V a_t x_hat[x_t] + 1 - a_t)
-      uniform over V   with mass (1 - a_t/a_s)(1 - a_s) / den,
-      x_t itself       with mass (V a_t x_hat[x_t] + a_t/a_s - a_t) / den,
-      a draw of x_hat  with mass (a_s - a_t) / den,
-    so one uniform threshold per position picks the component (S-FLM
-    `samplers.py::sample_uniform_posterior`, priority uniform > x_t > x_hat). alpha_s = 1 gives
-    the final (noise-removal) step: keep x_t with mass V a_t x_hat[x_t] / den, else draw x_hat.
-    The only (B, L, V) work is the Gumbel-max draw from x_hat. The Psi-posterior at kappa = 1
-    (:func:`sample_psi_posterior`, whose masses are these to the last bit).
-    """
-    return sample_psi_posterior(log_p, x_t, alpha_s, alpha_t, 1.0, generator, float64)
-
-
-def _draw_unif_keep_or_xhat(
-    log_p: Tensor,
-    x_t: Tensor,
-    m_unif: Tensor,
-    m_keep: Tensor,
-    generator: torch.Generator | None,
-    float64: bool,
-) -> Tensor:
-    """One draw per position from the mixture "uniform over V" (mass ``m_unif``), "x_t itself"
-    (``m_keep``), "a draw of x_hat = softmax(log_p)" (the rest), by one uniform threshold u per
-    position (priority uniform > x_t > x_hat). Random draws, in order: the (B, L, V) Gumbel-max of
-    x_hat, the (B, L) thresholds, the (B, L) uniform ids."""
-    V = log_p.shape[-1]
-    draw = gumbel_argmax(log_p, generator, float64)
-    u = torch.rand(x_t.shape, generator=generator, device=x_t.device, dtype=m_unif.dtype)
-    unif = torch.randint(0, V, x_t.shape, generator=generator, device=x_t.device)
-    out = torch.where(u < (m_unif + m_keep).clamp(max=1.0), x_t, draw)
-    return torch.where(u < m_unif, unif, out)
-
-
-# --------------------------------------------------------------------------- Psi-samplers
-
-
-def psi_posterior_masses(
-    p_xt: Tensor, alpha_s: Tensor, alpha_t: Tensor, kappa: float, V: int
-) -> tuple[Tensor, Tensor]:
-    """(m_unif, m_keep): the masses of "uniform over V" and "x_t itself" in the Psi-posterior
-    kappa q(x_s | x_t, x_hat) + (1 - kappa) [alpha_s q(x_0 | x_t, x_hat) + (1 - alpha_s) / V]
-    (s-sahoo/duo `trainer_base.py::_psi_update`: q_xs, q_x0 = the posterior at alpha_s = 1,
-    `UniformState._forward_process` noising it back to alpha_s); the rest, 1 - m_unif - m_keep,
-    is the mass of "a draw of x_hat". Both parts are mixtures of the same three components
-    (shared den = V a_t x_hat[x_t] + 1 - a_t):
-      posterior (Duo eq. 5, x_0 -> x_hat): (1 - a_t/a_s)(1 - a_s)/den, (V a_t x_hat[x_t] + a_t/a_s
-      - a_t)/den, (a_s - a_t)/den;
-      q(x_0 | x_t, x_hat) (alpha_s = 1): 0, V a_t x_hat[x_t]/den, (1 - a_t)/den, so that its
-      forward noising to a_s has 1 - a_s, a_s V a_t x_hat[x_t]/den, a_s (1 - a_t)/den;
-    so the mixed categorical is that three-way mixture with the kappa-mixed masses (exact: a
-    mixture of mixtures over the same components). kappa = 1 returns the posterior's masses to
-    the last bit (1.0 m + 0.0 = m), so :func:`sample_psi_posterior` then draws what
-    :func:`sample_uniform_posterior` draws. Unclamped; p_xt = x_hat[x_t]."""
-    a_t, a_s = alpha_t, alpha_s
-    den = V * a_t * p_xt + 1 - a_t
-    post_unif = (1 - a_t / a_s) * (1 - a_s) / den
-    post_keep = (V * a_t * p_xt + a_t / a_s - a_t) / den
-    pc_unif = 1 - a_s  # forward process to a_s: duo trainer_base.py UniformState._forward_process
-    pc_keep = a_s * (V * a_t * p_xt) / den
-    return kappa * post_unif + (1 - kappa) * pc_unif, kappa * post_keep + (1 - kappa) * pc_keep
-
-
-def psi_posterior_probs(
-    x_hat: Tensor, x_t: Tensor, alpha_s: Tensor, alpha_t: Tensor, kappa: float
-) -> Tensor:
-    """Dense (B, L, V) Psi-posterior built from :func:`psi_posterior_masses` (the masses the
-    sampler draws with): m_unif / V + m_keep onehot(x_t) + (1 - m_unif - m_keep) x_hat. For tests
-    only; the sampler (:func:`sample_psi_posterior`) never builds it. x_hat: (B, L, V)
-    probabilities; x_t: (B, L); alpha_s, alpha_t broadcastable to (B, L)."""
-    V = x_hat.shape[-1]
-    p_xt = x_hat.gather(-1, x_t[..., None]).squeeze(-1)
-    m_unif, m_keep = psi_posterior_masses(p_xt, alpha_s, alpha_t, kappa, V)
-    onehot = F.one_hot(x_t, V).to(x_hat.dtype)
-    m_unif, m_keep = m_unif[..., None], m_keep[..., None]
-    return m_unif / V + m_keep * onehot + (1 - m_unif - m_keep) * x_hat
-
-
-def sample_psi_posterior(
-    log_p: Tensor,
-    x_t: Tensor,
-    alpha_s: Tensor,
-    alpha_t: Tensor,
-    kappa: float,
-    generator: torch.Generator | None,
-    float64: bool = True,
-) -> Tensor:
-    """Draw x_s from the Psi-posterior (:func:`psi_posterior_masses`) with x_hat =
-    softmax(log_p), without forming it: the same threshold draw as
-    :func:`sample_uniform_posterior` (and the same random draws, in the same order) with the
-    kappa-mixed masses. kappa = 1: the ancestral step; kappa = 0: predict x_0, then re-noise it
-    to alpha_s (pure predictor-corrector)."""
-    dtype = torch.float64 if float64 else torch.float32
-    log_p = log_p.to(dtype)
-    V = log_p.shape[-1]
-    a_t, a_s = alpha_t.to(dtype), alpha_s.to(dtype)
-    p_xt = log_p.gather(-1, x_t[..., None]).squeeze(-1).exp()
-    m_unif, m_keep = psi_posterior_masses(p_xt, a_s, a_t, kappa, V)
-    m_unif, m_keep = m_unif.clamp(0.0, 1.0), m_keep.clamp(0.0, 1.0)
-    return _draw_unif_keep_or_xhat(log_p, x_t, m_unif, m_keep, generator, float64)
-
-
-#: the kappa modes of s-sahoo/duo ``sampling.psi.*_mode`` (``trainer_base.py::_mode_to_psi_kappas``)
-PSI_MODES = (
-    "pure-posterior",
-    "pure-pc",
-    "constant-<kappa>",
-    "constant-remdm-<eta>",
-    "max-capped-<eta>",
-    "max-rescale-<eta>",
-)
-
-
-def psi_mode(mode: str) -> tuple[str, float]:
-    """(kind, value) of a kappa mode string (:data:`PSI_MODES`): kind is the mode without its
-    number, value the number (nan for the pure modes). The reference reads the number as
-    ``float(mode.split('-')[-1])``; here it must be a plain decimal (no '-', finite), in [0, 1]
-    for ``constant-<kappa>`` (the reference asserts kappa in [0, 1]) and >= 0 for an eta."""
-    if mode in ("pure-posterior", "pure-pc"):
-        return mode, float("nan")
-    for kind in ("constant-remdm", "max-capped", "max-rescale", "constant"):
-        if mode.startswith(kind + "-"):
-            text = mode[len(kind) + 1 :]
-            try:
-                value = float(text)
-            except ValueError:
-                value = float("nan")
-            if "-" in text or not np.isfinite(value):
-                raise ValueError(f"{mode!r}: {text!r} is not a plain decimal number")
-            if value < 0 or (kind == "constant" and value > 1):
-                bound = "in [0, 1]" if kind == "constant" else ">= 0"
-                raise ValueError(f"{mode!r}: the number must be {bound}")
-            return kind, value
-    raise ValueError(f"unknown mode {mode!r} (known: {', '.join(PSI_MODES)})")
-
-
-def psi_profile(profile: str) -> tuple[float | None, bool]:
-    """(c, inv) of a time profile: ``linear`` -> (None, False); ``linear-constant-linear-<c>``
-    -> (c, False), c a time; ``linear-constant-linear-<c>-inv`` -> (c, True), c an alpha
-    (s-sahoo/duo ``trainer_base.py::_get_sampling_time_profile``). c must be in (0, 1) (t = 0 or
-    alpha = 1 would make kappa's 1 - alpha_s vanish)."""
-    if profile == "linear":
-        return None, False
-    parts = profile.split("-")
-    if (
-        parts[:3] != ["linear", "constant", "linear"]
-        or len(parts) not in (4, 5)
-        or (len(parts) == 5 and parts[4] != "inv")
-    ):
-        raise ValueError(
-            f"{profile!r}: expected linear, linear-constant-linear-<c> or "
-            "linear-constant-linear-<c>-inv"
-        )
-    try:
-        c = float(parts[3])
-    except ValueError:
-        raise ValueError(f"{profile!r}: {parts[3]!r} is not a number") from None
-    if not 0.0 < c < 1.0:
-        raise ValueError(f"{profile!r}: c must be in (0, 1)")
-    return c, len(parts) == 5
-
-
-def _fraction_counts(n: int, high_frac: float, middle_frac: float) -> tuple[int, int]:
-    """(n_hi, n_mid) = (round(high_frac n), round(middle_frac n)) with Python's round (half to
-    even), as the reference (`_get_sampling_time_profile`, `_get_kappas`)."""
-    return round(high_frac * n), round(middle_frac * n)
-
-
-def psi_times(
-    profile: str,
-    num_steps: int,
-    high_frac: float,
-    middle_frac: float,
-    eps: float = 1e-5,
-    device=None,
-) -> Tensor:
-    """The num_steps + 1 float64 times t_0 = 1 > ... of a Psi-sampler run
-    (s-sahoo/duo `trainer_base.py::_get_sampling_time_profile`): ``linear``: linspace(1, eps,
-    n); ``linear-constant-linear-<c>[-inv]``: linspace(1, c, n_hi), then c n_mid times, then
-    linspace(c, eps, n - n_hi - n_mid), with n = num_steps + 1, n_hi = round(high_frac n),
-    n_mid = round(middle_frac n); ``-inv``: c is an alpha and t = 1 - c (the reference's
-    `LogLinear.get_t_for_alpha`, which ignores the schedule's eps). Repeated times are the
-    corrector loop: a step from t to s = t keeps x_t under the posterior (alpha_s = alpha_t)."""
-    n = num_steps + 1
-    c, inv = psi_profile(profile)
-    if c is None:
-        return torch.linspace(1.0, eps, n, device=device, dtype=torch.float64)
-    if inv:
-        c = 1.0 - c  # duo trainer_base.py LogLinear.get_t_for_alpha: t = 1 - alpha
-    n_hi, n_mid = _fraction_counts(n, high_frac, middle_frac)
-    if n_hi + n_mid > n:
-        raise ValueError(
-            f"psi_time_profile {profile!r} at nfe {num_steps}: round(psi_high_frac * {n}) + "
-            f"round(psi_middle_frac * {n}) = {n_hi} + {n_mid} > {n} time points (the reference "
-            "fails here too); lower psi_high_frac or psi_middle_frac"
-        )
-    kw = dict(device=device, dtype=torch.float64)
-    return torch.cat(
-        [
-            torch.linspace(1.0, c, n_hi, **kw),
-            torch.full((n_mid,), c, **kw),
-            torch.linspace(c, eps, n - n_hi - n_mid, **kw),
-        ]
-    )
-
-
-def _mode_kappas(mode: str, times: Tensor, alpha) -> Tensor:
-    """kappa for each of ``times`` under one mode (s-sahoo/duo
-    `trainer_base.py::_mode_to_psi_kappas`): pure-posterior 1, pure-pc 0, constant-<k> k; the
-    ReMDM-like modes, over consecutive pairs (alpha_t, alpha_s) of the segment,
-    kappa = clip(1 - sigma / (1 - alpha_s), 0, 1) with sigma = eta (constant-remdm),
-    min(eta, (1 - alpha_s)/alpha_t) (max-capped; eta where alpha_t = 0) or
-    min(eta, (1 - alpha_s)/alpha_t) eta (max-rescale, the reference's formula; 1 eta where
-    alpha_t = 0), and kappa 1 at the segment's last time (also when it is the only one, where
-    the reference fails)."""
-    kind, eta = psi_mode(mode)
-    n = len(times)
-    if kind == "pure-posterior":
-        return torch.ones(n, dtype=torch.float64, device=times.device)
-    if kind == "pure-pc":
-        return torch.zeros(n, dtype=torch.float64, device=times.device)
-    if kind == "constant":
-        return torch.full((n,), eta, dtype=torch.float64, device=times.device)
-    alphas = alpha(times)
-    a_t, a_s = alphas[:-1], alphas[1:]
-    cap = torch.minimum(torch.full_like(a_t, eta), (1 - a_s) / a_t)
-    if kind == "max-capped":
-        sigma = torch.where(a_t == 0, eta, cap)
-    elif kind == "max-rescale":  # min(eta, .) eta, as the reference (ReMDM: min(1, .) eta)
-        sigma = torch.where(a_t > 0, cap, 1.0) * eta
-    else:  # constant-remdm
-        sigma = torch.full_like(a_t, eta)
-    kappas = torch.clip(1 - sigma / (1 - a_s), 0.0, 1.0)
-    # the segment's last time: kappa 1. Departure: a one-point segment gets that 1 too; the
-    # reference appends it only after a non-empty pair list and then fails its length assertion
-    if n > 0:
-        kappas = torch.cat([kappas, torch.ones_like(alphas[:1])])
-    return kappas
-
-
-def psi_kappas(
-    times: Tensor, alpha, modes: tuple[str, str, str], high_frac: float, middle_frac: float
-) -> Tensor:
-    """kappa at each of ``times`` (len n; the step from times[k] uses kappas[k]): the first
-    round(high_frac n) times under modes[0], the next round(middle_frac n) under modes[1], the
-    rest under modes[2] (s-sahoo/duo `trainer_base.py::_get_kappas`); ``alpha``: t -> alpha_t."""
-    n = len(times)
-    n_hi, n_mid = _fraction_counts(n, high_frac, middle_frac)
-    segments = (times[:n_hi], times[n_hi : n_hi + n_mid], times[n_hi + n_mid :])
-    kappas = torch.cat([_mode_kappas(m, seg, alpha) for m, seg in zip(modes, segments)])
-    assert len(kappas) == n and bool(((kappas >= 0) & (kappas <= 1)).all()), kappas
-    return kappas
-
-
 # --------------------------------------------------------------------------- curriculum table
 
 
@@ -558,17 +283,6 @@ def duality_table(
     return gamma, alpha, dalpha
 
 
-#: the Psi-samplers' options (s-sahoo/duo ``sampling.psi``), sampling-only
-PSI_OPTIONS = (
-    "psi_time_profile",
-    "psi_high_mode",
-    "psi_middle_mode",
-    "psi_low_mode",
-    "psi_high_frac",
-    "psi_middle_frac",
-)
-
-
 # --------------------------------------------------------------------------- the method
 
 
@@ -607,7 +321,9 @@ class DuoReference(ReferenceFormat):
 class Duo(Method):
     name = "duo"
     Options = DuoOptions
-    decodings = ("ancestral", "greedy", "psi", "psi-greedy")
+    #: name -> sampler object (baselines.duo_samplers; docs and ``--list`` are drawn from it)
+    DECODINGS = DECODINGS
+    decodings = tuple(DECODINGS)
     #: the draws' filters (top-p / top-k) and the Psi-samplers' schedule: they reuse the model
     sampling_options = CATEGORICAL_SAMPLING + PSI_OPTIONS
     conformance_variants = [{}, {"curriculum_end": 1000}]
@@ -837,18 +553,14 @@ class Duo(Method):
         float64=True,
         generator=None,
     ):
-        decoding = self.resolve_decoding(decoding)
+        dec = self.DECODINGS[self.resolve_decoding(decoding)]
         if nfe < 1:
             raise ValueError(f"duo: nfe must be >= 1, got {nfe}")
         n, L = prompt.shape
         dev = prompt.device
         prior = torch.randint(0, self.vocab_size, (n, L), generator=generator, device=dev)
         x = torch.where(prompt_mask, prompt, prior)
-        psi = decoding in ("psi", "psi-greedy")
-        if psi:  # duo trainer_base.py::generate_samples: time profile and kappas
-            ts, kappas = self.psi_schedule(nfe, dev)
-        else:
-            ts = torch.linspace(1.0, 1e-5, nfe + 1, device=dev, dtype=torch.float64)
+        ts, kappas = dec.schedule(self, nfe, dev)  # linear, or the Psi profile and kappas
         for k in range(nfe):
             last = k == nfe - 1
             alpha_t = self.alpha(ts[k]).expand(n)
@@ -859,19 +571,16 @@ class Duo(Method):
                 # top-k / top-p on x_hat = p_theta (duo trainer_base.py:594-597, which does not
                 # renormalise; here x_hat is renormalised over the kept classes)
                 log_p = torch.log_softmax(self.filtered(log_p), dim=-1)
-            if last and decoding in ("greedy", "psi-greedy"):
+            if last and dec.greedy_tail:
                 x_new = log_p.argmax(-1)  # duo generate_samples: noise_removal == 'greedy'
-            elif psi:
-                # duo trainer_base.py::_psi_update. The last step (alpha_s = 1) is the noise
-                # removal: q_xs = q_x0 = the PC part there, the mix is q_x0 whatever kappa; it
-                # takes kappa = 1 (the reference's ancestral noise removal)
+            else:
+                # duo trainer_base.py::_psi_update (kappa 1: the ancestral posterior, Duo eq. 5).
+                # The last step (alpha_s = 1) is the noise removal: q_xs = q_x0 = the PC part
+                # there, the mix is q_x0 whatever kappa; it takes kappa = 1 (the reference's
+                # ancestral noise removal)
                 kappa = 1.0 if last else kappas[k]
                 x_new = sample_psi_posterior(
                     log_p, x, alpha_s[:, None], alpha_t[:, None], kappa, generator, float64
-                )
-            else:
-                x_new = sample_uniform_posterior(
-                    log_p, x, alpha_s[:, None], alpha_t[:, None], generator, float64
                 )
             x = torch.where(prompt_mask, prompt, x_new)
         return x
