@@ -279,6 +279,11 @@ class SweepConfig:
     likelihood: LikelihoodConfig = option(factory=LikelihoodConfig)
     executor: ExecutorConfig = option(factory=ExecutorConfig)
     methods: list[MethodEntry] = option(factory=list, nonempty=True)
+    kinds: dict[str, dict[str, Any]] = option(
+        factory=dict,
+        help="settings of cell kinds from plug-in packages, by kind name (bench.kind; each kind "
+        "checks its own)",
+    )
     seeds: list[int] = option(
         factory=list,
         each_ge=0,

@@ -30,6 +30,14 @@ class CellKind:
         the first method entry's that planned it), from sweep ``cfg``; none by default."""
         return []
 
+    def predict(self, cell, forward_s):
+        """What ``cell`` is predicted to cost, for ``--dry-run`` and SLURM sizing: ``(seconds,
+        peak_bytes, note)``, or None (predicted as nothing, and the dry run says so).
+        ``forward_s(batch, positions)`` is the predicted seconds of one forward pass of the
+        cell's model at that batch and length on the sweep's device (the cost model's table,
+        given as an argument: the prediction sits above the kinds)."""
+        return None
+
     def run(self, cells: list, store, progress: bool = False) -> int:
         """Compute ``cells`` (this kind's, of one model) into ``store``, skipping those it has and
         those another process holds; the number computed or found done."""

@@ -577,6 +577,12 @@ def plan(cfg: SweepConfig, source: str = "sweep", *, offline_ok: bool = False) -
     out = Plan(cfg)
     sw = _sweep(cfg, source, offline_ok)
     kinds = [registry.KINDS[k] for k in registry.KINDS]  # cells beside the sample cells
+    for name in cfg.kinds:
+        if name not in registry.KINDS:
+            known = ", ".join(sorted(registry.KINDS))
+            raise ConfigError(
+                f"{sw.source}: kinds.{name}: no cell kind of that name (known: {known})"
+            )
     for kind in kinds:
         kind.validate(cfg, sw.task, sw.source)
     models: dict[str, TrainCell] = {}  # train cell id -> the cell (entries may share one)

@@ -345,6 +345,14 @@ def predict_sample(entry: dict, m: _Model, c, *, cores: int = 1) -> CellPredicti
 
     sc = entry["scorers"]
     net, L = m.net, m.L
+    if c.kind not in ("sample", "likelihood"):  # a plug-in kind predicts its own (bench.kind)
+        from bench import registry
+
+        said = registry.KINDS[c.kind].predict(c, lambda b, n: forward_s(entry, net, b, n, n))
+        if said is None:
+            return CellPrediction(c.id, c.kind, 0.0, 0, note=f"kind {c.kind}: not predicted")
+        seconds, peak, note = said
+        return CellPrediction(c.id, c.kind, seconds, int(peak), {c.kind: seconds}, note=note)
     if c.kind == "likelihood":
         if not type(m.method).bound_kind:  # "no bound": a row without a value
             return CellPrediction(c.id, "likelihood", sc["cell_s"], 0, {"score": sc["cell_s"]})
