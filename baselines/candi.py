@@ -24,8 +24,9 @@ positions (revealed positions are forced to one-hot and give 0; `nll_per_token`)
 Pure-Gaussian variant (``pure_gaussian=True``; reference `pure_continuous=True, is_embed=False`):
 no discrete corruption (every non-prompt position is corrupted, nothing is ever revealed), plain CE.
 
-Samplers (t_k = linspace(0.999, 1e-5, nfe + 1), sigma_k = sigma(t_k), dt = (1 - 1e-5)/nfe; one
-backbone call per step, NFE = nfe exactly; `samplers.py::CANDISampler`):
+Samplers (the objects of :mod:`baselines.candi_samplers`; t_k = linspace(0.999, 1e-5, nfe + 1),
+sigma_k = sigma(t_k), dt = (1 - 1e-5)/nfe; one backbone call per step, NFE = nfe exactly;
+`samplers.py::CANDISampler`):
 - ``cached`` (paper default, `generate_samples_cache`): state = token ids + clean mask + an
   embedding cache e in R^d, e_0 = z @ Ehat, z ~ N(0, sigma(0.999)^2 I_V). Each step: one forward
   with reveal mask = clean mask, continuous noise sigma_{k+1}, time input -log alpha(t_k); a single
@@ -51,6 +52,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from baselines.candi_samplers import DECODINGS, SamplerRun
 from bench.backbones.dit import build_dit
 from bench.config import BackboneConfig, ConfigError
 from bench.method import (
@@ -60,7 +62,6 @@ from bench.method import (
     CategoricalSampling,
     LossOutput,
     Method,
-    gumbel_argmax,
     token_mean,
 )
 from bench.numerics import interp, log_linear_alpha, log_linear_dalpha, sigma_of_alpha
@@ -131,30 +132,6 @@ class CANDIState:
     clean: Tensor
     #: continuous state: the (n, L, d) embedding cache (cached) or x in R^V (nocache, continuous)
     cont: Tensor
-
-
-@dataclass
-class _SamplerRun:
-    """What every step of one sampler run reads: the backbone, the prompt, the embeddings, the
-    (t_k, sigma_k) grid and the draw settings."""
-
-    backbone: object
-    prompt: Tensor
-    prompt_mask: Tensor
-    e_hat: Tensor
-    m_hat: Tensor
-    #: Ehat in the sampler's dtype
-    e_hat_s: Tensor
-    ts: Tensor
-    sigmas: Tensor
-    dt: float
-    sigma_prior: Tensor
-    temperature: float
-    float64: bool
-    dtype: torch.dtype
-    generator: torch.Generator | None
-    #: one-hot rows of the prompt in the sampler's dtype (the dense samplers' clean state)
-    onehot_prompt: Tensor
 
 
 class CANDIReference(ReferenceFormat):
@@ -230,7 +207,10 @@ class CANDIReference(ReferenceFormat):
 class CANDI(Method):
     name = "candi"
     Options = CANDIOptions
-    decodings = ("cached", "nocache")
+    #: name -> sampler object (docs and ``--list`` are drawn from it); ``decodings``: the hybrid
+    #: model's, the pure-Gaussian variant's set in ``__init__``
+    DECODINGS = DECODINGS
+    decodings = tuple(n for n, d in DECODINGS.items() if not d.pure_gaussian)
     #: the discrete draws' filters (top-p / top-k): a filter reuses the trained model
     sampling_options = CATEGORICAL_SAMPLING
     #: variants the shared conformance suite runs (tests/bench/test_conformance.py)
@@ -276,7 +256,7 @@ class CANDI(Method):
         self.register_buffer("sigma_table", sig, persistent=False)
         self.register_buffer("rate_table", rate, persistent=False)
         if o.pure_gaussian:
-            self.decodings = ("continuous",)
+            self.decodings = tuple(n for n, d in DECODINGS.items() if d.pure_gaussian)
 
     def build_backbone(self, cfg: BackboneConfig):
         # embedding table V + 1 rows (last = mask); the reference head has V + 1 outputs and drops
@@ -412,9 +392,9 @@ class CANDI(Method):
     ) -> Iterator[CANDIState]:
         """Run the sampler, yielding the state after each of the ``nfe`` steps.
 
-        One step function per sampler (:meth:`_cached_step`, :meth:`_nocache_step`,
-        :meth:`_continuous_step`); this loop only draws the prior and restores the prompt."""
-        decoding = self.resolve_decoding(decoding)
+        The decoding's object (baselines.candi_samplers.DECODINGS) draws the prior and makes each
+        step; this loop only restores the prompt."""
+        dec = self.DECODINGS[self.resolve_decoding(decoding)]
         if nfe < 1:
             raise ValueError(f"candi: nfe must be >= 1, got {nfe}")
         if temperature <= 0:
@@ -422,21 +402,16 @@ class CANDI(Method):
         run = self._sampler_run(backbone, prompt, prompt_mask, nfe, temperature, float64, generator)
         clean = prompt_mask.clone()
         x = torch.where(clean, prompt, torch.zeros_like(prompt))
-        if decoding == "cached":
-            cont = self._cached_prior(run)
-            step = self._cached_step
-        else:
-            cont = self._dense_prior(run, clean)
-            step = self._nocache_step if decoding == "nocache" else self._continuous_step
+        cont = dec.prior(self, run, clean)
         for k in range(nfe):
-            x, clean, cont, tokens = step(run, k, x, clean, cont)
+            x, clean, cont, tokens = dec.step(self, run, k, x, clean, cont)
             tokens = torch.where(prompt_mask, prompt, tokens)
             x = torch.where(prompt_mask, prompt, x)
             yield CANDIState(k, tokens, clean, cont)
 
     def _sampler_run(
         self, backbone, prompt, prompt_mask, nfe, temperature, float64, generator
-    ) -> _SamplerRun:
+    ) -> SamplerRun:
         dtype = torch.float64 if float64 else torch.float32
         e_hat, m_hat = self.embeddings(backbone)
         ts, sigmas, dt = self.sampler_grid(nfe, prompt.device)
@@ -446,7 +421,7 @@ class CANDI(Method):
             torch.tensor(T_START, dtype=torch.float64, device=prompt.device)
         ).to(dtype)
         onehot_prompt = F.one_hot(prompt, self.vocab_size).to(dtype)
-        return _SamplerRun(
+        return SamplerRun(
             backbone,
             prompt,
             prompt_mask,
@@ -464,9 +439,9 @@ class CANDI(Method):
             onehot_prompt,
         )
 
-    def _cached_prior(self, r: _SamplerRun) -> Tensor:
+    def _cached_prior(self, r: SamplerRun) -> Tensor:
         """e_0 = z @ Ehat, drawn a few rows at a time so only the (n, L, d) cache stays (prompt
-        positions use Ehat[prompt] directly)."""
+        positions use Ehat[prompt] directly): ``cached``'s prior (baselines.candi_samplers)."""
         n, L = r.prompt.shape
         rows = max(1, PRIOR_CHUNK // (L * self.vocab_size))
         return torch.cat(
@@ -486,90 +461,6 @@ class CANDI(Method):
                 for i in range(0, n, rows)
             ]
         )
-
-    def _dense_prior(self, r: _SamplerRun, clean: Tensor) -> Tensor:
-        """z in R^V: N(0, sigma_prior^2 I_V), one-hot at the prompt."""
-        n, L = r.prompt.shape
-        z = r.sigma_prior * torch.randn(
-            n, L, self.vocab_size, generator=r.generator, device=r.prompt.device, dtype=r.dtype
-        )
-        return torch.where(clean[..., None], r.onehot_prompt, z)
-
-    def _cached_step(self, r: _SamplerRun, k: int, x: Tensor, clean: Tensor, cache: Tensor):
-        """``cached`` (`generate_samples_cache`): one sample x_hat, a continuous step of the
-        embedding cache towards Ehat[x_hat], log-linear unmasking.
-        Returns (x, clean, cache, tokens)."""
-        t, s_hi, s_lo = r.ts[k], r.sigmas[k], r.sigmas[k + 1]
-        n, L = x.shape
-        sigma_c = s_lo.expand(n)  # the network sees the *next* level (`_continuous_step*`)
-        h = self.net_input(r.e_hat, r.m_hat, x, cache, clean, sigma_c)
-        logp = self._log_probs(r.backbone, h, t, n, r.temperature, r.float64)
-        x_hat = torch.where(
-            clean, x, gumbel_argmax(self.filtered(logp), r.generator, r.float64)
-        )  # one-sample estimate
-        # `_continuous_step_cache`:
-        #   e <- e - dt_sigma * (e - Ehat[x_hat]) / sigma_{k+1}^2 * step_size
-        cache = cache - self.opts.step_size * (s_hi - s_lo) * (cache - r.e_hat_s[x_hat]) / s_lo**2
-        # `_discrete_step_optimized`: unmask with prob (t - s)/t, s = t - dt (log-linear)
-        u = torch.rand(n, L, generator=r.generator, device=x.device, dtype=torch.float64)
-        clean = clean | (u < r.dt / t)
-        return x_hat, clean, cache, x_hat
-
-    def _expected_step(self, r: _SamplerRun, k: int, x: Tensor, clean: Tensor, z: Tensor):
-        """The continuous step with the expectation p_theta on x in R^V (`_continuous_step`):
-        x <- x - (sigma_k - sigma_{k+1}) (x - E[x_0]) / sigma_{k+1}^2. Returns (p, z)."""
-        s_hi, s_lo = r.sigmas[k], r.sigmas[k + 1]
-        n = x.shape[0]
-        h = self.net_input(r.e_hat, r.m_hat, x, z @ r.e_hat_s, clean, s_lo.expand(n))
-        p = self._log_probs(r.backbone, h, r.ts[k], n, r.temperature, r.float64).exp()
-        p = torch.where(
-            clean[..., None], F.one_hot(x, self.vocab_size).to(p.dtype), p
-        )  # forced one-hot
-        return p, z - (s_hi - s_lo) * (z - p.to(r.dtype)) / s_lo**2
-
-    def _nocache_step(self, r: _SamplerRun, k: int, x: Tensor, clean: Tensor, z: Tensor):
-        """``nocache`` (`generate_samples_nocache`): the expectation step, then the categorical
-        unmasking step over [p (t - s), s]. Returns (x, clean, z, tokens)."""
-        p, z = self._expected_step(r, k, x, clean, z)
-        if self.filtering:  # the draw's p_theta, not the expectation
-            p = torch.softmax(self.filtered(torch.log(p)), dim=-1)
-        z, clean, x = self._discrete_step(z, p, r.ts[k], r.dt, clean, r.generator, r.float64)
-        return self._read_dense(r, x, clean, z)
-
-    def _continuous_step(self, r: _SamplerRun, k: int, x: Tensor, clean: Tensor, z: Tensor):
-        """pure Gaussian (`generate_samples_pure_cont`): the expectation step only; nothing is
-        revealed. Returns (x, clean, z, tokens)."""
-        _, z = self._expected_step(r, k, x, clean, z)
-        return self._read_dense(r, x, clean, z)
-
-    @staticmethod
-    def _read_dense(r: _SamplerRun, x: Tensor, clean: Tensor, z: Tensor):
-        """Restore the prompt's one-hot rows; tokens = argmax z; clean positions keep their id."""
-        z = torch.where(r.prompt_mask[..., None], r.onehot_prompt, z)
-        tokens = z.argmax(-1)
-        return torch.where(clean, x, tokens), clean, z, tokens
-
-    def _discrete_step(
-        self,
-        z: Tensor,
-        p: Tensor,
-        t: Tensor,
-        dt: float,
-        clean: Tensor,
-        generator: torch.Generator | None,
-        float64: bool,
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """`_discrete_step`: draw from [p (t - s), s] over V + 1 classes (last = stay masked);
-        a non-mask draw reveals the position with that token; clean positions keep theirs."""
-        s = (t - dt).clamp_min(0.0)  # s < 0 on the last step when nfe < 100: unmask everything
-        q = torch.cat([p * (t - s), s.to(p.dtype).expand(*p.shape[:-1], 1)], dim=-1)
-        draw = gumbel_argmax(torch.log(q), generator, float64)
-        old = z.argmax(-1)
-        hit = draw != self.vocab_size
-        tokens = torch.where(clean, old, torch.where(hit, draw, old))
-        new_clean = clean | hit
-        z = torch.where(new_clean[..., None], F.one_hot(tokens, self.vocab_size).to(z.dtype), z)
-        return z, new_clean, tokens
 
     @torch.no_grad()
     def sample(
