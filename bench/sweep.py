@@ -49,7 +49,7 @@ from bench.config import ConfigError, load_sweep
 # imports the trainer, Lightning; ``bench.executors.slurm`` submitit).
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m bench.sweep", description=__doc__.split("\n")[0])
     ap.add_argument("sweep", nargs="?", help="sweep YAML file")
     ap.add_argument(
@@ -106,6 +106,11 @@ def main(argv: list[str] | None = None) -> int:
         help="--rehearse: sample only each model's first decoding (default: every decoding, "
         "whose memory can differ)",
     )
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = _parser()
     args = ap.parse_args(argv)
     if (args.memory_gb is not None or args.first_decoding) and not args.rehearse:
         ap.error("--memory-gb and --first-decoding need --rehearse")
@@ -154,6 +159,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.cancel:
         return cancel(p)
+    return _run(p, cfg, args)
+
+
+def _run(p, cfg, args) -> int:
+    """Run plan ``p`` of sweep ``cfg`` with its executor; the exit status."""
     t0 = time.perf_counter()
     from bench.results import Store
 
