@@ -21,8 +21,9 @@ architecture, or of a vocabulary a few classes apart, the growth scaled up by th
   as a sampling job does: the load path is rehearsed too;
 - **train** (cells that train): the method's loss (at the middles of the trainer's time strata,
   :func:`stratum_midpoints`) and its backward at batch 1 and at batch 2 on the task's layout,
-  then one optimizer step as the trainer takes it (gradient clipping, AdamW, the method's
-  post-step hook, the EMA), without Lightning; bf16 autocast on CUDA as ``precision: auto``.
+  then one optimizer step as the trainer takes it (:mod:`bench.train.step`: gradient clipping,
+  AdamW, the method's post-step hook, the EMA, the LR schedule), without Lightning; bf16 autocast
+  on CUDA as ``precision: auto``.
   The step's own peak does not grow with the batch: it is a floor under the extrapolation
   (:meth:`Rehearsal.train`);
 - **sample**: one sampling call per sampling setup of the model (decoding and sampling-only
@@ -705,13 +706,13 @@ class Rehearsal:
 
     def train(self, m: Model, method, backbone, inp: Inputs) -> Phase:
         """Forward + backward at batch 1 and at batch 2, then one optimizer step (gradient
-        clipping, AdamW, the method's post-step hook, the EMA) after the batch-2 backward. The
+        clipping, AdamW, the method's post-step hook, the EMA, the LR schedule) after the batch-2
+        backward: the two halves of the trainer's step (:mod:`bench.train.step`). The
         step's own peak does not grow with the batch: it is the phase's floor. Both backward peaks
         are measured before AdamW made its moments (its first step makes them) and are counted
         with their bytes: every later step's backward holds them (one optimizer step in all)."""
-        from torch.optim.swa_utils import AveragedModel
-
-        from bench.train.loop import ema_avg_fn, make_adamw, precision_for
+        from bench.train.loop import precision_for
+        from bench.train.step import Recipe
 
         tc = m.train
         cfg = tc.train_config()
@@ -725,40 +726,25 @@ class Rehearsal:
         dev = self.device
         bf16 = dev.type == "cuda" and precision_for(cfg) == "bf16-mixed"
         backbone.train()
-        params = [p for p in backbone.parameters() if p.requires_grad]
-        ema = None
-        if cfg.ema > 0:
-            ema = AveragedModel(backbone, avg_fn=ema_avg_fn(cfg.ema), use_buffers=True)
-            ema.requires_grad_(False)
-        opt = make_adamw(
-            params,
-            lr=cfg.lr,
-            betas=tuple(cfg.betas),
-            weight_decay=cfg.weight_decay,
-            device=dev,
-            clip_under_amp=bf16,
-        )
+        recipe = Recipe.build(backbone, cfg, dev, mixed=bf16)
+        opt = recipe.optimizer
         vocab = int(self.task.vocab_size)
+
+        def autocast():
+            return (
+                torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+            )
 
         def forward_backward(n: int):
             batch = train_batch(inp, n, vocab, dev)
             t = stratum_midpoints(n, dev) if method.uses_time else None
-            ctx = torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
-            with ctx:
-                res = method.loss(backbone, batch, t)
-            if not bool(torch.isfinite(res.loss.detach())):
-                raise FloatingPointError(f"non-finite loss {float(res.loss.detach())}")
-            if t is not None:
-                method.record_losses(t.detach(), res.per_sample, n)
-            opt.zero_grad(set_to_none=True)
-            res.loss.backward()
+            recipe.forward_backward(method, backbone, batch, t, autocast=autocast)
+            bad = recipe.watch.first()
+            if bad is not None:
+                raise FloatingPointError(f"non-finite loss {bad[1]}")
 
         def step():
-            torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-            opt.step()
-            method.on_after_optimizer_step(backbone)
-            if ema is not None:
-                ema.update_parameters(backbone)
+            recipe.update(method, backbone)
             opt.zero_grad(set_to_none=True)
 
         self.run_phase(ph, lambda: forward_backward(1), batch_note=" (batch 1)", module=backbone)

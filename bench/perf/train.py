@@ -1,9 +1,11 @@
 """``train``: optimizer steps/s of every model relative to the bare backbone, AR and MDLM.
 
 Every paper model (each method's base variant, CANDI pure Gaussian, S-FLM on the S-arch) on one
-backbone size and a Sudoku-shaped batch (vocab 12, first half given, second half scored). A
-plain loop of ``method.loss`` + backward + AdamW + the method's post-step hook (S-arch
-re-projection), so the ratios measure the methods, not the trainer.
+backbone size and a Sudoku-shaped batch (vocab 12, first half given, second half scored). Each
+step is the recipe's (:func:`bench.train.step.train_step`: loss, backward, gradient clipping,
+AdamW, the method's post-step hook, the EMA, the warm-up schedule; the trainer's defaults,
+:class:`bench.config.TrainConfig`) without Lightning's loop around it, so the ratios measure the
+methods, not the trainer.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ import types
 
 import torch
 
-from bench.config import BackboneConfig
+from bench.config import BackboneConfig, TrainConfig
 from bench.cost import catalogue as models
-from bench.method import Batch, antithetic_times
+from bench.method import Batch
 from bench.perf import common
 
 HELP = "optimizer steps/s per model vs the bare backbone"
@@ -50,28 +52,35 @@ class Bare:
             logits.flatten(0, 1).float(), batch.x.flatten(), reduction="none"
         )
         m = batch.loss_mask.flatten().float()
-        return types.SimpleNamespace(loss=(ce * m).sum() / m.sum().clamp_min(1.0))
+        return types.SimpleNamespace(loss=(ce * m).sum() / m.sum().clamp_min(1.0), per_sample=None)
 
     def on_after_optimizer_step(self, backbone) -> None:
         pass
 
+    def record_losses(self, t, per_sample, step) -> None:
+        pass
+
 
 def train_step(method, backbone, opt, batch: Batch, args, device: torch.device) -> None:
-    """One step as the trainer takes it, without the trainer: loss, backward, AdamW, post-step."""
-    t = antithetic_times(args.batch, device=device) if method.uses_time else None
-    with common.autocast(device, args.precision):
-        loss = method.loss(backbone, batch, t).loss
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    opt.step()
-    method.on_after_optimizer_step(backbone)
+    """One step of the recipe without the trainer (:func:`bench.train.step.train_step`) on
+    ``opt``, what :func:`optimizer` builds; a bare torch optimizer (bench.perf.calibrate's plain
+    step) takes it without clipping, schedule or EMA."""
+    from bench.train.step import Recipe
+
+    recipe = opt if isinstance(opt, Recipe) else Recipe(opt)
+    recipe.step(method, backbone, batch, autocast=lambda: common.autocast(device, args.precision))
 
 
-def optimizer(backbone, device: torch.device):
-    """AdamW as the trainer builds it (fused on CUDA)."""
-    from bench.train import make_adamw
+def optimizer(
+    backbone, device: torch.device, precision: str = "32", cfg: TrainConfig | None = None
+):
+    """The recipe's state as the trainer builds it (:class:`bench.train.step.Recipe`: AdamW,
+    warm-up schedule, clipping, EMA) from ``cfg`` (default: the trainer's defaults); ``precision``
+    bf16-mixed on CUDA: the for-each AdamW the trainer takes there."""
+    from bench.train.step import Recipe
 
-    return make_adamw(backbone.parameters(), lr=1e-4, device=device)
+    mixed = device.type == "cuda" and precision == "bf16-mixed"
+    return Recipe.build(backbone, cfg or TrainConfig(), device, mixed=mixed)
 
 
 def run(model_list, args, device) -> list[dict]:
@@ -93,7 +102,7 @@ def run(model_list, args, device) -> list[dict]:
     for label, method, backbone in entries:
         backbone = backbone if backbone is not None else method.backbone
         backbone.train()
-        opt = optimizer(backbone, device)
+        opt = optimizer(backbone, device, args.precision)
         steps[label] = functools.partial(train_step, method, backbone, opt, batch, args, device)
         for _ in range(args.warmup):
             steps[label]()

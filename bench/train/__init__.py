@@ -10,8 +10,11 @@ on GPU and fp32 on CPU, antithetic time draws for diffusion methods, token-mean 
 
 Its parts, by job:
 
-- :mod:`bench.train.loop`: the Lightning module, the data stream, the optimiser and EMA, the
-  divergence check, stop on request, and :func:`fit`;
+- :mod:`bench.train.step`: one training step of the recipe (:func:`bench.train.step.train_step`),
+  the one the trainer, ``python -m bench.perf train`` and the rehearsal take, and its parts (the
+  optimiser, the warm-up schedule, the EMA, the divergence watch);
+- :mod:`bench.train.loop`: the Lightning module, the data stream, the divergence check, stop on
+  request, and :func:`fit`;
 - :mod:`bench.train.logs`: training curves (the loggers, ``<run_dir>/logs/metrics.csv``, the
   validation loss);
 - :mod:`bench.train.resume`: resumable checkpoints and RNG states; ``weights.pt`` is
@@ -55,13 +58,12 @@ from bench.train.loop import (
     TrainingInterrupted,
     TrainModule,
     TrainResult,
-    ema_avg_fn,
     fit,
-    make_adamw,
     precision_for,
     request_stop,
 )
 from bench.train.resume import resume_from
+from bench.train.step import ema_avg_fn, make_adamw
 
 __all__ = [
     "LOG_DIR",

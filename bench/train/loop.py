@@ -1,16 +1,18 @@
 """The training loop: the Lightning module every method trains in, and :func:`fit`.
 
-The data stream (:class:`StepBatches`: batch k is a pure function of (seed, k)), the optimiser
-(:func:`make_adamw`, warm-up then constant LR), the EMA (:func:`ema_avg_fn`), the step with its
-divergence check, the stop-on-request of a SLURM pre-timeout signal (:func:`request_stop`), and
-:func:`fit`, which assembles the Lightning trainer with the loggers of :mod:`bench.train.logs`
-and the checkpointing of :mod:`bench.train.resume`.
+The data stream (:class:`StepBatches`: batch k is a pure function of (seed, k)), the module
+whose training step is the recipe's (:func:`bench.train.step.train_step`: AdamW, warm-up then
+constant LR, clipping, EMA), the divergence check, the stop-on-request of a SLURM pre-timeout
+signal (:func:`request_stop`), and :func:`fit`, which assembles the Lightning trainer with the
+loggers of :mod:`bench.train.logs` and the checkpointing of :mod:`bench.train.resume`.
 """
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,14 +20,13 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
-from torch.optim.swa_utils import AveragedModel
 from torch.utils.data import DataLoader, IterableDataset
 
 from bench.atomic import atomic_torch_save
 from bench.config import TrainConfig
 from bench.data.base import TaskData
 from bench.failures import FAILED_FILE, write_failure
-from bench.method import Batch, Method, antithetic_times
+from bench.method import Batch, Method
 from bench.train.logs import (
     Validation,
     log_interval,
@@ -42,18 +43,8 @@ from bench.train.resume import (
     resume_from,
     rng_states,
 )
+from bench.train.step import LossWatch, make_adamw, make_ema, train_step, warmup_schedule
 from bench.weights import weights_payload
-
-
-def make_adamw(params, *, device, clip_under_amp: bool = False, **kw) -> torch.optim.AdamW:
-    """AdamW, fused (one kernel for all parameters) on CUDA; on CPU the default implementation,
-    so CPU runs stay bitwise reproducible across versions of this harness. ``clip_under_amp``:
-    gradients are clipped under a mixed-precision plugin (bf16-mixed, the GPU default), where
-    Lightning refuses optimizers that unscale inside their step, the fused ones
-    (``MixedPrecision.clip_gradients``): then the default (for-each) implementation."""
-    fused = torch.device(device).type == "cuda" and not clip_under_amp
-    return torch.optim.AdamW(params, fused=fused or None, **kw)
-
 
 # --------------------------------------------------------------------------- data
 
@@ -125,53 +116,26 @@ class TrainingDiverged(RuntimeError):
 # --------------------------------------------------------------------------- module
 
 
-def ema_avg_fn(decay: float):
-    """EMA update with warm-up: d_n = min(decay, (1 + n) / (10 + n)) (reference models/ema.py)."""
-
-    def fn(avg, cur, num_averaged):
-        d = min(decay, (1.0 + float(num_averaged)) / (10.0 + float(num_averaged)))
-        return d * avg + (1.0 - d) * cur
-
-    return fn
-
-
 class TrainModule(L.LightningModule):
-    """Wraps any registered method + its backbone."""
+    """Wraps any registered method + its backbone. Manual optimisation: its training step is
+    :func:`bench.train.step.train_step` (clipping included) with Lightning's optimiser, scheduler
+    and backward (``manual_backward``: DDP's gradient sync); Lightning counts the step when the
+    optimiser steps, runs the forward under its precision plugin's autocast, and saves."""
 
     def __init__(self, method: Method, backbone: torch.nn.Module, cfg: TrainConfig):
         super().__init__()
+        self.automatic_optimization = False
         self.method, self.backbone, self.cfg = method, backbone, cfg
-        self.ema = (
-            AveragedModel(backbone, avg_fn=ema_avg_fn(cfg.ema), use_buffers=True)
-            if cfg.ema > 0
-            else None
-        )
-        if (
-            self.ema is not None
-        ):  # not trained: DDP would otherwise report them as unused parameters
-            self.ema.requires_grad_(False)
+        self.ema = make_ema(backbone, cfg.ema)
         self.stream: StepBatches | None = None
-        self._first_bad: torch.Tensor | None = (
-            None  # step of the first non-finite loss (-1: none), on device
-        )
-        self._bad_loss: torch.Tensor | None = None  # that loss value
-
-    def _note_nonfinite(self, loss: torch.Tensor) -> None:
-        """Remember the first step whose loss is not finite, without a host sync."""
-        loss = loss.detach().float()
-        if self._first_bad is None or self._first_bad.device != loss.device:
-            self._first_bad = torch.full((), -1, dtype=torch.long, device=loss.device)
-            self._bad_loss = torch.zeros((), device=loss.device)
-        first = ~torch.isfinite(loss) & (self._first_bad < 0)
-        self._first_bad.masked_fill_(first, self.global_step)
-        self._bad_loss = torch.where(first, loss, self._bad_loss)
+        self.watch = LossWatch()  # the first non-finite loss of this fit, on device
 
     def check_finite(self, weights: bool = False) -> None:
         """Raise :class:`TrainingDiverged` if a loss of this fit was non-finite, or (``weights``)
         a trained or EMA parameter is. One host sync; collective under DDP (all ranks call it
         at the same point and raise together)."""
-        step = -1 if self._first_bad is None else int(self._first_bad)
-        reason = f"non-finite loss ({float(self._bad_loss)})" if step >= 0 else ""
+        first = self.watch.first()
+        step, reason = (first[0], f"non-finite loss ({first[1]})") if first else (-1, "")
         if weights and not reason:
             params = [
                 *self.backbone.parameters(),
@@ -192,26 +156,17 @@ class TrainModule(L.LightningModule):
         return self.ema.module if self.ema is not None else self.backbone
 
     def training_step(self, batch, batch_idx):
-        x, clean, lmask = batch
-        b = Batch(x, clean, lmask)
-        t = None
-        if self.method.uses_time:
-            t = antithetic_times(len(b), antithetic=self.cfg.antithetic, device=x.device)
-        out = self.method.loss(self.backbone, b, t)
-        self._note_nonfinite(out.loss)
-        if t is not None:
-            self.method.record_losses(t.detach(), out.per_sample, self.global_step)
-        self.log("loss", out.loss, prog_bar=True, on_step=True, batch_size=len(b))
-        return out.loss
-
-    def optimizer_step(self, *args, **kwargs):
-        # Update EMA / method state inside the optimiser step, i.e. before any callback's
+        # The whole step, EMA and method state included, before any callback's
         # on_train_batch_end: ModelCheckpoint saves there, so a checkpoint taken at step k
-        # must already hold the EMA and method state of step k (exact resume).
-        super().optimizer_step(*args, **kwargs)
-        self.method.on_after_optimizer_step(self.backbone)
-        if self.ema is not None:
-            self.ema.update_parameters(self.backbone)
+        # must already hold the EMA, method state and LR schedule of step k (exact resume).
+        b = Batch(*batch)
+        out = train_step(
+            self.method, self.backbone, b, self.optimizers(), self.lr_schedulers(),
+            clip=self.cfg.grad_clip, ema=self.ema, step=self.global_step,
+            antithetic=self.cfg.antithetic, watch=self.watch, backward=self.manual_backward,
+        )  # fmt: skip
+        self.log("loss", out.loss, prog_bar=True, on_step=True, batch_size=len(b))
+        return out.loss.detach()
 
     def configure_optimizers(self):
         opt = make_adamw(
@@ -222,11 +177,7 @@ class TrainModule(L.LightningModule):
             device=next(self.backbone.parameters()).device,
             clip_under_amp=_clips_under_amp(self),
         )
-        warm = self.cfg.warmup_steps
-        sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0
-        )
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+        return {"optimizer": opt, "lr_scheduler": warmup_schedule(opt, self.cfg.warmup_steps)}
 
     def on_train_start(self):
         # fit() positions the stream before trainer.fit: Lightning creates the loader
@@ -250,6 +201,7 @@ class TrainModule(L.LightningModule):
         # Applied at the first training batch, not here: between restoring and the first
         # step Lightning creates the DataLoader iterator, which draws a seed from torch's RNG.
         self._pending_rng = checkpoint.get("rng")
+        _count_automatic_steps(checkpoint)
 
     def apply_pending_rng(self):
         rng, self._pending_rng = getattr(self, "_pending_rng", None), None
@@ -257,7 +209,7 @@ class TrainModule(L.LightningModule):
 
     def on_train_batch_start(self, batch, batch_idx):
         self.apply_pending_rng()
-        if self.global_step % NONFINITE_CHECK_EVERY == 0 and self._first_bad is not None:
+        if self.global_step % NONFINITE_CHECK_EVERY == 0 and self.watch.noted:
             self.check_finite()
         # A step boundary: the previous step (EMA, method state, LR schedule) is complete.
         # Stop here if asked to (pre-timeout / preemption signal, see request_stop); under
@@ -270,6 +222,23 @@ class TrainModule(L.LightningModule):
             self.trainer.save_checkpoint(last)
             _STOP.clear()  # consumed: a later fit() in this process runs normally
             raise TrainingInterrupted(self.global_step, last)
+
+
+def _count_automatic_steps(checkpoint: dict) -> None:
+    """A checkpoint saved under automatic optimisation (before the module's step was
+    :func:`bench.train.step.train_step`) counts its steps in the automatic loop's progress;
+    manual optimisation reads the manual one: copy the count over, so the run resumes at its
+    step (Lightning restores the loops after this hook, from the same dict)."""
+    loop = checkpoint.get("loops", {}).get("fit_loop", {})
+    auto = loop.get("epoch_loop.automatic_optimization.optim_progress", {})
+    steps = auto.get("optimizer", {}).get("step")
+    manual = loop.get("epoch_loop.manual_optimization.optim_step_progress")
+    if (
+        steps
+        and steps["total"]["completed"]
+        and not (manual or {}).get("total", {}).get("completed")
+    ):
+        loop["epoch_loop.manual_optimization.optim_step_progress"] = copy.deepcopy(steps)
 
 
 # --------------------------------------------------------------------------- fit
@@ -319,12 +288,11 @@ class _Timer(Callback):
 
 
 def _clips_under_amp(module) -> bool:
-    """Whether the module's trainer clips gradients under a mixed-precision plugin."""
+    """Whether the module clips gradients under its trainer's mixed-precision plugin."""
     trainer = getattr(module, "_trainer", None)
     if trainer is None:
         return False
-    clip = trainer.gradient_clip_val
-    return bool(clip) and "mixed" in str(trainer.precision)
+    return bool(module.cfg.grad_clip) and "mixed" in str(trainer.precision)
 
 
 def precision_for(cfg: TrainConfig) -> str:
@@ -390,8 +358,7 @@ def fit(
         devices=cfg.devices,
         num_nodes=cfg.num_nodes,
         strategy=strategy,
-        precision=precision_for(cfg),
-        gradient_clip_val=cfg.grad_clip,
+        precision=precision_for(cfg),  # clipping: the module's step (bench.train.step)
         # validation first: a checkpoint saved at its step then flushes its row (on_save_checkpoint)
         callbacks=[*validation, ckpt_cb, timer, SaveOnSigterm(last), *(callbacks or [])],
         logger=loggers or False,
@@ -412,12 +379,16 @@ def fit(
     if trainer.is_global_zero and loggers:  # continue the log where the checkpoint is
         trim_log(log_path(run_dir), resume[1] if resume is not None else -1)
     try:
-        trainer.fit(
-            module,
-            train_dataloaders=loader,
-            ckpt_path=str(resume[0]) if resume else None,
-            weights_only=False,
-        )  # our own checkpoint (RNG states are numpy objects)
+        with warnings.catch_warnings():
+            # ModelCheckpoint warns that a manually optimised module's checkpoint holds the
+            # weights after the step: what resuming at that step needs
+            warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optim")
+            trainer.fit(
+                module,
+                train_dataloaders=loader,
+                ckpt_path=str(resume[0]) if resume else None,
+                weights_only=False,
+            )  # our own checkpoint (RNG states are numpy objects)
         module.check_finite(weights=True)  # before weights.pt (the periodic check may not have run)
     except TrainingDiverged as e:
         good = checkpoint_step(last) if last.exists() else None

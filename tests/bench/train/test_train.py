@@ -104,7 +104,7 @@ def test_no_fused_adamw_where_lightning_clips_under_mixed_precision():
 
     def module(clip, precision):
         return SimpleNamespace(
-            _trainer=SimpleNamespace(gradient_clip_val=clip, precision=precision)
+            _trainer=SimpleNamespace(precision=precision), cfg=SimpleNamespace(grad_clip=clip)
         )
 
     assert _clips_under_amp(module(1.0, "bf16-mixed"))
