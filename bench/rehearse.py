@@ -83,9 +83,9 @@ from bench import heap
 from bench.cell_model import cell_task, method_backbone
 from bench.config import ConfigError, canonical, config_hash
 from bench.data.base import TaskData
-from bench.method import Batch
 from bench.likelihood.kind import LikelihoodCell
 from bench.measure import PeakMemory, device_name
+from bench.method import Batch
 from bench.plan import Plan, SampleCell, TrainCell
 
 #: the cards the table compares with when no ``--memory-gb`` is given (nominal GB = 1e9 bytes)
