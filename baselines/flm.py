@@ -22,8 +22,8 @@ and its port in the S-FLM harness (FrankCCCCC/s-flm @ 18d586f) `algo.py::FLMBase
   (upstream FLM hard-codes 50 through flash-attn ``softcap``; S-FLM ``model.softcap``),
   implemented here by a manual attention path on the shared blocks (:class:`SoftcapBlock`).
 
-Sampler (`FLM.generate_samples`): z_0 ~ N(0, I_V); grid s_k = linspace(0, 1, nfe + 1),
-gamma_k = a2g(s_k); for k < nfe - 1 one Euler step in gamma,
+Sampler (`FLM.generate_samples`; the object in :mod:`baselines.flm_samplers`): z_0 ~ N(0, I_V);
+grid s_k = linspace(0, 1, nfe + 1), gamma_k = a2g(s_k); for k < nfe - 1 one Euler step in gamma,
 z <- z + (gamma_{k+1} - gamma_k) (x_hat - z) / (1 - gamma_k + 1e-5), x_hat = p_theta(. | z, s_k);
 the last call (k = nfe - 1) only decodes: argmax p_theta. So ``nfe`` calls = nfe - 1 Euler moves
 + one decoding call, as in both reference repos.
@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from baselines.flm_samplers import DECODINGS
 from bench.backbones.dit import Block, apply_rotary, build_dit
 from bench.config import BackboneConfig, ConfigError
 from bench.method import LOSS_CE, Batch, LossOutput, Method, token_mean
@@ -178,6 +179,24 @@ class SoftcapBlock(Block):
 # --------------------------------------------------------------------------- the method
 
 
+def _cap(raw: Tensor, c: float) -> Tensor:
+    """The output soft-cap c tanh(l / c) (S-FLM ``algo.cap_value``); c = 0: off."""
+    return c * torch.tanh(raw / c) if c > 0 else raw
+
+
+def _temper(raw: Tensor, temperature: float) -> Tensor:
+    return raw / temperature if temperature != 1.0 else raw
+
+
+#: cap_order -> (raw logits, cap c, T) -> the logits p_theta uses (:meth:`FLM.process_logits`)
+CAP_ORDERS = {
+    "cap_then_temperature": lambda raw, c, t: _temper(_cap(raw, c), t),
+    # s-flm trainer_base.py TrainerBase.forward divides by T, then algo.py
+    # FLMBase._process_model_output caps
+    "temperature_then_cap": lambda raw, c, t: _cap(_temper(raw, t), c),
+}
+
+
 class FLMReference(ReferenceFormat):
     """FLM files (s-flm ``algo.FLM`` on ``FLMDIT``, the DIT's keys; also the FLM repository's
     own files, david3684/flm, whose config schema says so when the algo name does not): no mask
@@ -234,7 +253,9 @@ class FLMReference(ReferenceFormat):
 class FLM(Method):
     name = "flm"
     Options = FLMOptions
-    decodings = ("euler",)
+    #: name -> sampler object (docs and ``--list`` are drawn from it)
+    DECODINGS = DECODINGS
+    decodings = tuple(DECODINGS)
     conformance_variants = [{}, {"output_cap": 30.0, "attn_softcap": 50.0}]
     #: reference checkpoint format (bench.reference_format; docs/checkpoints.md)
     reference = FLMReference()
@@ -261,13 +282,7 @@ class FLM(Method):
         ``temperature_then_cap``: c tanh((l / T) / c), as s-flm trainer_base.py
         ``TrainerBase.forward`` (divides by T) then algo.py ``FLMBase._process_model_output``
         (caps). The two agree at T = 1 or without a cap."""
-        c = self.opts.output_cap
-        if c > 0 and self.opts.cap_order == "temperature_then_cap":
-            if temperature != 1.0:
-                raw = raw / temperature
-            return c * torch.tanh(raw / c)
-        logits = c * torch.tanh(raw / c) if c > 0 else raw
-        return logits / temperature if temperature != 1.0 else logits
+        return CAP_ORDERS[self.opts.cap_order](raw, self.opts.output_cap, temperature)
 
     def _logits(
         self, backbone, z: Tensor, s: Tensor, count: bool = False, temperature: float = 1.0
@@ -350,27 +365,5 @@ class FLM(Method):
         float64=True,
         generator=None,
     ):
-        self.resolve_decoding(decoding)
-        if nfe < 1:
-            raise ValueError(f"flm: nfe must be >= 1, got {nfe}")
-        n, L = prompt.shape
-        dev = prompt.device
-        dtype = torch.float64 if float64 else torch.float32
-        clean = F.one_hot(prompt[prompt_mask], self.vocab_size).to(
-            dtype
-        )  # (P, V): prompt rows only
-        z = torch.randn((n, L, self.vocab_size), generator=generator, device=dev, dtype=dtype)
-        z[prompt_mask] = clean
-        s = torch.linspace(0.0, 1.0, nfe + 1, device=dev, dtype=torch.float64)
-        gamma = self.table.a2g(s)
-        for k in range(nfe):
-            logits = self._logits(backbone, z, s[k].expand(n), count=True, temperature=temperature)
-            if k == nfe - 1:  # the last call only decodes
-                x = logits.argmax(-1)
-                break
-            x_hat = torch.softmax(logits.to(dtype), dim=-1)
-            z = self.euler_step(
-                z, x_hat, gamma[k].expand(n), gamma[k + 1].expand(n), self.opts.velocity_eps
-            )
-            z[prompt_mask] = clean  # prompt positions stay at their one-hot vertex
-        return torch.where(prompt_mask, prompt, x)
+        dec = self.DECODINGS[self.resolve_decoding(decoding)]
+        return dec.run(self, backbone, prompt, prompt_mask, nfe, temperature, float64, generator)
