@@ -50,10 +50,12 @@ from torch import Tensor
 
 from bench.backbones.dit import DiT, resolve_size
 from bench.config import BackboneConfig, ConfigError
+from bench.decoding import flagged
 from bench.method import LOSS_CE, Batch, LossOutput, Method, token_mean
 from bench.options import Options, option
 from bench.reference_format import ReferenceFamily, ReferenceFormat
 from sflm.alpha_star import alpha_star
+from sflm.decodings import DECODINGS
 from sflm.geometry import normalize, slerp, uniform_sphere
 from sflm.sampler import parse_decoding, sample_sphere_flow, topk_path
 from sflm.sarch import SArch
@@ -397,8 +399,10 @@ class SFLMReference(ReferenceFormat):
 class SFLM(Method):
     name = "sflm"
     Options = SFLMOptions
-    decodings = ("exact", "stochastic", "top1", "topk")
-    temperature_free = ("top1",)
+    #: name -> sampler object (sflm.decodings; docs and ``--list`` are drawn from it)
+    DECODINGS = DECODINGS
+    decodings = tuple(DECODINGS)
+    temperature_free = flagged(DECODINGS, "temperature_free")
     #: plain cross-entropy -log p_theta(x | z_t) (paper eq. ce-loss)
     loss_kind = LOSS_CE
     #: options of the sampler only: a new k or final decode reuses the trained model

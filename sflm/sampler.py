@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from bench.method import gumbel_argmax
+from sflm.decodings import DECODINGS
 from sflm.geometry import EPS, exp_map, log_map, normalize, uniform_sphere
 
 
@@ -207,20 +208,44 @@ def topk_velocity(
     V = logits.shape[-1]
     if k < 1:
         raise ValueError(f"top-k velocity: k must be >= 1, got {k}")
-    path = topk_path(k, V, embeddings.shape[-1])
-    if path == "argmax":
-        return log_map(z, embeddings[logits.argmax(-1)].to(z.dtype))
-    if path == "exact":
-        return exact_velocity(z, torch.softmax(logits.to(z.dtype), -1), embeddings, eps=eps)
+    return TOPK_PATHS[topk_path(k, V, embeddings.shape[-1])](z, logits, embeddings, k, eps)
+
+
+def _topk_argmax(z: Tensor, logits: Tensor, embeddings: Tensor, k: int, eps: float) -> Tensor:
+    """k = 1: log_z(e_hat_argmax)."""
+    return log_map(z, embeddings[logits.argmax(-1)].to(z.dtype))
+
+
+def _topk_all(z: Tensor, logits: Tensor, embeddings: Tensor, k: int, eps: float) -> Tensor:
+    """k >= V: the exact velocity."""
+    return exact_velocity(z, torch.softmax(logits.to(z.dtype), -1), embeddings, eps=eps)
+
+
+def _topk_gather(z: Tensor, logits: Tensor, embeddings: Tensor, k: int, eps: float) -> Tensor:
+    """The k rows of each position gathered: (..., k, d)."""
     top, idx = torch.topk(logits, k, dim=-1)
     p = torch.softmax(top.to(z.dtype), -1)
-    if path == "gather":  # gather k rows per position: (..., k, d)
-        e = embeddings[idx].to(z.dtype)
-        c = torch.einsum("...d,...kd->...k", z, e).clamp_(-1.0, 1.0)
-        ps = _omega_over_sin(c, eps).mul_(p)
-        return torch.einsum("...k,...kd->...d", ps, e) - z * (ps * c).sum(-1, keepdim=True)
+    e = embeddings[idx].to(z.dtype)
+    c = torch.einsum("...d,...kd->...k", z, e).clamp_(-1.0, 1.0)
+    ps = _omega_over_sin(c, eps).mul_(p)
+    return torch.einsum("...k,...kd->...d", ps, e) - z * (ps * c).sum(-1, keepdim=True)
+
+
+def _topk_dense(z: Tensor, logits: Tensor, embeddings: Tensor, k: int, eps: float) -> Tensor:
+    """The top-k distribution scattered into (..., V), through the exact velocity."""
+    top, idx = torch.topk(logits, k, dim=-1)
+    p = torch.softmax(top.to(z.dtype), -1)
     dense = torch.zeros(logits.shape, dtype=z.dtype, device=z.device).scatter_(-1, idx, p)
     return exact_velocity(z, dense, embeddings, eps=eps)
+
+
+#: :func:`topk_path` -> its computation
+TOPK_PATHS = {
+    "argmax": _topk_argmax,
+    "exact": _topk_all,
+    "gather": _topk_gather,
+    "dense": _topk_dense,
+}
 
 
 def step_size(alpha_now: Tensor, alpha_next: Tensor, eps: float = EPS) -> Tensor:
@@ -238,17 +263,66 @@ class Decoding:
 
 
 def parse_decoding(name: str, default_k: int) -> Decoding:
-    """``exact`` | ``stochastic`` | ``top1`` | ``topk`` (k from the options) | ``top<k>``
-    (any k >= 1)."""
-    if name in ("exact", "stochastic"):
-        return Decoding(name)
-    if name == "topk":
-        return Decoding("topk", default_k)
+    """``exact`` | ``stochastic`` | ``top1`` | ``topk`` (k from the options): the entry of
+    :data:`DECODINGS`; or ``top<k>`` (any k >= 1)."""
+    entry = DECODINGS.get(name)
+    if entry is not None:
+        return Decoding(entry.velocity, default_k if entry.k is None else entry.k)
     if name.startswith("top") and name[3:].isdigit() and int(name[3:]) >= 1:
         return Decoding("topk", int(name[3:]))
-    raise ValueError(
-        f"sflm: unknown decoding {name!r} (known: exact, stochastic, top1, topk, top<k>)"
-    )
+    raise ValueError(f"sflm: unknown decoding {name!r} (known: {', '.join(DECODINGS)}, top<k>)")
+
+
+# --------------------------------------------------------------------------- the decodings
+
+
+@dataclass
+class Work:
+    """What a velocity keeps across the steps of one run: the exact velocity's (rows, V)
+    workspace (:func:`velocity_workspace`) within ``budget`` bytes (None: from free memory)."""
+
+    budget: int | None = None
+    workspace: Tensor | None = None
+
+
+def _exact_step(z, raw, E, k, temperature, generator, float64, work: Work) -> Tensor:
+    """The exact velocity, softmax fused in, block by block: no (B, L, V) copy."""
+    if work.workspace is None:
+        rows = z.shape[0] * z.shape[1]
+        work.workspace = velocity_workspace(rows, E.shape[0], z.dtype, z.device, work.budget)
+    v = exact_velocity(z, raw, E, logits=True, temperature=temperature, workspace=work.workspace)
+    if z.device.type != "cpu":
+        work.workspace = None
+    return v
+
+
+def _stochastic_step(z, raw, E, k, temperature, generator, float64, work: Work) -> Tensor:
+    logits = raw.to(z.dtype) / temperature
+    return stochastic_velocity(z, logits, E, generator=generator, float64=float64)
+
+
+def _topk_step(z, raw, E, k, temperature, generator, float64, work: Work) -> Tensor:
+    return topk_velocity(z, raw.to(z.dtype) / temperature, E, k)
+
+
+#: :attr:`Decoding.velocity` -> one step's velocity from the network's raw logits (the posterior
+#: after temperature, paper eq. temperature-scaling)
+VELOCITIES = {"exact": _exact_step, "stochastic": _stochastic_step, "topk": _topk_step}
+
+
+def _final_argmax(raw: Tensor, temperature: float, generator, float64: bool) -> Tensor:
+    """Reference ``noise_removal=greedy``; the float casts are exact and monotone: same argmax."""
+    return raw.argmax(-1)
+
+
+def _final_sample(raw: Tensor, temperature: float, generator, float64: bool) -> Tensor:
+    """Reference ``ancestral``: a draw from softmax(logits / T)."""
+    dtype = torch.float64 if float64 else torch.float32
+    return gumbel_argmax(raw.to(dtype) / temperature, generator, float64)
+
+
+#: ``final_decode`` -> the last call's decode
+FINAL_DECODES = {"argmax": _final_argmax, "sample": _final_sample}
 
 
 def sample_sphere_flow(
@@ -303,33 +377,23 @@ def sample_sphere_flow(
     z = torch.where(pm, clean, z)
     alphas = alphas.to(torch.float64)
     x = None
-    ws = None  # the exact velocity's workspace, kept across steps on CPU (where a new one is
-    # paged in at every allocation; CUDA's caching allocator reuses the block anyway, and the
-    # forward gets the memory back between steps)
+    velocity = VELOCITIES[decoding.velocity]
+    # the exact velocity's workspace, kept across steps on CPU (where a new one is paged in at
+    # every allocation; CUDA's caching allocator reuses the block anyway, and the forward gets
+    # the memory back between steps)
+    work = Work(workspace_bytes)
     for k in range(nfe):
         raw = call(z, alphas[k])  # the network's logits; cast to ``dtype`` only where needed
         if k == nfe - 1:
-            if final == "argmax":  # the float casts are exact and monotone: same argmax
-                x = raw.argmax(-1)
-            elif final == "sample":
-                x = gumbel_argmax(raw.to(dtype) / temperature, generator, float64)
-            else:
+            if final not in FINAL_DECODES:
                 raise ValueError(
-                    f"sflm sampler: unknown final decode {final!r} (known: argmax, sample)"
+                    f"sflm sampler: unknown final decode {final!r} (known: "
+                    f"{', '.join(FINAL_DECODES)})"
                 )
+            x = FINAL_DECODES[final](raw, temperature, generator, float64)
             break
-        if decoding.velocity == "exact":  # softmax fused in, block by block: no (B, L, V) copy
-            if ws is None:
-                ws = velocity_workspace(n * L, E.shape[0], dtype, dev, workspace_bytes)
-            v = exact_velocity(z, raw, E, logits=True, temperature=temperature, workspace=ws)
-            del raw
-            if dev.type != "cpu":
-                ws = None
-        elif decoding.velocity == "stochastic":
-            logits = raw.to(dtype) / temperature
-            v = stochastic_velocity(z, logits, E, generator=generator, float64=float64)
-        else:
-            v = topk_velocity(z, raw.to(dtype) / temperature, E, decoding.k)
+        v = velocity(z, raw, E, decoding.k, temperature, generator, float64, work)
+        del raw
         s = step_size(alphas[k], alphas[k + 1]).to(dtype)
         z = exp_map(z, (sign * s) * v)
         if renormalize:
