@@ -32,6 +32,7 @@ import torch
 
 from bench.backbones.dit import build_dit
 from bench.config import BackboneConfig
+from bench.decoding import Decoding, flagged
 from bench.method import (
     BOUND_EXACT,
     CATEGORICAL_SAMPLING,
@@ -84,13 +85,51 @@ class ARReference(ReferenceFormat):
         }
 
 
+@dataclass(frozen=True, kw_only=True)
+class NextToken(Decoding):
+    """How a call's next-token logits become the token: ``greedy`` the argmax, else a float64
+    Gumbel-max draw from softmax(logits / T) after the top-k / top-p filters."""
+
+    greedy: bool = False
+
+    def pick(self, m, logits, temperature, generator, float64):
+        if self.greedy:
+            return logits.argmax(-1)
+        return gumbel_argmax(m.filtered(logits / temperature), generator, float64)
+
+
+_CALLS = "one per generated position: nfe is the generated length"
+
+#: AR's decodings, the first the default
+DECODINGS: dict[str, Decoding] = {
+    "sample": NextToken(
+        summary="x_i ~ softmax(logits / T) (float64 Gumbel-max), left to right, prompt "
+        "positions teacher-forced",
+        reference="s-flm `samplers.py::ARSampler` (`TrainerBase.forward` divides by T)",
+        calls_note=_CALLS,
+        cost="a float64 Gumbel-max over (B, V) (and the filters' sort when on)",
+        options=("top_k", "top_p"),
+    ),
+    "greedy": NextToken(
+        greedy=True,
+        temperature_free=True,
+        summary="x_i = argmax of the logits, left to right",
+        reference="s-flm `samplers.py::ARSampler` (greedy)",
+        calls_note=_CALLS,
+        cost="an argmax over (B, V)",
+    ),
+}
+
+
 class AR(Method):
     name = "ar"
     Options = AROptions
-    decodings = ("sample", "greedy")
+    #: name -> decoding object (docs and ``--list`` are drawn from it)
+    DECODINGS = DECODINGS
+    decodings = tuple(DECODINGS)
     uses_time = False
     nfe_is_length = True
-    temperature_free = ("greedy",)
+    temperature_free = flagged(DECODINGS, "temperature_free")
     #: the draw's filters (top-p / top-k): a filter reuses the trained model
     sampling_options = CATEGORICAL_SAMPLING
     #: next-token cross-entropy: the exact NLL of the counted tokens
@@ -155,7 +194,7 @@ class AR(Method):
         float64=True,
         generator=None,
     ):
-        decoding = self.resolve_decoding(decoding)
+        dec = self.DECODINGS[self.resolve_decoding(decoding)]
         x = prompt.clone()
         x[~prompt_mask] = 0
         L = prompt.shape[1]
@@ -169,9 +208,6 @@ class AR(Method):
             else:  # prefill once, then only position i - 1 (its keys / values are new)
                 inp = x[:, :i] if i == start else x[:, i - 1 : i]
                 logits = self.call(backbone, inp, cache=cache)[:, -1].float()
-            if decoding == "greedy":
-                nxt = logits.argmax(-1)
-            else:
-                nxt = gumbel_argmax(self.filtered(logits / temperature), generator, float64)
+            nxt = dec.pick(self, logits, temperature, generator, float64)
             x[:, i] = torch.where(prompt_mask[:, i], prompt[:, i], nxt)
         return x

@@ -41,8 +41,9 @@ class Decoding:
     calls_note: str = ""
 
     def calls(self, nfe: int) -> int:
-        """Backbone calls of one sampling request at ``nfe`` (at most this when
-        ``call_skipping``): every decoding here spends exactly its budget."""
+        """Backbone calls of one sampling request whose budget is ``nfe``
+        (``Method.nfe_for``; AR: the generated length), at most this when ``call_skipping``:
+        every decoding here spends exactly its budget."""
         return nfe
 
     def calls_text(self) -> str:

@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 TABLED = decoding.table_methods()
 
 
-def test_the_methods_with_tables():
-    assert {c.name for c in TABLED} >= {"mdlm"}
+def test_every_built_in_method_keeps_a_table():
+    assert {c.name for c in TABLED} >= {"ar", "mdlm", "duo", "candi", "flm", "sflm"}
 
 
 @pytest.mark.parametrize("cls", TABLED, ids=lambda c: c.name)
@@ -44,7 +44,8 @@ def test_flags_are_read_off_the_table(cls):
 @pytest.mark.parametrize("cls", TABLED, ids=lambda c: c.name)
 def test_each_decoding_spends_the_calls_its_table_says(cls):
     """A tiny model samples every decoding of the class at nfe 3: the calls counted by
-    ``Method.call`` equal ``Decoding.calls(nfe)`` (at most that for a call-skipping one)."""
+    ``Method.call`` equal ``Decoding.calls`` of the request's budget (``nfe_for``: AR's is the
+    generated length; at most that for a call-skipping decoding)."""
     method, net = make_model(cls.name, vocab=6, seq_len=8, backbone=BackboneConfig(size="cpu-mini"))
     prompt = torch.zeros(2, 8, dtype=torch.long)
     pmask = torch.zeros(2, 8, dtype=torch.bool)
@@ -54,8 +55,8 @@ def test_each_decoding_spends_the_calls_its_table_says(cls):
         method.nfe_counter = 0
         g = torch.Generator().manual_seed(0)
         method.sample(net, prompt, pmask, nfe=3, decoding=name, generator=g)
-        calls = method.nfe_counter
-        assert calls <= d.calls(3) if d.call_skipping else calls == d.calls(3), name
+        calls, planned = method.nfe_counter, d.calls(method.nfe_for(3, pmask))
+        assert calls <= planned if d.call_skipping else calls == planned, name
 
 
 def test_list_prints_each_decoding_with_its_calls_and_options():
@@ -74,7 +75,9 @@ def test_write_fixes_a_stale_table(tmp_path, monkeypatch):
     page = tmp_path / "docs" / "methods" / f"{cls.name}.md"
     page.parent.mkdir(parents=True)
     good = decoding.docs_path(cls, ROOT).read_text()
-    page.write_text(good.replace("| nfe |", "| 2 nfe |", 1))
+    stale = good.replace("| decoding | what a step does |", "| decoding | what it does |", 1)
+    assert stale != good
+    page.write_text(stale)
     monkeypatch.setattr(decoding, "table_methods", lambda: [cls])
     monkeypatch.setattr(decoding, "ROOT", tmp_path)
     assert decoding.main([]) == 1
