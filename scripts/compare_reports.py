@@ -11,6 +11,8 @@ Every file of OLD must exist in NEW with the same bytes, except:
 - ``training.md``: its steps/s column is a timing; the rest of each line must match;
 - PDFs: compared by their content streams (what is drawn), so a ``/CreationDate`` (reports
   made before the report dropped it carry one) and the offsets it shifts do not count;
+- ``.report-inputs.json``: the digest of what the report read (bench.report.unchanged), not a
+  result;
 - ``index.html`` and the page's data (``.page/``): a view of the other files, stamped with the
   time it was written; present in NEW, not compared.
 
@@ -26,6 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 PAGE_DATA = ".page"
+STAMP = ".report-inputs.json"  # what the report read, to skip an unchanged re-run (its own key)
 TIMING_COLUMNS = {"wall_s", "git_sha", "created_at", "sample_s", "score_s", "network_s",
                   "forward_equivalents", "tokens_per_s", "seconds_per_sample", "peak_mem_mb",
                   "eval_s", "s_per_step", "device_name", "torch_version", "cuda_version",
@@ -86,8 +89,8 @@ def main(argv: list[str]) -> int:
         g = new / rel
         if not g.is_file():
             diffs.append(f"{rel}: missing in NEW")
-        elif rel.name == "index.html" or PAGE_DATA in rel.parts:
-            continue  # the page: rendered from the files compared here
+        elif rel.name in ("index.html", STAMP) or PAGE_DATA in rel.parts:
+            continue  # the page: rendered from the files compared here; the inputs' stamp
         elif rel.name == "results.csv":
             diffs += _csv_diffs(f, g)
         elif rel.name == "training.md":

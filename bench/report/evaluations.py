@@ -73,6 +73,9 @@ def _table(rows: pd.DataFrame) -> Table:
     for key, g in rows.groupby(keys, dropna=False, sort=True):
         s = cell_summary(g)
         ci = f"[{_num(s['low'])}, {_num(s['high'])}]" if s["low"] is not None else ""
+        bound = g["bound_kind"] if "bound_kind" in g else pd.Series(dtype=object)
+        upper = bound.astype(str).str.startswith("upper").any()  # a NELBO's nll, ppl, bpd
+        le = "<= " if upper and key[-1] in ("nll", "ppl", "bpd") else ""
         model, task, subset, nfe, temp, dec, metric = key
         out.append(
             {
@@ -82,7 +85,7 @@ def _table(rows: pd.DataFrame) -> Table:
                 "NFE": "" if nfe != nfe or nfe is None else f"{int(nfe)}",
                 "T": "" if temp != temp or temp is None else f"{float(temp):g}",
                 "metric": metric,
-                "value": _num(s["value"]),
+                "value": le + _num(s["value"]) if s["value"] == s["value"] else "",
                 "95% CI": ci,
                 "seeds x items": f"{s['seeds']} x {int(s['items'])}",
             }
