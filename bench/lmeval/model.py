@@ -463,7 +463,7 @@ class SFLMBenchLM(LM):
         x, todo = self._noised(x0, cont, gen), cont.clone()
         places = torch.arange(L, device=x0.device).expand(B, L)
         for k in range(int(steps.max())):
-            # t_k = linspace(1, 1e-5, steps + 1)[k] per row: MDLM._confidence_steps' grid; one
+            # t_k = linspace(1, 1e-5, steps + 1)[k] per row: the grid of MDLM's confidence orders (baselines/mdlm_samplers.py); one
             # pass is t = 1, where the samplers start (the noised continuation is their prior)
             frac = (k / steps.double()).clamp(max=1.0)
             alpha_t = self.method.alpha(1.0 - (1.0 - GREEDY_T_END) * frac)
