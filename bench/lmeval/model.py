@@ -463,8 +463,9 @@ class SFLMBenchLM(LM):
         x, todo = self._noised(x0, cont, gen), cont.clone()
         places = torch.arange(L, device=x0.device).expand(B, L)
         for k in range(int(steps.max())):
-            # t_k = linspace(1, 1e-5, steps + 1)[k] per row: the grid of MDLM's confidence orders (baselines/mdlm_samplers.py); one
-            # pass is t = 1, where the samplers start (the noised continuation is their prior)
+            # t_k = linspace(1, 1e-5, steps + 1)[k] per row: the grid of MDLM's confidence
+            # orders (baselines/mdlm_samplers.py); one pass is t = 1, where the samplers start
+            # (the noised continuation is their prior)
             frac = (k / steps.double()).clamp(max=1.0)
             alpha_t = self.method.alpha(1.0 - (1.0 - GREEDY_T_END) * frac)
             conf, pred = self._denoiser(x, alpha_t).max(-1)
