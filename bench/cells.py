@@ -130,7 +130,7 @@ def sample_rows(
         "subset": c.subset,
         "wall_s": wall_s,
         "evaluation": getattr(c, "evaluation", "") or None,  # a cell pickled before the field
-        "sample_seed": c.seed,
+        "sample_seed": getattr(c, "seed", None),
     }
     return [
         {

@@ -30,7 +30,10 @@ def test_owt_rows_carry_the_degenerate_fraction(owt_standin):
     collapsed = torch.full((4, 32), 262)  # one repeated token: the smoke's S-FLM cells
     m = {v.metric: v for v in task.evaluate(collapsed, task.eval_data(g, 4), g)}
     d = m[dg.METRIC]
-    assert d.value == 1.0 and d.n == 4 and (d.ci_low, d.ci_high) == (1.0, 1.0)
+    # 4 of 4 degenerate: the Wilson interval, never zero-width (lower bound n / (n + z^2))
+    z2 = 1.959963984540054**2
+    assert d.value == 1.0 and d.n == 4 and d.ci_high == 1.0
+    assert d.ci_low == pytest.approx(4 / (4 + z2)) and d.ci_method.startswith("Wilson")
     assert {r["degenerate"] for r in task.last_rows} == {"repeated"}
     # the collapsed cell's Gen. PPL and entropy rows carry their intervals too
     assert m["gen_ppl"].ci_low <= m["gen_ppl"].value <= m["gen_ppl"].ci_high
