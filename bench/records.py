@@ -45,6 +45,7 @@ import hashlib
 import json
 import math
 import sys
+import zlib
 from pathlib import Path
 
 from bench import atomic
@@ -165,7 +166,7 @@ def _text(p: Path, sha256: str | None) -> bytes:
         raw = gzip.decompress(p.read_bytes())
     except FileNotFoundError:
         raise RecordsError(f"{p}: records file missing") from None
-    except (OSError, EOFError, gzip.BadGzipFile) as e:
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as e:  # zlib: a changed byte
         raise RecordsError(f"{p}: damaged records file ({e})") from None
     if sha256 and hashlib.sha256(raw).hexdigest() != sha256:
         raise RecordsError(f"{p}: records file damaged (its sha256 is not the one its rows name)")

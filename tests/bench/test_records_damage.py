@@ -128,3 +128,23 @@ def test_damaged_files_checks_each_file_once(tmp_path):
     assert len(lines) == 3 and all(ln.startswith("cell ") for ln in lines)
     assert any(ln.startswith("cell cut, alias: ") and str(p) in ln for ln in lines)
     assert records.damaged_files(tmp_path, df.drop(columns="records")) == []
+
+
+def test_every_changed_byte_is_a_damaged_file_never_a_traceback(tmp_path):
+    """Whichever byte of a records file changes (header, deflate stream, CRC, size), the check
+    names the file, or, for the header's time and OS bytes, reads the same records: a changed
+    deflate byte can fail inside zlib, not only at the CRC."""
+    from bench import records as rec
+
+    files = rec.write(tmp_path, "cell", [{"index": i, "output": "3 1 4 1 5"} for i in range(20)])
+    p = tmp_path / files["records"]
+    data = p.read_bytes()
+    for i in range(len(data)):
+        p.write_bytes(data[:i] + bytes([data[i] ^ 0xFF]) + data[i + 1 :])
+        why = rec.check(tmp_path, files["records"], files["records_sha256"])
+        if 4 <= i <= 9:  # the gzip header's MTIME, XFL, OS: not the records' text, which reads
+            assert why is None and len(rec.read(tmp_path, files["records"])) == 20, i
+        else:
+            assert why is not None and str(p) in why, i
+    p.write_bytes(data)
+    assert rec.check(tmp_path, files["records"], files["records_sha256"]) is None
