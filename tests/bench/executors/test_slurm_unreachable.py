@@ -22,6 +22,9 @@ from bench.executors import slurm_cluster
 
 ROOT = Path(__file__).resolve().parents[3]
 TOOLS = ("sbatch", "srun", "squeue", "sacct", "scancel", "sinfo", "scontrol")
+#: every client program of a SLURM installation (none may come from the machine's own install)
+SLURM_CLIENT = {*TOOLS, "salloc", "sattach", "sbcast", "scrontab", "sdiag", "sprio", "sreport",
+                "sshare", "sstat", "strigger", "sview", "sacctmgr", "sh5util"}  # fmt: skip
 
 NO_CONFIG = """\
 echo "$0 $*" >> {calls}
@@ -55,9 +58,23 @@ def fake_slurm(tmp_path: Path, monkeypatch, **scripts: str) -> Path:
         f = bin_dir / tool
         f.write_text("#!/bin/sh\n" + scripts.get(tool, NO_CONFIG).format(calls=calls))
         f.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin")
+    # the fakes, python, and the system's programs without any SLURM client: a machine where
+    # SLURM is installed must not lend a binary the fakes forgot
+    monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}:{_system_bin(tmp_path)}")
     monkeypatch.delenv("SLURM_CONF", raising=False)
     return calls
+
+
+def _system_bin(tmp_path: Path) -> Path:
+    """A folder of links to the programs of /usr/bin and /bin, SLURM's clients left out."""
+    out = tmp_path / "sysbin"
+    out.mkdir(exist_ok=True)
+    for d in (Path("/usr/bin"), Path("/bin")):
+        for prog in sorted(d.iterdir()) if d.is_dir() else []:
+            slurm = prog.name in SLURM_CLIENT or prog.name.startswith("slurm")
+            if not slurm and not (out / prog.name).exists():
+                (out / prog.name).symlink_to(prog)
+    return out
 
 
 @pytest.fixture
