@@ -1,6 +1,6 @@
 """One training step of the recipe: the one definition that the trainer's Lightning module
 (:class:`bench.train.loop.TrainModule`), ``python -m bench.perf train``
-(:mod:`bench.perf.train`) and the full-size rehearsal (:meth:`bench.rehearse.Rehearsal.train`)
+(:mod:`bench.perf.train`) and the full-size rehearsal (:func:`bench.rehearse.training.train_phase`)
 all take.
 
 :func:`train_step`, in this order: the time draws (:func:`bench.method.antithetic_times`), the

@@ -13,6 +13,7 @@ import torch
 from helpers import owt_corpus, reference_checkpoint, require_offline
 
 from bench import registry, rehearse, sweep
+from bench.cell_model import cell_task, method_backbone
 from bench.config import load_sweep
 from bench.plan import plan
 
@@ -249,12 +250,12 @@ def test_train_counts_adam_moments_in_both_backward_peaks(tiny, monkeypatch):
         peak = next(scripted)
         return fn(), 0.5, peak, ([peak - 10, peak] if module is not None else [])
 
-    monkeypatch.setattr(rehearse, "measure", fake_measure)
+    monkeypatch.setattr(rehearse.rehearsal, "measure", fake_measure)
     r = rehearse.Rehearsal(p, "s.yaml", memory_gb=None, tmp=path.parent, device="cpu")
-    r.task = rehearse.cell_task(m.train)
-    method, backbone = rehearse.method_backbone(m.train, r.task)
+    r.task = cell_task(m.train)
+    method, backbone = method_backbone(m.train, r.task)
     inp = r.inputs_for("easy")
-    ph = r.train(m, method, backbone, inp)
+    ph = rehearse.training.train_phase(r, m, method, backbone, inp)
     moments = 2 * sum(x.numel() * x.element_size() for x in backbone.parameters())
     assert ph.peaks == [100 + moments, 130 + moments]
     assert ph.segments == [[90 + moments, 100 + moments], [120 + moments, 130 + moments]]

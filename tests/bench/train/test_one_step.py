@@ -1,8 +1,8 @@
 """One training step, three paths: the trainer (Lightning, :func:`bench.train.fit`),
 ``python -m bench.perf train`` (:func:`bench.perf.train.train_step`) and the rehearsal
-(:meth:`bench.rehearse.Rehearsal.train`) take the recipe's step (:mod:`bench.train.step`), so from
-the same weights, batches and RNG state they reach bit-identical weights and EMA weights after
-five steps. Clipping is always active here (grad_clip 0.05) and the EMA warms up (decay 0.9):
+(:func:`bench.rehearse.training.train_phase`) take the recipe's step (:mod:`bench.train.step`),
+so from the same weights, batches and RNG state they reach bit-identical weights and EMA weights
+after five steps. Clipping is always active here (grad_clip 0.05) and the EMA warms up (decay 0.9):
 a path that skipped either would differ (the guard test). A checkpoint saved before the trainer
 optimised manually resumes at its step, to the same weights."""
 
@@ -23,6 +23,7 @@ from bench.data.toy import sort_data
 from bench.method import Batch, antithetic_times
 from bench.perf import train as perf_train
 from bench.plan import plan
+from bench.rehearse import training as rehearse_training
 from bench.train import fit
 from bench.train.step import Recipe
 
@@ -122,9 +123,9 @@ def test_guard_a_path_without_clipping_or_ema_differs(trained, skip):
 
 
 def test_rehearsal_steps_as_the_trainer(trained, monkeypatch):
-    """Rehearsal.train, once per step with the trainer's batch and RNG state at its batch 2 (the
-    batch whose gradient it steps on) and the trainer's time draws, on one recipe state; the
-    cell's recipe is the trainer's."""
+    """The rehearsal's train phase, once per step with the trainer's batch and RNG state at its
+    batch 2 (the batch whose gradient it steps on) and the trainer's time draws, on one recipe
+    state; the cell's recipe is the trainer's."""
     sweep = trained.tmp / "s.yaml"
     sweep.write_text(SWEEP.format(rd=trained.tmp / "results", steps=STEPS))
     p = plan(load_sweep(sweep), str(sweep))
@@ -145,15 +146,15 @@ def test_rehearsal_steps_as_the_trainer(trained, monkeypatch):
         return trained.rec.batches[k["step"]]
 
     monkeypatch.setattr(Recipe, "build", classmethod(build_once))
-    monkeypatch.setattr(rehearse, "train_batch", batch)
-    monkeypatch.setattr(rehearse, "stratum_midpoints", lambda n, dev: antithetic_times(16))
+    monkeypatch.setattr(rehearse_training, "train_batch", batch)
+    monkeypatch.setattr(rehearse_training, "stratum_midpoints", lambda n, dev: antithetic_times(16))
     method, backbone = _model(trained.init)
     for step in range(STEPS):
         k["step"] = step
         r = rehearse.Rehearsal(p, "s.yaml", memory_gb=None, tmp=trained.tmp,
                                device="cpu")  # fmt: skip
         r.task = types.SimpleNamespace(vocab_size=10, seq_len=16)
-        r.train(m, method, backbone, None)
+        rehearse_training.train_phase(r, m, method, backbone, None)
     assert shared[0].steps == STEPS
     assert _differing(trained.rec.final, _weights(backbone, shared[0].ema)) == []
 

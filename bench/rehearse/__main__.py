@@ -1,0 +1,7 @@
+"""``python -m bench.rehearse SWEEP [SWEEP ...]``: :func:`bench.rehearse.command.main`."""
+
+import sys
+
+from bench.rehearse.command import main
+
+sys.exit(main())

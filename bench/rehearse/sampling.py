@@ -1,0 +1,88 @@
+"""The sample phase of one sampling setup (:func:`sample_phase`): one sampling call at batch 1
+and 2 through :func:`bench.cells.sample_batch`, its output's shape, id range and NFE count
+checked."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import torch
+
+from bench.plan import SampleCell
+from bench.rehearse.inputs import Inputs
+from bench.rehearse.measuring import Phase
+from bench.rehearse.models import Model, architecture, twin_key
+
+#: the NFE of a sampling call: the smallest that runs a middle step and the last one (FLM's
+#: middle steps hold twice the memory of its last: nfe = 1 would halve its extrapolated peak)
+REHEARSAL_NFE = 2
+#: positions a method whose NFE is the generated length (AR) generates in the rehearsal: a
+#: prefill, then one cached call
+LENGTH_NFE_TAIL = 2
+
+
+def setup_name(sc: SampleCell) -> str:
+    """A sampling setup: the decoding, and the sampling-only options that are not defaults."""
+    extra = getattr(sc, "sampling", None)
+    return sc.decoding + (f" {json.dumps(extra, sort_keys=True)}" if extra else "")
+
+
+def sample_phase(r, m: Model, sc: SampleCell, method, backbone, inp: Inputs, cache) -> Phase:
+    """The sample phase of setup ``sc`` of model ``m`` in rehearsal ``r``
+    (:class:`bench.rehearse.rehearsal.Rehearsal`); ``cache``: the samplers' shared state."""
+    from bench.cells import batch_seed, cell_sampler, sample_batch
+
+    dev = r.device
+    name = f"sample {setup_name(sc)}"
+    ph = Phase(m.label(), name, sc.label(), batch=sc.batch_size)
+    try:
+        sampler = cell_sampler(method, sc, r.task, dev, cache)
+    except Exception as e:  # noqa: BLE001
+        raise r.fail(sc.label(), name, f"{type(e).__name__}: {e}") from e
+    length_nfe = bool(sampler.nfe_is_length)
+    # at least the calls the decoding needs (Method.min_nfe: MDLM's blocks take one each)
+    least = int(sampler.min_nfe(inp.data.clean_mask[:1]))
+    cell = dataclasses.replace(sc, nfe=sc.nfe if length_nfe else max(REHEARSAL_NFE, least))
+    if length_nfe:
+        ph.note = (
+            f"NFE = length: prefill of L - {LENGTH_NFE_TAIL} positions + "
+            f"{LENGTH_NFE_TAIL - 1} cached call (an upper bound)"
+        )
+    V = int(sampler.vocab_size)
+
+    def run(n: int):
+        prompt = inp.data.x[:n].to(dev)
+        pmask = inp.data.clean_mask[:n].clone()
+        if length_nfe:
+            pmask[:, : pmask.shape[1] - LENGTH_NFE_TAIL] = True
+        pmask = pmask.to(dev)
+
+        def call(prompt=prompt, pmask=pmask):
+            gen = torch.Generator(device=dev).manual_seed(batch_seed(sc, 0))
+            sampler.nfe_counter = 0
+            ids = sample_batch(sampler, backbone, cell, prompt, pmask, gen, float64=sc.float64)
+            want = sampler.nfe_for(cell.nfe, pmask)
+            if tuple(ids.shape) != tuple(prompt.shape):
+                raise ValueError(
+                    f"sampler returned shape {tuple(ids.shape)}, expected {tuple(prompt.shape)}"
+                )
+            if ids.dtype.is_floating_point or ids.dtype == torch.bool:
+                raise TypeError(f"sampler returned {ids.dtype} ids")
+            if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= V):
+                raise ValueError(f"sampled id outside [0, {V}): {int(ids.min())}..{int(ids.max())}")
+            # a call-skipping decoding (a cache) makes at most nfe_for calls
+            skips = sampler.resolve_decoding(cell.decoding) in sampler.call_skipping
+            if sampler.nfe_counter > want or (sampler.nfe_counter != want and not skips):
+                raise ValueError(f"{sampler.nfe_counter} backbone calls, nfe_for says {want}")
+            return ids
+
+        return r.run_phase(ph, call, batch_note=f" (batch {n})", module=backbone)
+
+    ids = run(1)
+    if r.scored is None:
+        r.scored = (sc, ids, inp)
+    key = (twin_key(m.train, architecture(backbone, V)), f"{name} {bool(sc.float64)}")
+    r.second(ph, key, lambda: run(2), vocab=V)
+    r.check_memory(ph)
+    return ph
