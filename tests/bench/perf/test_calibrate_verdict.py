@@ -14,6 +14,7 @@ import torch
 from bench import perf, sweep
 from bench.cost import table
 from bench.perf import calibrate as C
+from bench.perf.calibrate import timing
 
 
 @pytest.fixture(autouse=True)
@@ -64,12 +65,12 @@ def test_verdict_on_idle_busy_and_noisy_machines():
 
 def test_timed_is_the_median_of_its_runs_and_records_their_spread(monkeypatch):
     ticks = iter([0.0, 1.0, 10.0, 13.0, 20.0, 22.0])  # runs of 1, 3 and 2 s
-    monkeypatch.setattr(C, "_clock", lambda device: next(ticks))
-    C._SPREADS.clear()
+    monkeypatch.setattr(timing, "_clock", lambda device: next(ticks))
+    timing._SPREADS.clear()
     calls = []
-    s = C._timed(lambda: calls.append(1), 3, torch.device("cpu"), warmup=2, what="x")
+    s = timing._timed(lambda: calls.append(1), 3, torch.device("cpu"), warmup=2, what="x")
     assert s == 2.0 and len(calls) == 5
-    assert C._SPREADS == {"x": pytest.approx((3.0 - 1.0) / 2.0)}
+    assert timing._SPREADS == {"x": pytest.approx((3.0 - 1.0) / 2.0)}
 
 
 # --------------------------------------------------------------------------- the command

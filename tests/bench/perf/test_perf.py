@@ -186,10 +186,10 @@ def test_profile_script_writes_top_ops_tables(tmp_path):
 
 
 def test_one_module_per_benchmark_and_no_method_named_outside_the_catalogue():
-    """Every module of bench/perf but the shared ones is a benchmark of the table (HELP, its own
-    flags, run), and no benchmark names a method: the methods' classes say which sampler has an
-    exact velocity or a KV cache (bench.method.Method), and the model labels are catalogue data
-    (bench/cost/catalogue.py)."""
+    """Every module (or package) of bench/perf but the shared ones is a benchmark of the table
+    (HELP, its own flags, run), and no benchmark names a method, in any of its files: the
+    methods' classes say which sampler has an exact velocity or a KV cache (bench.method.Method),
+    and the model labels are catalogue data (bench/cost/catalogue.py)."""
     import ast
     from pathlib import Path
 
@@ -198,13 +198,14 @@ def test_one_module_per_benchmark_and_no_method_named_outside_the_catalogue():
 
     folder = Path(perf.__file__).parent
     shared = {"__init__", "__main__", "suite", "common", "models"}
-    modules = {p.stem for p in folder.glob("*.py")} - shared
+    packages = {p.parent.name for p in folder.glob("*/__init__.py")}
+    modules = ({p.stem for p in folder.glob("*.py")} | packages) - shared
     assert modules == set(perf.BENCHMARKS)
     for name, mod in perf.BENCHMARKS.items():
         assert mod.__name__ == f"bench.perf.{name}" and mod.HELP
         assert callable(mod.add_arguments) and callable(mod.run)
     names = set(registry.METHODS)
-    for path in folder.glob("*.py"):
+    for path in folder.rglob("*.py"):
         if path.stem == "models":
             continue
         tree = ast.parse(path.read_text())
