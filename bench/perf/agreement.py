@@ -87,7 +87,7 @@ def run(model_list, args, device) -> list[dict]:
         (run_dir, *agreement_cells(Path(run_dir), args.agree_decoding, args.agree_max_cells))
         for run_dir in args.runs
     ]  # every folder checked before the (slow) imports below
-    from bench.cells import batch_seed, cell_sampler, cell_task, method_backbone, sample_batch
+    from bench.cells import cell_task, method_backbone
     from bench.weights import load_weights
 
     rows = []
@@ -99,69 +99,79 @@ def run(model_list, args, device) -> list[dict]:
         method.to(device)
         samplers: dict = {}
         for c in cells:
-            sampler = cell_sampler(method, c, task, device, samplers)
-            by_size = bool(getattr(sampler, "float32_by_size", lambda: False)())
-            store_f64 = c.float64 and not by_size  # the dtype the sweep sampled in
-            common.as_asked(sampler)  # a true float64 run beside the float32 one at every |V|
-            data = task.eval_data(c.subset, c.n_samples)
-            stored = torch.load(tc.run_dir / "samples" / f"{c.id}.pt", weights_only=False)["ids"]
-            tot = {"positions": 0, "agree": 0, "generated": 0, "generated_agree": 0}
-            same_dtype = []
-            t0 = time.perf_counter()
-            for bi in range(0, len(data), c.batch_size):
-                sl = slice(bi, bi + c.batch_size)
-
-                def sample(prompt, pmask, f64_, gen, c=c, sampler=sampler, bb=backbone):
-                    return sample_batch(sampler, bb, c, prompt, pmask, gen, float64=f64_)
-
-                res = token_agreement(
-                    sample,
-                    data.x[sl].to(device),
-                    data.clean_mask[sl].to(device),
-                    batch_seed(c, bi),  # the sweep's per-batch seed
-                )
-                ids = res.pop("float64_ids"), res.pop("float32_ids")
-                same_dtype.append(ids[0] if store_f64 else ids[1])
-                for k in tot:
-                    tot[k] += res[k]
-            rows.append(
-                {
-                    "bench": "agreement",
-                    "run": Path(run_dir).name,
-                    "task": tc.task["name"],
-                    "vocab": method.vocab_size,
-                    "cell": c.id,
-                    "subset": c.subset,
-                    "nfe": c.nfe,
-                    "temperature": c.temperature,
-                    "decoding": c.decoding,
-                    "samples": len(data),
-                    **tot,
-                    "agreement": tot["agree"] / tot["positions"],
-                    "generated_agreement": tot["generated_agree"] / max(1, tot["generated"]),
-                    "store_dtype": "float64" if store_f64 else "float32",
-                    "matches_store": bool(torch.equal(torch.cat(same_dtype), stored)),
-                    "wall_s": time.perf_counter() - t0,
-                }
-            )
-            common.progress(
-                f"agreement {rows[-1]['run']} {c.label()}: "
-                f"{rows[-1]['generated_agreement']:.5f} of generated positions"
-            )
+            rows.append(_cell_row(run_dir, tc, c, task, method, backbone, samplers, device))
     if rows:
-        pos = sum(r["generated"] for r in rows)
-        rows.append(
-            {
-                "bench": "agreement",
-                "run": "all",
-                "cell": f"{len(rows)} cells",
-                "positions": sum(r["positions"] for r in rows),
-                "agree": sum(r["agree"] for r in rows),
-                "generated": pos,
-                "generated_agree": sum(r["generated_agree"] for r in rows),
-                "agreement": sum(r["agree"] for r in rows) / sum(r["positions"] for r in rows),
-                "generated_agreement": sum(r["generated_agree"] for r in rows) / max(1, pos),
-                "matches_store": all(r["matches_store"] for r in rows),
-            }
-        )
+        rows.append(_pooled(rows))
     return rows
+
+
+def _cell_row(run_dir, tc, c, task, method, backbone, samplers: dict, device) -> dict:
+    """Sample cell ``c`` of run ``tc`` again in float64 and float32, batch by batch with the
+    sweep's seeds: its agreement row (and whether the sweep's dtype reproduces its store)."""
+    from bench.cells import batch_seed, cell_sampler, sample_batch
+
+    sampler = cell_sampler(method, c, task, device, samplers)
+    by_size = bool(getattr(sampler, "float32_by_size", lambda: False)())
+    store_f64 = c.float64 and not by_size  # the dtype the sweep sampled in
+    common.as_asked(sampler)  # a true float64 run beside the float32 one at every |V|
+    data = task.eval_data(c.subset, c.n_samples)
+    stored = torch.load(tc.run_dir / "samples" / f"{c.id}.pt", weights_only=False)["ids"]
+    tot = {"positions": 0, "agree": 0, "generated": 0, "generated_agree": 0}
+    same_dtype = []
+    t0 = time.perf_counter()
+    for bi in range(0, len(data), c.batch_size):
+        sl = slice(bi, bi + c.batch_size)
+
+        def sample(prompt, pmask, f64_, gen, c=c, sampler=sampler, bb=backbone):
+            return sample_batch(sampler, bb, c, prompt, pmask, gen, float64=f64_)
+
+        res = token_agreement(
+            sample,
+            data.x[sl].to(device),
+            data.clean_mask[sl].to(device),
+            batch_seed(c, bi),  # the sweep's per-batch seed
+        )
+        ids = res.pop("float64_ids"), res.pop("float32_ids")
+        same_dtype.append(ids[0] if store_f64 else ids[1])
+        for k in tot:
+            tot[k] += res[k]
+    row = {
+        "bench": "agreement",
+        "run": Path(run_dir).name,
+        "task": tc.task["name"],
+        "vocab": method.vocab_size,
+        "cell": c.id,
+        "subset": c.subset,
+        "nfe": c.nfe,
+        "temperature": c.temperature,
+        "decoding": c.decoding,
+        "samples": len(data),
+        **tot,
+        "agreement": tot["agree"] / tot["positions"],
+        "generated_agreement": tot["generated_agree"] / max(1, tot["generated"]),
+        "store_dtype": "float64" if store_f64 else "float32",
+        "matches_store": bool(torch.equal(torch.cat(same_dtype), stored)),
+        "wall_s": time.perf_counter() - t0,
+    }
+    common.progress(
+        f"agreement {row['run']} {c.label()}: "
+        f"{row['generated_agreement']:.5f} of generated positions"
+    )
+    return row
+
+
+def _pooled(rows: list[dict]) -> dict:
+    """The row ``all``: the cells' positions pooled."""
+    pos = sum(r["generated"] for r in rows)
+    return {
+        "bench": "agreement",
+        "run": "all",
+        "cell": f"{len(rows)} cells",
+        "positions": sum(r["positions"] for r in rows),
+        "agree": sum(r["agree"] for r in rows),
+        "generated": pos,
+        "generated_agree": sum(r["generated_agree"] for r in rows),
+        "agreement": sum(r["agree"] for r in rows) / sum(r["positions"] for r in rows),
+        "generated_agreement": sum(r["generated_agree"] for r in rows) / max(1, pos),
+        "matches_store": all(r["matches_store"] for r in rows),
+    }

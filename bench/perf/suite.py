@@ -154,6 +154,20 @@ def main(argv: list[str] | None = None) -> int:
                 rows += bench.run(models, args, device)
     except ConfigError as e:
         return _error(str(e))
+    env = _env(args, argv, device)
+    md = _markdown(env, rows, args)
+    print("\n".join(md))
+    if args.md:
+        atomic.write_text(Path(args.md), "\n".join(md) + "\n")
+    if args.out:
+        atomic.write_text(Path(args.out), json.dumps({"env": env, "rows": rows}, indent=2))
+        print(f"\n-> {args.out}")
+    return 0
+
+
+def _env(args, argv, device) -> dict:
+    """What the results JSON records of the run: the device, torch, threads, precision, the
+    command line, the scale and the 1-min load average at the end."""
     env = {
         "device": torch.cuda.get_device_name(device)
         if device.type == "cuda"
@@ -177,6 +191,11 @@ def main(argv: list[str] | None = None) -> int:
         )
     }
     env["loadavg_1min"] = _loadavg()
+    return env
+
+
+def _markdown(env: dict, rows: list[dict], args) -> list[str]:
+    """The Markdown lines: the command, the scale and a table per benchmark that gave rows."""
     md = [
         f"`python -m bench.perf {' '.join(env['argv'])}`",
         "",
@@ -193,10 +212,4 @@ def main(argv: list[str] | None = None) -> int:
                 "",
                 table(sel),
             ]
-    print("\n".join(md))
-    if args.md:
-        atomic.write_text(Path(args.md), "\n".join(md) + "\n")
-    if args.out:
-        atomic.write_text(Path(args.out), json.dumps({"env": env, "rows": rows}, indent=2))
-        print(f"\n-> {args.out}")
-    return 0
+    return md

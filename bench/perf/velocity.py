@@ -86,9 +86,10 @@ def products_seconds(n: int, vocab: int, dim: int, dtype, device, reps: int = 2)
     return sorted(times)[len(times) // 2]
 
 
-def _one(name: str, args, device) -> dict:
-    """One exact-velocity sampler step vs one denoiser forward, through the method's sample."""
-    V, L, B = args.vel_vocab, args.vel_len, args.vel_batch
+def _model(name: str, args, device):
+    """(method, backbone, width) of ``name`` at the ``--vel-*`` shape, in eval mode and the
+    sampling dtype asked for; a ``--vel-dim`` the DiT size does not have is a usage error."""
+    V, L = args.vel_vocab, args.vel_len
     method, backbone = common.make_model(name, {}, V, L, args.vel_size, device)
     d = backbone.embed.weight.shape[-1] if args.vel_dim is None else args.vel_dim
     if backbone.embed.weight.shape[-1] != d:
@@ -98,6 +99,13 @@ def _one(name: str, args, device) -> dict:
         )
     backbone.eval()
     common.as_asked(method)  # float64 unless --vel-float32, whatever the method's default at |V|
+    return method, backbone, d
+
+
+def _timed_sampler(method, backbone, args, device):
+    """(``sample(nfe)``: one sampling call from an empty prompt, its wall seconds; the list of
+    its denoiser forwards' seconds, refilled at each call): ``method.call`` is timed."""
+    B, L = args.vel_batch, args.vel_len
     forward_s: list[float] = []
     real_call = method.call
 
@@ -129,6 +137,14 @@ def _one(name: str, args, device) -> dict:
         common.sync(device)
         return time.perf_counter() - t0
 
+    return sample, forward_s
+
+
+def _one(name: str, args, device) -> dict:
+    """One exact-velocity sampler step vs one denoiser forward, through the method's sample."""
+    V, L, B = args.vel_vocab, args.vel_len, args.vel_batch
+    method, backbone, d = _model(name, args, device)
+    sample, forward_s = _timed_sampler(method, backbone, args, device)
     sample(2)  # warm-up
     # timed first, with the allocator as sampling runs it: the peak-memory runs below trim the
     # CPU heap and fix malloc's mmap threshold, after which every large buffer (the forward's
