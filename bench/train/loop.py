@@ -301,6 +301,73 @@ def precision_for(cfg: TrainConfig) -> str:
     return "bf16-mixed" if torch.cuda.is_available() else "32"
 
 
+def _make_trainer(
+    cfg: TrainConfig, run_dir: Path, val_data, last: Path, gpu: bool, progress, callbacks
+):
+    """The Lightning trainer of a run and its step timer and loggers: checkpoints every
+    ``cfg.checkpoint_every`` steps and at SIGTERM (``last``), validation when the loggers and
+    ``val_data`` allow it, DDP over ``devices x num_nodes``."""
+    ckpt_cb = ModelCheckpoint(
+        dirpath=run_dir / "ckpt",
+        filename="step{step}",
+        every_n_train_steps=cfg.checkpoint_every,
+        save_last=True,
+        save_top_k=1,
+        auto_insert_metric_name=False,
+    )
+    timer = _Timer()
+    loggers = make_loggers(cfg, run_dir)
+    every = val_interval(cfg)
+    validation = (
+        [Validation(val_data, every, cfg.val_batches, cfg.batch_size, cfg.seed)]
+        if every and val_data is not None and len(val_data) and loggers
+        else []
+    )
+    accelerator = "gpu" if gpu else "cpu"
+    strategy = "ddp" if cfg.devices * cfg.num_nodes > 1 else "auto"  # gloo on CPU, nccl on GPU
+    trainer = L.Trainer(
+        max_steps=cfg.steps,
+        accelerator=accelerator,
+        devices=cfg.devices,
+        num_nodes=cfg.num_nodes,
+        strategy=strategy,
+        precision=precision_for(cfg),  # clipping: the module's step (bench.train.step)
+        # validation first: a checkpoint saved at its step then flushes its row (on_save_checkpoint)
+        callbacks=[*validation, ckpt_cb, timer, SaveOnSigterm(last), *(callbacks or [])],
+        logger=loggers or False,
+        enable_progress_bar=progress,
+        enable_model_summary=False,
+        plugins=[AtomicCheckpointIO()],
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        default_root_dir=run_dir,
+        log_every_n_steps=log_interval(cfg),
+    )
+    return trainer, timer, loggers
+
+
+def _diverged(e: TrainingDiverged, run_dir: Path, last: Path, global_zero: bool):
+    """The run's divergence, said in one message naming the checkpoint kept, and written to
+    ``run_dir/failed.json`` (rank 0): the exception :func:`fit` raises."""
+    good = checkpoint_step(last) if last.exists() else None
+    kept = f"kept {last} (step {good})" if good is not None else "no checkpoint was written"
+    msg = (
+        f"{run_dir.name}: training diverged: {e.reason} at step {e.step}; "
+        f"stopped at step {e.at_step}, {kept}"
+    )
+    if global_zero:
+        write_failure(
+            run_dir,
+            f"{e.reason} at step {e.step}",
+            e.step,
+            kind="diverged",
+            stopped_at=e.at_step,
+            checkpoint=str(last) if good is not None else None,
+            checkpoint_step=good,
+        )
+    return TrainingDiverged(e.step, e.reason, e.at_step, msg)
+
+
 def fit(
     method: Method,
     backbone: torch.nn.Module,
@@ -333,43 +400,9 @@ def fit(
     stream = StepBatches(data, cfg.batch_size, cfg.seed)
     module.stream = stream
     loader = DataLoader(stream, batch_size=None, num_workers=0)
-    ckpt_cb = ModelCheckpoint(
-        dirpath=run_dir / "ckpt",
-        filename="step{step}",
-        every_n_train_steps=cfg.checkpoint_every,
-        save_last=True,
-        save_top_k=1,
-        auto_insert_metric_name=False,
-    )
-    timer = _Timer()
-    loggers = make_loggers(cfg, run_dir)
-    every = val_interval(cfg)
-    validation = (
-        [Validation(val_data, every, cfg.val_batches, cfg.batch_size, cfg.seed)]
-        if every and val_data is not None and len(val_data) and loggers
-        else []
-    )
-    accelerator = "gpu" if torch.cuda.is_available() else "cpu"
-    strategy = "ddp" if cfg.devices * cfg.num_nodes > 1 else "auto"  # gloo on CPU, nccl on GPU
+    gpu = torch.cuda.is_available()
     last = run_dir / "ckpt" / "last.ckpt"
-    trainer = L.Trainer(
-        max_steps=cfg.steps,
-        accelerator=accelerator,
-        devices=cfg.devices,
-        num_nodes=cfg.num_nodes,
-        strategy=strategy,
-        precision=precision_for(cfg),  # clipping: the module's step (bench.train.step)
-        # validation first: a checkpoint saved at its step then flushes its row (on_save_checkpoint)
-        callbacks=[*validation, ckpt_cb, timer, SaveOnSigterm(last), *(callbacks or [])],
-        logger=loggers or False,
-        enable_progress_bar=progress,
-        enable_model_summary=False,
-        plugins=[AtomicCheckpointIO()],
-        limit_val_batches=0,
-        num_sanity_val_steps=0,
-        default_root_dir=run_dir,
-        log_every_n_steps=log_interval(cfg),
-    )
+    trainer, timer, loggers = _make_trainer(cfg, run_dir, val_data, last, gpu, progress, callbacks)
     # The loader iterator is created (and its first batch prefetched) before any training
     # hook runs, so the stream must know its rank and resume step now.
     stream.rank, stream.world = trainer.global_rank, trainer.world_size
@@ -391,23 +424,7 @@ def fit(
             )  # our own checkpoint (RNG states are numpy objects)
         module.check_finite(weights=True)  # before weights.pt (the periodic check may not have run)
     except TrainingDiverged as e:
-        good = checkpoint_step(last) if last.exists() else None
-        kept = f"kept {last} (step {good})" if good is not None else "no checkpoint was written"
-        msg = (
-            f"{run_dir.name}: training diverged: {e.reason} at step {e.step}; "
-            f"stopped at step {e.at_step}, {kept}"
-        )
-        if trainer.is_global_zero:
-            write_failure(
-                run_dir,
-                f"{e.reason} at step {e.step}",
-                e.step,
-                kind="diverged",
-                stopped_at=e.at_step,
-                checkpoint=str(last) if good is not None else None,
-                checkpoint_step=good,
-            )
-        raise TrainingDiverged(e.step, e.reason, e.at_step, msg) from None
+        raise _diverged(e, run_dir, last, trainer.is_global_zero) from None
     seconds = time.perf_counter() - (timer.t0 or time.perf_counter())
     done = trainer.global_step - timer.steps0
     weights = run_dir / "weights.pt"
@@ -424,7 +441,7 @@ def fit(
         float(timer.last_loss),
         weights,
         trainer.is_global_zero,
-        f"cuda:{torch.cuda.get_device_name(0)}" if accelerator == "gpu" else "cpu",
+        f"cuda:{torch.cuda.get_device_name(0)}" if gpu else "cpu",
         cfg.devices * cfg.num_nodes,
         s_per_step=seconds / done if done > 0 and seconds > 0 else None,
         tokens_per_s=cfg.batch_size * data.x.shape[1] * done / seconds if seconds > 0 else None,
