@@ -37,29 +37,34 @@ and for a sampled final decode. Precision: float64 when asked (``sample.float64`
 Backbones: the shared DiT fed the unit-norm latents (reference ``models/sphere_dit.py::SphereDiT``
 feeds z_t unscaled; ``input_scale="sqrt_d"`` feeds z_t sqrt(d), unit variance per coordinate like
 a token embedding, a departure kept as an option), or the S-arch (:mod:`sflm.sarch`).
+
+The options and their tables are :mod:`sflm.options`'; the reference checkpoint format
+:mod:`sflm.reference`'s; the decodings :mod:`sflm.decodings`'.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from bench.backbones.dit import DiT, resolve_size
 from bench.config import BackboneConfig, ConfigError
 from bench.decoding import flagged
 from bench.method import LOSS_CE, Batch, LossOutput, Method, token_mean
-from bench.options import Options, option
-from bench.reference_format import ReferenceFamily, ReferenceFormat
-from sflm.alpha_star import alpha_star
 from sflm.decodings import DECODINGS
 from sflm.geometry import normalize, slerp, uniform_sphere
-from sflm.sampler import parse_decoding, sample_sphere_flow, topk_path
+from sflm.options import TIME_CONVENTIONS, SFLMOptions
+from sflm.reference import SFLMReference
+from sflm.sampler import FINAL_READS_TEMPERATURE, parse_decoding, sample_sphere_flow, topk_path
 from sflm.sarch import SArch
 from sflm.schedule import AdaptiveSchedule, Schedule, make_base_schedule
+
+__all__ = ["FLOAT32_ABOVE_VOCAB", "SFLM", "SFLMOptions", "SFLMReference"]
 
 #: |V| above which the sampler runs in float32 even where float64 is asked for (the default
 #: ``sample.float64: true``), unless ``velocity_dtype: sample``: float32 and float64 agreed on
@@ -68,332 +73,39 @@ from sflm.schedule import AdaptiveSchedule, Schedule, make_base_schedule
 #: about half a float64 one (docs/measurements/cpu_loss_fusion.md)
 FLOAT32_ABOVE_VOCAB = 10_000
 
-
-@dataclass
-class SFLMOptions(Options):
-    schedule: str = option(
-        "linear",
-        choices=("linear", "cos2"),
-        help="base schedule: linear alpha = 1 - t, or cos2 alpha = sin^2(pi/2 (1 - t)) "
-        "(paper tab:noise-schedules)",
-    )
-    alpha_max: float | str = option(
-        "star",
-        help="clean-weight cap of the truncated schedule: a number in (0, 1] "
-        "(1 = untruncated) or 'star' = alpha*(delta) for this vocabulary and width "
-        "(eq. alpha-crit)",
-    )
-    delta: float = option(
-        0.1, gt=0.0, lt=1.0, help="delta of alpha*(delta) when alpha_max = 'star'"
-    )
-    alpha_trunc_inverted: float | None = option(
-        None,
-        ge=0.0,
-        lt=1.0,
-        help="the paper's inverted alpha_trunc (TinyGSM ablation; = 1 - clean-weight cap, "
-        "e.g. 0.879 = 1 - alpha*(0.1)); sets alpha_max = 1 - value (leave alpha_max at 'star')",
-    )
-    eps: float = option(
-        1e-3, gt=0.0, lt=1.0, help="schedule floor: alpha at t = 1 (reference noise.eps)"
-    )
-    adaptive: bool = option(
-        False, help="adaptive noise schedule (paper Alg. 'Adaptive noise schedule refit')"
-    )
-    adaptive_refit_every: int = option(
-        50, gt=0, help="R: refit every R optimiser steps (paper / scripts: 50)"
-    )
-    adaptive_buffer: int = option(
-        0, ge=0, help="(t, loss) pairs kept; 0 = R x global batch (paper)"
-    )
-    adaptive_warmup: int = option(
-        1000, ge=0, help="W: steps before pairs are recorded (paper: 1000)"
-    )
-    adaptive_ema: float = option(
-        0.9, ge=0.0, lt=1.0, help="beta: EMA of successive schedules (paper / scripts: 0.9)"
-    )
-    adaptive_uniform_mix: float = option(
-        1e-3, gt=0.0, le=1.0, help="mu: uniform mix of the importance (paper: 1e-3)"
-    )
-    adaptive_n_grid: int = option(1000, gt=2, help="grid points of the refit (reference: 1000)")
-    adaptive_n_knots: int = option(20, gt=1, help="SplineTransformer knots (reference: 20)")
-    adaptive_degree: int = option(3, gt=0, help="spline degree (reference: 3)")
-    adaptive_ridge: float = option(1e-3, ge=0.0, help="Ridge alpha (reference: 1e-3)")
-    renorm: bool = option(
-        False,
-        help="re-project the embedding table onto the sphere after each optimiser step "
-        "(paper: worse; off)",
-    )
-    backbone: str = option(
-        "dit",
-        choices=("dit", "sarch"),
-        help="denoiser: the shared DiT or the S-arch (paper sec. 3.3)",
-    )
-    input_scale: str = option(
-        "unit",
-        choices=("unit", "sqrt_d"),
-        help="DiT input: unit-norm z_t (reference SphereDiT) or z_t sqrt(d) "
-        "(unit variance per coordinate)",
-    )
-    time_conditioning: bool = option(
-        True, help="feed sigma = -log alpha_t to the network (reference: true)"
-    )
-    time_convention: str = option(
-        "clean",
-        choices=("clean", "inverted"),
-        omit_default=True,
-        help="network time input: 'clean' sigma = -log(alpha) (alpha = clean weight; reference "
-        "algo.invert_time_convention=false) or 'inverted' sigma = -log(1 - alpha) (reference "
-        "invert_time_convention=true: the released TinyGSM 'fixed' S-FLM file); the schedule, "
-        "SLERP and sampler steps are the same in both",
-    )
-    top_k: int = option(
-        10, gt=0, help="k of the 'topk' decoding (paper appendix sweeps k; k >= 10 ~ exact)"
-    )
-    final_decode: str = option(
-        "argmax",
-        choices=("argmax", "sample"),
-        help="last step: argmax (reference noise_removal=greedy) "
-        "or a draw from softmax(logits / T)",
-    )
-    slerp_float64: bool = option(
-        True, help="training SLERP in float64 (reference algo.slerp_precision)"
-    )
-    velocity_dtype: str = option(
-        "auto",
-        choices=("auto", "sample"),
-        omit_default=True,
-        help="sampler dtype: auto = float32 when |V| > FLOAT32_ABOVE_VOCAB (10,000; float32 and "
-        "float64 agreed on every generated token at |V| = 50,258), else sample.float64's; "
-        "sample = sample.float64's at every |V|",
-    )
-
-    def validate(self) -> None:
-        if isinstance(self.alpha_max, str):
-            if self.alpha_max != "star":
-                raise ConfigError(
-                    f"alpha_max: must be a number in (0, 1] or 'star', got {self.alpha_max!r}"
-                )
-        elif not 0.0 < self.alpha_max <= 1.0:
-            raise ConfigError(f"alpha_max: must be in (0, 1], got {self.alpha_max!r}")
-        if self.alpha_trunc_inverted is not None and self.alpha_max != "star":
-            raise ConfigError(
-                "alpha_trunc_inverted: set either alpha_max or alpha_trunc_inverted, not both"
-            )
-        if self.time_convention == "inverted" and self.adaptive:
-            # as the reference (s-flm algo.py::SFM._validate_configuration)
-            raise ConfigError(
-                "time_convention: 'inverted' cannot be combined with adaptive: true "
-                "(the reference requires invert_time_convention=false for the adaptive schedule)"
-            )
-
-    def clean_weight_cap(self, vocab_size: int, dim: int) -> float:
-        """The canonical cap on alpha (clean weight) this configuration trains on."""
-        if self.alpha_trunc_inverted is not None:
-            return 1.0 - self.alpha_trunc_inverted  # inverted convention -> clean weight
-        if self.alpha_max == "star":
-            return alpha_star(vocab_size, dim, self.delta)
-        return float(self.alpha_max)
+#: ``velocity_dtype`` -> whether a vocabulary of |V| classes samples in float32 whatever
+#: ``float64`` asks (read at call time, so FLOAT32_ABOVE_VOCAB can be changed)
+VELOCITY_DTYPES: dict[str, Callable[[int], bool]] = {
+    "auto": lambda vocab: vocab > FLOAT32_ABOVE_VOCAB,
+    "sample": lambda vocab: False,
+}
 
 
-class SFLMReference(ReferenceFormat):
-    """S-FLM files (s-flm ``algo.SFM``): on the sphere-DiT (``SphereDiT``: the DiT's keys with
-    ``sphere_embed``) or the S-arch (``SphereArch``: its own keys, ``sz``); no mask class, the
-    reference's [PAD] is a class (OWT: 50,258). The schedule from ``noise.*`` (type, cap, the
-    inverted time convention of ``algo.invert_time_convention``); an adaptive file's ``noise.*``
-    buffers hold the fitted schedule (``adaptive`` is a choice: the reference sampled with the
-    base schedule, ``true`` samples with the fitted one)."""
+def _sphere_dit(vocab: int, size) -> nn.Module:
+    net = DiT(vocab, vocab, size)
+    torch.nn.init.normal_(net.embed.weight, std=1.0 / math.sqrt(size.d_model))  # model.init=ngpt
+    return net
 
-    families = (
-        ReferenceFamily(
-            "sfm_dit",
-            model_type="sphere-dit",
-            algo="sfm",
-            algo_names=("sfm",),
-            requires=("backbone.sphere_embed.weight",),
-            embed="sphere_embed.weight",
-        ),
-        ReferenceFamily(
-            "sfm_arch",
-            model_type="sphere-arch",
-            algo="sfm",
-            algo_names=("sfm",),
-            requires=("backbone.sphere_embed.weight", "backbone.sz"),
-            layout="sarch",
-            embed="sphere_embed.weight",
-        ),
-    )
-    pad_is_class = True
 
-    def family_for(self, options) -> ReferenceFamily:
-        return self.families[1] if options.backbone == "sarch" else self.families[0]
+@dataclass(frozen=True)
+class SphereBackbone:
+    """A denoiser the ``backbone`` option names: ``build(vocab, size)`` and whether
+    ``input_scale`` applies to its input (the S-arch normalises its input: a scale is a no-op)."""
 
-    def options_from(self, ref, family):
-        arch = family.layout == "sarch"
-        if not arch and ref.cfg("model.learn_temperature_scaling"):
-            raise ref.error(
-                "model.learn_temperature_scaling=True (an extra output column) is not supported"
-            )
-        kind = ref.cfg("noise.type", "log-linear")  # s-flm configs/noise/*.yaml
-        schedule = {"log-linear": "linear", "cosine-squared": "cos2"}.get(kind)
-        if schedule is None:
-            raise ref.error(f"noise.type {kind!r} (supported: log-linear, cosine-squared)")
-        opts = {
-            "backbone": "sarch" if arch else "dit",
-            "eps": float(ref.num("noise.eps", 1e-3)),
-            "schedule": schedule,
-            "input_scale": "unit",
-            "renorm": False,
-        }
-        choices, notes = {}, []
-        if arch:
-            if not ref.cfg("model.use_time_alpha", True):
-                raise ref.error("S-arch without use_time_alpha is not supported")
-            mlp = ref.cfg("model.mlp_type", "gelu")
-            if mlp not in (None, "gelu"):
-                raise ref.error(f"S-arch mlp_type {mlp!r} (supported: gelu)")
-            if ref.cfg("model.normalize_input_embed"):
-                raise ref.error("normalize_input_embed=True is not supported")
-        # configs/algo/sfm.yaml default: the inverted convention
-        if bool(ref.num("algo.invert_time_convention", True)):
-            # s-flm algo.SFM: the schedule's alpha is 1 - clean weight; alpha_min = 1 - cap
-            amin = float(ref.num("noise.alpha_min", 0.0))
-            if not 0.0 < amin < 1.0:
-                raise ref.error(
-                    f"inverted time convention needs 0 < noise.alpha_min < 1, got {amin}"
-                )
-            opts["alpha_trunc_inverted"] = amin
-            opts["time_convention"] = "inverted"
-        else:
-            amax = ref.num("noise.alpha_max", None)
-            opts["alpha_max"] = 1.0 if amax is None else float(amax)
-        if ref.adaptive:
-            # reference sampling rebuilt no spline on load: it ran the base truncated schedule
-            opts["adaptive"] = False
-            choices["adaptive"] = [False, True]
-            n = ref.noise
-            has = bool(n.get("has_schedule", torch.tensor(False)).item())
-            notes.append(
-                "adaptive schedule in the file "
-                f"(fitted: {has}, refits: {int(n.get('refit_count', torch.tensor(0)))}); "
-                "adaptive=false (default) samples with the base truncated schedule as the "
-                "reference harness did, adaptive=true with the fitted schedule (as trained)"
-            )
-        return opts, choices, notes
+    build: Callable[..., nn.Module]
+    scaled_input: bool
 
-    @staticmethod
-    def adaptive_state(ref) -> dict:
-        """The file's adaptive-schedule buffers as :class:`sflm.schedule.AdaptiveSchedule` state
-        (reference noise_schedules.AdaptiveSchedule buffers; ``has_schedule`` -> fitted)."""
-        n = ref.noise
 
-        def arr(name):
-            return n[name].detach().to(torch.float64).clone() if name in n else None
-
-        fitted = bool(n["has_schedule"].item()) if "has_schedule" in n else False
-        alpha = arr("alpha_vals")
-        return {
-            "t_buf": arr("t_buf"),
-            "loss_buf": arr("loss_buf"),
-            "buf_pos": int(n["buf_pos"].item()) if "buf_pos" in n else 0,
-            "buf_filled": fitted,
-            "ema_vals": arr("ema_alpha_vals") if "ema_alpha_vals" in n else torch.zeros_like(alpha),
-            "alpha_vals": alpha if fitted else None,
-            "refit_count": int(n["refit_count"].item()) if "refit_count" in n else 0,
-            "n_grid": int(alpha.numel()),
-        }
-
-    def load_state(self, method, ref) -> None:
-        if method.adaptive is not None and ref.adaptive:  # "as trained": the fitted schedule
-            method.adaptive.set_extra_state(self.adaptive_state(ref))
-
-    def describe(self, ref) -> dict:
-        if not ref.adaptive:
-            return {}
-        n = ref.noise
-        a = n["alpha_vals"].double()
-        return {
-            "adaptive_schedule": {
-                "fitted": bool(n.get("has_schedule", torch.tensor(False)).item()),
-                "refit_count": int(n.get("refit_count", torch.tensor(0)).item()),
-                "alpha_range": [float(a.min()), float(a.max())],
-                "buffer": int(n["t_buf"].numel()) if "t_buf" in n else None,
-            }
-        }
-
-    def export_config(self, family, method) -> dict:
-        o = method.opts
-        arch = family.layout == "sarch"
-        model = {"init": "ngpt", "eps": 1e-6, "pretrained_ckpt_path": None}
-        if arch:
-            model.update(
-                use_time_alpha=True,
-                use_time_token=False,
-                mlp_type="gelu",
-                normalize_input_embed=False,
-            )
-        else:
-            model["learn_temperature_scaling"] = False
-        inverted = o.time_convention == "inverted"
-        noise: dict = {
-            "type": "cosine-squared" if o.schedule == "cos2" else "log-linear",
-            "eps": o.eps,
-            "adaptive": bool(o.adaptive),
-        }
-        if inverted:
-            noise["alpha_min"] = 1.0 - method.alpha_cap
-        else:
-            noise["alpha_max"] = method.alpha_cap
-        if method.adaptive is not None:
-            ad, st = method.adaptive, method.adaptive.get_extra_state()
-            buf = st["t_buf"]
-            noise.update(
-                adaptive_refit_every=ad.refit_every,
-                adaptive_buffer_size=int(len(buf)) if buf is not None else ad.buffer_size or None,
-                adaptive_ema=ad.ema,
-                adaptive_uniform_mix=ad.uniform_mix,
-                adaptive_warmup_steps=ad.warmup,
-                adaptive_n_grid=ad.n_grid,
-                adaptive_n_knots=ad.n_knots,
-                adaptive_spline_degree=ad.degree,
-                adaptive_ridge_alpha=ad.ridge,
-            )
-        return {
-            "model": model,
-            "algo": {
-                "diffusion_type": "sphere",
-                "backbone": "sphere-dit",
-                "time_conditioning": o.time_conditioning,
-                "invert_time_convention": inverted,
-                # SphereArch: its matrices are re-projected every step (mandatory); the
-                # SphereDiT re-projects its embedding table (our renorm)
-                "renormalize_weights": arch or bool(o.renorm),
-                "slerp_precision": "float64" if o.slerp_float64 else "float32",
-                "eps": 1e-6,
-                "loss_type": "ce",
-                "self_conditioning": False,
-                "p_self_cond": 0.25,  # configs/algo/sfm.yaml (read even when self-cond is off)
-            },
-            "noise": noise,
-            "sampler": {
-                "predictor": "sfm",
-                "noise_removal": "greedy" if o.final_decode == "argmax" else "ancestral",
-            },
-        }
-
-    def export_state(self, family, method) -> dict:
-        if method.adaptive is None:
-            return {}
-        st = method.adaptive.get_extra_state()
-        zeros = torch.zeros(st["n_grid"], dtype=torch.float64)
-        return {
-            "noise.t_buf": st["t_buf"] if st["t_buf"] is not None else zeros.clone(),
-            "noise.loss_buf": st["loss_buf"] if st["loss_buf"] is not None else zeros.clone(),
-            "noise.buf_pos": torch.tensor(st["buf_pos"]),
-            "noise.alpha_vals": st["alpha_vals"] if st["alpha_vals"] is not None else zeros,
-            "noise.has_schedule": torch.tensor(st["alpha_vals"] is not None),
-            "noise.ema_alpha_vals": st["ema_vals"],
-            "noise.refit_count": torch.tensor(st["refit_count"]),
-        }
+#: ``backbone`` -> :class:`SphereBackbone`
+BACKBONES = {
+    "dit": SphereBackbone(_sphere_dit, scaled_input=True),
+    "sarch": SphereBackbone(SArch, scaled_input=False),
+}
+#: ``input_scale`` -> the factor of z for width d (None: z as it is, unit norm)
+INPUT_SCALES: dict[str, Callable[[int], float] | None] = {"unit": None, "sqrt_d": math.sqrt}
+#: velocities whose memory grows with k, and the :func:`sflm.sampler.topk_path` paths on which
+#: it does (one family per path; ``Method``'s rehearsal capability ``decoding_family``)
+SIZED_PATHS = {"topk": ("gather", "dense")}
 
 
 class SFLM(Method):
@@ -443,7 +155,7 @@ class SFLM(Method):
     def __init__(self, options, vocab_size: int, seq_len: int):
         super().__init__(options, vocab_size, seq_len)
         o = self.opts
-        if o.final_decode == "sample":  # a sampled last step depends on T even for top-1
+        if FINAL_READS_TEMPERATURE[o.final_decode]:  # a sampled last step: T counts for top-1
             self.temperature_free = ()
         self.adaptive = None
         if o.adaptive:
@@ -465,13 +177,7 @@ class SFLM(Method):
     # -- construction -----------------------------------------------------------------
     def build_backbone(self, cfg: BackboneConfig):
         size = resolve_size(cfg)
-        if self.opts.backbone == "sarch":
-            net = SArch(self.vocab_size, size)
-        else:
-            net = DiT(self.vocab_size, self.vocab_size, size)
-            torch.nn.init.normal_(
-                net.embed.weight, std=1.0 / math.sqrt(size.d_model)
-            )  # reference model.init=ngpt
+        net = BACKBONES[self.opts.backbone].build(self.vocab_size, size)
         self.setup_schedule(size.d_model)
         return net
 
@@ -547,16 +253,15 @@ class SFLM(Method):
         """
         if not self.opts.time_conditioning:
             return torch.zeros_like(alpha_t, dtype=torch.float32)
-        if self.opts.time_convention == "inverted":
-            return (-torch.log1p(-alpha_t)).float()
-        return (-torch.log(alpha_t)).float()
+        return TIME_CONVENTIONS[self.opts.time_convention].sigma(alpha_t).float()
 
     def net_input(self, z: Tensor, backbone) -> Tensor:
         """What the denoiser is fed: z (unit norm), or z sqrt(d) for the DiT with input_scale=sqrt_d
         (the S-arch normalises its input, so the scale would be a no-op there)."""
-        if self.opts.input_scale == "sqrt_d" and self.opts.backbone == "dit":
-            return z * math.sqrt(z.shape[-1])
-        return z
+        scale = INPUT_SCALES[self.opts.input_scale]
+        if scale is None or not BACKBONES[self.opts.backbone].scaled_input:
+            return z
+        return z * scale(z.shape[-1])
 
     # -- training -------------------------------------------------------------------
     def loss(self, backbone, batch: Batch, t: Tensor | None) -> LossOutput:
@@ -594,21 +299,21 @@ class SFLM(Method):
         gather over (B, L, k, d) or its dense (B, L, V) scatter) are one family, memory growing
         with k; k = 1 (an argmax) is its own. Needs the built backbone's width."""
         d = parse_decoding(self.resolve_decoding(decoding), self.opts.top_k)
-        if d.velocity != "topk" or self.dim is None:
+        paths = SIZED_PATHS.get(d.velocity, ())
+        if not paths or self.dim is None:
             return decoding, 0
         path = topk_path(d.k, self.vocab_size, self.dim)
-        return (f"topk-{path}", d.k) if path in ("gather", "dense") else (decoding, 0)
+        return (f"{d.velocity}-{path}", d.k) if path in paths else (decoding, 0)
 
     def resolve_decoding(self, decoding: str) -> str:
-        if decoding == "default":
-            return self.decodings[0]
+        decoding = {"default": self.decodings[0]}.get(decoding, decoding)
         parse_decoding(decoding, self.opts.top_k)  # raises a clear error on unknown names
         return decoding
 
     def float32_by_size(self) -> bool:
         """True when the sampler runs in float32 whatever ``float64`` asks: ``velocity_dtype``
         ``auto`` and |V| > :data:`FLOAT32_ABOVE_VOCAB`."""
-        return self.opts.velocity_dtype == "auto" and self.vocab_size > FLOAT32_ABOVE_VOCAB
+        return VELOCITY_DTYPES[self.opts.velocity_dtype](self.vocab_size)
 
     @torch.no_grad()
     def sample(

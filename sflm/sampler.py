@@ -323,6 +323,9 @@ def _final_sample(raw: Tensor, temperature: float, generator, float64: bool) -> 
 
 #: ``final_decode`` -> the last call's decode
 FINAL_DECODES = {"argmax": _final_argmax, "sample": _final_sample}
+#: ``final_decode`` -> whether the last call's decode reads the temperature (a draw does: a
+#: temperature-free velocity such as top-1 then is not temperature-free)
+FINAL_READS_TEMPERATURE = {"argmax": False, "sample": True}
 
 
 def sample_sphere_flow(

@@ -46,6 +46,32 @@ def test_registered_and_options_validated():
         build(sm.SFLMOptions, {"schedule": "cosine"}, where="m")
 
 
+def test_every_option_choice_has_its_table_entry():
+    """The option values the method dispatches on are looked up in tables (no comparison of
+    names): each choice an option accepts has its entry, and no entry is unreachable."""
+    import dataclasses
+
+    from sflm import reference as sref
+    from sflm.options import TIME_CONVENTIONS
+    from sflm.sampler import FINAL_DECODES, FINAL_READS_TEMPERATURE
+
+    choices = {f.name: f.metadata.get("choices") for f in dataclasses.fields(sm.SFLMOptions)}
+    tables = {
+        "schedule": [sref.NOISE_TYPES],
+        "backbone": [sm.BACKBONES, sref.FILE_BACKBONES],
+        "input_scale": [sm.INPUT_SCALES],
+        "time_convention": [TIME_CONVENTIONS],
+        "final_decode": [FINAL_DECODES, FINAL_READS_TEMPERATURE, sref.NOISE_REMOVALS],
+        "velocity_dtype": [sm.VELOCITY_DTYPES],
+    }
+    for name, tabs in tables.items():
+        for table in tabs:
+            assert set(table) == set(choices[name]), name
+    assert {f.layout for f in sm.SFLM.reference.families} == set(sm.BACKBONES)
+    with pytest.raises(ConfigError, match="cannot be combined with adaptive"):
+        build(sm.SFLMOptions, {"time_convention": "inverted", "adaptive": True}, where="m")
+
+
 def test_truncation_cap_and_the_inverted_convention():
     m, _ = make()  # default: alpha*(0.1) for |V| = 10, d = 64
     assert m.alpha_cap == pytest.approx(alpha_star(10, 64, 0.1))
