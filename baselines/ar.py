@@ -136,7 +136,8 @@ class AR(Method):
     loss_kind = LOSS_NLL
     #: the chain rule gives the NLL itself (:meth:`nll_bound`)
     bound_kind = BOUND_EXACT
-    #: reuse keys / values between decoding calls (False: re-run the whole prefix every call)
+    #: reuse keys / values between decoding calls (False: re-run the whole prefix every call); a
+    #: capability the benchmarks read too (bench.perf.capabilities: arcache, calibrate)
     kv_cache = True
     #: reference checkpoint format (bench.reference_format; docs/checkpoints.md)
     reference = ARReference()

@@ -357,7 +357,8 @@ class MDLM(Method):
         return self.DECODINGS[name].step(self, t, s, last)
 
     def min_nfe(self, prompt_mask: Tensor) -> int:
-        """One call per block of ``block_length`` (:meth:`blocks`); 1 without blocks."""
+        """One call per block of ``block_length`` (:meth:`blocks`); 1 without blocks. The
+        rehearsal's capability (bench.rehearse.Rehearsable): it samples at no fewer calls."""
         bl = self.opts.block_length
         if not bl:
             return 1

@@ -151,6 +151,13 @@ class Method(nn.Module):
     """Base class. Subclasses set ``name``, ``Options``, ``decodings`` and implement
     :meth:`build_backbone`, :meth:`loss` and :meth:`sample`.
 
+    The class holds what every method must say. What only a tool reads is a capability that
+    tool owns and a method declares as its own attribute when it has it (docs/adding-a-method.md,
+    "Capabilities the tools read"): the rehearsal's :class:`bench.rehearse.Rehearsable`
+    (``memory_neutral_options``, ``decoding_family``, ``min_nfe``), the benchmarks'
+    :mod:`bench.perf.capabilities` (``exact_velocity``, ``kv_cache``), the conformance suite's
+    ``conformance_variants`` and ``learnability_options`` (tests/bench/test_conformance.py).
+
     A Method is an ``nn.Module`` so that state it owns (e.g. the adaptive noise schedule)
     travels in checkpoints; it holds no trainable parameters of its own by convention:
     everything trainable lives in the backbone so that EMA covers it.
@@ -177,13 +184,6 @@ class Method(nn.Module):
     #: they stay out of the train cell's identity, so variants differing only in them share
     #: one trained model (bench.plan)
     sampling_options: ClassVar[tuple[str, ...]] = ()
-    #: True when each sampling step computes an exact velocity over the whole vocabulary outside
-    #: the backbone (softmax, expectation, exp map; float64 unless ``sample(float64=False)``): the
-    #: step ``python -m bench.perf velocity`` times and ``agreement`` checks in float32 (S-FLM)
-    exact_velocity: ClassVar[bool] = False
-    #: None: the sampler keeps no KV cache; True / False: it has one, used when True (an instance
-    #: may switch it off; ``python -m bench.perf arcache`` times both on the same weights)
-    kv_cache: bool | None = None
     #: how this method's models map from and to the reference checkpoint format (the S-FLM paper's
     #: harness, whose files the paper released): a :class:`bench.reference_format.ReferenceFormat`
     #: (the families whose files hold this method's models, the options a file implies, the
@@ -202,12 +202,6 @@ class Method(nn.Module):
     #: :data:`BOUND_ELBO` (an upper bound on the NLL, estimated by Monte Carlo over its time
     #: integral), or "" (no bound: the likelihood tables print "no bound" for the method)
     bound_kind: ClassVar[str] = ""
-
-    #: ``Options`` fields that change no tensor's shape, dtype or count in a training step or a
-    #: sampling call (a schedule's constants): models that differ only in them hold the same
-    #: memory per batch element, so ``--rehearse`` measures their batch-2 point once
-    #: (:mod:`bench.rehearse`). Leave out anything you are unsure of: the default, none, is safe
-    memory_neutral_options: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def loss_kind_for(cls, options: Options) -> str:
@@ -309,17 +303,6 @@ class Method(nn.Module):
     def nfe_for(self, nfe: int, prompt_mask: Tensor) -> int:
         """Backbone calls :meth:`sample` will make for this request (AR: generated length)."""
         return nfe
-
-    def min_nfe(self, prompt_mask: Tensor) -> int:
-        """The smallest ``nfe`` :meth:`sample` accepts for this request (MDLM's blocks: one call
-        each); ``--rehearse`` samples at no fewer calls."""
-        return 1
-
-    def decoding_family(self, decoding: str) -> tuple[str, int]:
-        """(family, size) of a resolved decoding: decodings of one family run the same code and
-        hold memory that grows with ``size`` (S-FLM's top-k: k), so ``--rehearse`` runs the
-        largest of each family. Default: every decoding is its own family."""
-        return decoding, 0
 
     @property
     def filtering(self) -> bool:

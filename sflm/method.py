@@ -104,7 +104,7 @@ BACKBONES = {
 #: ``input_scale`` -> the factor of z for width d (None: z as it is, unit norm)
 INPUT_SCALES: dict[str, Callable[[int], float] | None] = {"unit": None, "sqrt_d": math.sqrt}
 #: velocities whose memory grows with k, and the :func:`sflm.sampler.topk_path` paths on which
-#: it does (one family per path; ``Method``'s rehearsal capability ``decoding_family``)
+#: it does (one family per path: :meth:`SFLM.decoding_family`)
 SIZED_PATHS = {"topk": ("gather", "dense")}
 
 
@@ -119,10 +119,12 @@ class SFLM(Method):
     loss_kind = LOSS_CE
     #: options of the sampler only: a new k or final decode reuses the trained model
     sampling_options = ("top_k", "final_decode")
-    #: the sampler's exact velocity (sflm.sampler) runs between backbone calls (bench.perf)
+    #: the sampler's exact velocity (sflm.sampler) runs between backbone calls: the benchmarks'
+    #: capability (bench.perf.capabilities: velocity, agreement)
     exact_velocity = True
     #: the schedule's constants and its refit's settings: scalars and a (n_grid,) table, no
-    #: tensor of the batch changes shape with them (bench.rehearse measures batch 2 once)
+    #: tensor of the batch changes shape with them (the rehearsal's capability,
+    #: bench.rehearse.Rehearsable: it measures batch 2 once)
     memory_neutral_options = (
         "schedule",
         "alpha_max",
@@ -297,7 +299,8 @@ class SFLM(Method):
     def decoding_family(self, decoding: str) -> tuple[str, int]:
         """Top-k decodings that take the same path of :func:`sflm.sampler.topk_velocity` (its
         gather over (B, L, k, d) or its dense (B, L, V) scatter) are one family, memory growing
-        with k; k = 1 (an argmax) is its own. Needs the built backbone's width."""
+        with k; k = 1 (an argmax) is its own. Needs the built backbone's width. The rehearsal's
+        capability (bench.rehearse.Rehearsable): it runs the largest k of each family."""
         d = parse_decoding(self.resolve_decoding(decoding), self.opts.top_k)
         paths = SIZED_PATHS.get(d.velocity, ())
         if not paths or self.dim is None:

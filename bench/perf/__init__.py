@@ -24,8 +24,9 @@ each runs on CPU or GPU (``--device``; bf16 autocast on CUDA unless ``--precisio
 
 The models (labels, opt-in fast paths) and ``--scale`` presets are :mod:`bench.cost.catalogue`';
 timing, memory and batch helpers :mod:`bench.perf.common`'s; the flags and the output
-:mod:`bench.perf.suite`'s. Results print as a table and are written atomically to ``--out``
-(JSON) when given.
+:mod:`bench.perf.suite`'s; what a method declares for the benchmarks (an exact velocity, a KV
+cache) :mod:`bench.perf.capabilities`'. Results print as a table and are written atomically
+to ``--out`` (JSON) when given.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Each sweep sample cell of every ``--runs`` folder is re-run in both dtypes with 
 (:func:`bench.cells.batch_seed`), and the fraction of final tokens that agree is reported;
 ``matches_store`` compares the run in the dtype the sweep sampled in (``store_dtype``: float64,
 or float32 where the method defaults to it at this |V|) with the ids the sweep stored. The runs must
-be of a method whose class sets :attr:`bench.method.Method.exact_velocity` (S-FLM).
+be of a method whose class sets ``exact_velocity`` (S-FLM; :mod:`bench.perf.capabilities`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 
 from bench import registry
 from bench.config import ConfigError
-from bench.perf import common
+from bench.perf import capabilities, common
 
 HELP = "float32 vs float64 sampling of trained exact-velocity runs (--runs)"
 
@@ -43,7 +43,7 @@ def agreement_cells(run_dir: Path, decoding: str = "exact", max_cells: int = 0):
     tc = TrainCell(**json.loads(path.read_text()))
     tc = dataclasses.replace(tc, results_dir=str(Path(run_dir).parent.parent))
     cls = registry.METHODS.get(tc.method)
-    if not getattr(cls, "exact_velocity", False):
+    if not capabilities.exact_velocity(cls):
         raise ConfigError(
             f"--runs {run_dir}: method {tc.method!r} has no exact-velocity sampler to compare "
             "in float32 and float64"

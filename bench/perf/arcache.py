@@ -1,9 +1,9 @@
 """``arcache`` (opt-in): generation with the KV cache vs re-reading the prefix every call.
 
-For every registered method whose class has a KV cache (:attr:`bench.method.Method.kv_cache`
-not None: AR): ``kv_cache = True`` vs ``False`` at ``--ar-len`` (default 512, ``--prompt-frac``
-given), same weights and prompts, greedy by default: seconds, tokens/s, speed-up, NFE of both,
-and whether the tokens match.
+For every registered method whose class has a KV cache (``kv_cache`` not None,
+:mod:`bench.perf.capabilities`: AR): ``kv_cache = True`` vs ``False`` at ``--ar-len`` (default
+512, ``--prompt-frac`` given), same weights and prompts, greedy by default: seconds, tokens/s,
+speed-up, NFE of both, and whether the tokens match.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 
 from bench import registry
 from bench.config import ConfigError
-from bench.perf import common
+from bench.perf import capabilities, common
 
 HELP = "generation with the KV cache vs re-reading the prefix (opt-in)"
 
@@ -35,7 +35,7 @@ def add_arguments(group) -> None:
 
 def cached_methods() -> list[str]:
     """The registered methods whose sampler has a KV cache to switch off."""
-    return [n for n, cls in registry.METHODS.items() if getattr(cls, "kv_cache", None) is not None]
+    return [n for n, cls in registry.METHODS.items() if capabilities.kv_cache(cls) is not None]
 
 
 def run(model_list, args, device) -> list[dict]:

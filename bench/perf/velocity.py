@@ -7,7 +7,7 @@ denoiser (softmax, ``exact_velocity``, exp map) relative to one denoiser forward
 extra memory of the run in units of one (B, L, V) buffer of the sampling dtype. Timed through
 the real sampler (the method's ``sample``) with the backbone call wrapped, not a
 re-implementation. Runs on every registered method whose class sets
-:attr:`bench.method.Method.exact_velocity`.
+``exact_velocity`` (:mod:`bench.perf.capabilities`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 
 from bench import registry
 from bench.config import ConfigError
-from bench.perf import common
+from bench.perf import capabilities, common
 
 HELP = "one exact-velocity sampler step vs one denoiser forward (time, extra memory)"
 
@@ -40,7 +40,7 @@ def add_arguments(group) -> None:
 
 def velocity_methods() -> list[str]:
     """The registered methods whose sampler computes an exact velocity between backbone calls."""
-    return [n for n, cls in registry.METHODS.items() if getattr(cls, "exact_velocity", False)]
+    return [n for n, cls in registry.METHODS.items() if capabilities.exact_velocity(cls)]
 
 
 #: the velocity shape without ``--scale`` (the ``small`` DiT at a GPT-2-sized vocabulary)

@@ -7,11 +7,11 @@ through each kind of work its jobs do, on this machine, before any GPU-hour is s
 For every distinct model of the plan (method + options + backbone + vocabulary; models that
 differ only by training seed, training subset or sampling grid, or import files with the same
 facts, are one) it runs, at batch 1 and at batch 2 (a *twin*, a model that differs from an
-earlier one only in options its method declares memory-neutral, ``Method.memory_neutral_options``
-such as S-FLM's schedule constants, runs batch 1 only and takes the earlier model's growth from
-batch 1 to 2, :func:`twin_key`; for sampling and likelihood also an imported model of the same
-architecture, or of a vocabulary a few classes apart, the growth scaled up by the ratio when larger,
-:func:`architecture`):
+earlier one only in options its method declares memory-neutral,
+``Rehearsable.memory_neutral_options`` such as S-FLM's schedule constants, runs batch 1 only and
+takes the earlier model's growth from batch 1 to 2, :func:`twin_key`; for sampling and likelihood
+also an imported model of the same architecture, or of a vocabulary a few classes apart, the growth
+scaled up by the ratio when larger, :func:`architecture`):
 
 - **build**: the method and its backbone at the sweep's size, random weights, on the device. An
   import cell (``checkpoint:``) instead writes a random model of the file's facts in the
@@ -28,9 +28,8 @@ architecture, or of a vocabulary a few classes apart, the growth scaled up by th
   (:meth:`Rehearsal.train`);
 - **sample**: one sampling call per sampling setup of the model (decoding and sampling-only
   options: their memory differs, e.g. the S-arch's stochastic decoding against its exact one;
-  of decodings that share code with memory growing in a size,
-  ``Method.decoding_family`` such as S-FLM's top-k, the largest; ``--first-decoding``: the first
-  setup only), through
+  of decodings that share code with memory growing in a size (``Rehearsable.decoding_family``
+  such as S-FLM's top-k), the largest; ``--first-decoding``: the first setup only), through
   :func:`bench.cells.sample_batch`, at ``nfe = 2``: a middle step and the last, whose memory
   can differ (a method whose NFE is the generated length gets a prompt of all but the last 2
   positions: a prefill of L - 2 positions, then one cached call, which bounds its real peak from
@@ -71,6 +70,12 @@ one module per phase (:mod:`~bench.rehearse.imported`, :mod:`~bench.rehearse.tra
 :mod:`~bench.rehearse.command` (the entry points).
 """
 
+from bench.rehearse.capabilities import (
+    Rehearsable,
+    decoding_family,
+    memory_neutral_options,
+    min_nfe,
+)
 from bench.rehearse.command import main, rehearse, rehearse_all
 from bench.rehearse.inputs import Inputs, task_inputs
 from bench.rehearse.measuring import GB, Phase, Segments, measure
@@ -88,14 +93,18 @@ __all__ = [
     "Inputs",
     "Model",
     "Phase",
+    "Rehearsable",
     "Rehearsal",
     "RehearsalFailure",
     "Segments",
     "Shared",
     "architecture",
+    "decoding_family",
     "fits",
     "main",
     "measure",
+    "memory_neutral_options",
+    "min_nfe",
     "model_key",
     "model_summary",
     "models_of",

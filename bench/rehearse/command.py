@@ -196,7 +196,7 @@ def _rehearse_one(p, source, shared, tmp, device, where, memory_gb, first_decodi
         )
     if r.covered:
         notes.append(
-            "sampling setups another of their family stands for (Method.decoding_family: the "
+            "sampling setups another of their family stands for (the method's decoding_family: the "
             "same code, memory growing with its size, the largest rehearsed): "
             + "; ".join(r.covered)
         )
@@ -204,7 +204,7 @@ def _rehearse_one(p, source, shared, tmp, device, where, memory_gb, first_decodi
         notes.append(
             "(peak): batch 2 not run; the batch-1 peak plus the growth from batch 1 to 2 "
             "measured on a model that differs only in options its method declares memory-neutral "
-            "(Method.memory_neutral_options: a schedule's constants), or, for a sampling or "
+            "(the method's memory_neutral_options: a schedule's constants), or, for a sampling or "
             "likelihood phase, on the same architecture trained instead of imported, or with a "
             "vocabulary within 1 % (the growth times the ratio of the classes when this one has "
             "more) (or in an earlier sweep of this run, named in brackets)"

@@ -11,6 +11,7 @@ import torch
 from bench.config import config_hash
 from bench.likelihood.kind import LikelihoodCell
 from bench.plan import Plan, SampleCell, TrainCell
+from bench.rehearse.capabilities import memory_neutral_options
 
 
 @dataclass
@@ -60,7 +61,7 @@ def model_key(tc: TrainCell) -> str:
 
 def twin_key(tc: TrainCell, architecture: str | None = None) -> str:
     """What makes two models hold the same memory per batch element: :func:`model_key` without
-    the options the method declares memory-neutral (``Method.memory_neutral_options``: a
+    the options the method declares memory-neutral (``Rehearsable.memory_neutral_options``: a
     schedule's constants). With ``architecture`` (:func:`architecture`, the built network's
     parameter names, shapes and dtypes) in place of the backbone config, the vocabulary and
     whether it was imported: a sampling call holds the same for a trained and an imported model
@@ -68,7 +69,7 @@ def twin_key(tc: TrainCell, architecture: str | None = None) -> str:
     (:meth:`Rehearsal.second`)."""
     from bench import registry
 
-    neutral = set(getattr(registry.METHODS[tc.method], "memory_neutral_options", ()))
+    neutral = set(memory_neutral_options(registry.METHODS[tc.method]))
     ident = {
         "method": tc.method,
         "options": {k: v for k, v in tc.options.items() if k not in neutral},

@@ -16,6 +16,7 @@ import torch
 from bench.cell_model import cell_task, method_backbone
 from bench.config import ConfigError, config_hash
 from bench.plan import Plan, SampleCell
+from bench.rehearse.capabilities import decoding_family
 from bench.rehearse.imported import export_import_load
 from bench.rehearse.inputs import Inputs, task_inputs
 from bench.rehearse.likelihood import likelihood_phase
@@ -167,13 +168,14 @@ class Rehearsal:
         return (int(self.task.seq_len), int(self.task.vocab_size))
 
     def setups(self, m: Model, method) -> list[SampleCell]:
-        """The sampling setups rehearsed: of each family of decodings (``Method.decoding_family``:
-        the same code, memory growing with a size such as top-k's k) under the same options and
-        dtype, the largest; then only the first with ``--first-decoding``."""
+        """The sampling setups rehearsed: of each family of decodings
+        (``Rehearsable.decoding_family``: the same code, memory growing with a size such as
+        top-k's k) under the same options and dtype, the largest; then only the first with
+        ``--first-decoding``."""
         best: dict[tuple, tuple[SampleCell, int]] = {}
         for sc in m.samples:
             try:
-                fam, size = method.decoding_family(sc.decoding)
+                fam, size = decoding_family(method, sc.decoding)
             except Exception:  # noqa: BLE001 - an unknown decoding fails in its sample phase
                 fam, size = sc.decoding, 0
             key = (config_hash(sc.options), bool(sc.float64), fam)
@@ -185,7 +187,7 @@ class Rehearsal:
         for sc in m.samples:
             if id(sc) in keep:
                 continue
-            fam, _ = method.decoding_family(sc.decoding)
+            fam, _ = decoding_family(method, sc.decoding)
             lead = best[(config_hash(sc.options), bool(sc.float64), fam)][0]
             by.setdefault(setup_name(lead), []).append(setup_name(sc))
         for lead, others in by.items():

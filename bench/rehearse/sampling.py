@@ -10,6 +10,7 @@ import json
 import torch
 
 from bench.plan import SampleCell
+from bench.rehearse.capabilities import min_nfe
 from bench.rehearse.inputs import Inputs
 from bench.rehearse.measuring import Phase
 from bench.rehearse.models import Model, architecture, twin_key
@@ -41,8 +42,8 @@ def sample_phase(r, m: Model, sc: SampleCell, method, backbone, inp: Inputs, cac
     except Exception as e:  # noqa: BLE001
         raise r.fail(sc.label(), name, f"{type(e).__name__}: {e}") from e
     length_nfe = bool(sampler.nfe_is_length)
-    # at least the calls the decoding needs (Method.min_nfe: MDLM's blocks take one each)
-    least = int(sampler.min_nfe(inp.data.clean_mask[:1]))
+    # at least the calls the decoding needs (min_nfe: MDLM's blocks take one each)
+    least = min_nfe(sampler, inp.data.clean_mask[:1])
     cell = dataclasses.replace(sc, nfe=sc.nfe if length_nfe else max(REHEARSAL_NFE, least))
     if length_nfe:
         ph.note = (

@@ -370,6 +370,28 @@ def test_sflm_decoding_families_follow_the_top_k_velocity_paths():
     assert topk_path(49153, 49153, 768) == "exact"
 
 
+def test_rehearsal_capabilities_are_the_tools_not_the_method_cores():
+    """memory_neutral_options, decoding_family and min_nfe are the rehearsal's capabilities
+    (Rehearsable), not members of bench.method.Method: a method without them gets the defaults
+    (none, its own family, 1), one that declares them its own values."""
+    from bench.method import Method
+
+    for name in ("memory_neutral_options", "decoding_family", "min_nfe"):
+        assert not hasattr(Method, name), name
+    task = type("T", (), {"vocab_size": 11, "seq_len": 8})()
+    ar = registry.make_method("ar", {}, task)
+    mask = torch.zeros(1, 8, dtype=torch.bool)
+    assert rehearse.memory_neutral_options(type(ar)) == ()
+    assert rehearse.decoding_family(ar, "greedy") == ("greedy", 0)
+    assert rehearse.min_nfe(ar, mask) == 1
+    assert "alpha_max" in rehearse.memory_neutral_options(registry.METHODS["sflm"])
+    mdlm = registry.make_method("mdlm", {"block_length": 2}, task)
+    assert rehearse.min_nfe(mdlm, mask) == 4  # 8 generated positions, one call per block of 2
+    sflm = registry.make_method("sflm", {}, type("T", (), {"vocab_size": 49153, "seq_len": 8})())
+    sflm.dim = 768
+    assert rehearse.decoding_family(sflm, "top100") == ("topk-gather", 100)
+
+
 def test_several_sweeps_in_one_run_share_what_an_earlier_one_measured(
     tmp_path, capsys, monkeypatch
 ):
@@ -401,7 +423,7 @@ def test_several_sweeps_in_one_run_share_what_an_earlier_one_measured(
 
 def test_a_blocked_decoding_is_rehearsed_with_a_call_per_block(tiny, capsys):
     """MDLM with block_length 4 on 4x4 Sudoku (16 generated positions: 4 blocks, one call each
-    at least): the sampling call takes Method.min_nfe calls, not the usual 2, and passes."""
+    at least): the sampling call takes min_nfe calls (Rehearsable), not the usual 2, and passes."""
     path, _, _ = tiny
     args = [
         str(path),

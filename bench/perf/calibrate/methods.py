@@ -9,7 +9,7 @@ import types
 import torch
 
 from bench.cost import catalogue as models
-from bench.perf import common
+from bench.perf import capabilities, common
 from bench.perf.calibrate.backbone import (
     TRAIN_WARMUP,
     _adamw,
@@ -124,7 +124,7 @@ def _time_model(label, name, opts, which, shape, entry, args, device, rows, tt, 
         for dtype in dtypes:
             s, calls = _sample_time(method, bb, batch, dec, dtype, args, device,
                                     what=f"sample {label} {key} {dtype} {at}")  # fmt: skip
-            cached = bool(getattr(method, "kv_cache", None)) and method.nfe_is_length
+            cached = bool(capabilities.kv_cache(method)) and method.nfe_is_length
             if cached:
                 given = L - calls
                 ref = forward_s(entry, net, B, given, given) + (calls - 1) * forward_s(

@@ -188,16 +188,18 @@ def test_profile_script_writes_top_ops_tables(tmp_path):
 def test_one_module_per_benchmark_and_no_method_named_outside_the_catalogue():
     """Every module (or package) of bench/perf but the shared ones is a benchmark of the table
     (HELP, its own flags, run), and no benchmark names a method, in any of its files: the
-    methods' classes say which sampler has an exact velocity or a KV cache (bench.method.Method),
-    and the model labels are catalogue data (bench/cost/catalogue.py)."""
+    methods' classes say which sampler has an exact velocity or a KV cache (capabilities the
+    benchmarks own, bench.perf.capabilities, not members of bench.method.Method), and the model
+    labels are catalogue data (bench/cost/catalogue.py)."""
     import ast
     from pathlib import Path
 
     from bench import registry
-    from bench.perf import arcache, velocity
+    from bench.method import Method
+    from bench.perf import arcache, capabilities, velocity
 
     folder = Path(perf.__file__).parent
-    shared = {"__init__", "__main__", "suite", "common", "models"}
+    shared = {"__init__", "__main__", "suite", "common", "capabilities", "models"}
     packages = {p.parent.name for p in folder.glob("*/__init__.py")}
     modules = ({p.stem for p in folder.glob("*.py")} | packages) - shared
     assert modules == set(perf.BENCHMARKS)
@@ -211,10 +213,18 @@ def test_one_module_per_benchmark_and_no_method_named_outside_the_catalogue():
         tree = ast.parse(path.read_text())
         literals = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)}
         assert not literals & names, (path.name, sorted(literals & names))
-    exact = [n for n, cls in registry.METHODS.items() if cls.exact_velocity]
-    cached = [n for n, cls in registry.METHODS.items() if cls.kv_cache is not None]
+    exact = [n for n, cls in registry.METHODS.items() if getattr(cls, "exact_velocity", False)]
+    cached = [
+        n for n, cls in registry.METHODS.items() if getattr(cls, "kv_cache", None) is not None
+    ]
     assert velocity.velocity_methods() == exact and "sflm" in exact
     assert arcache.cached_methods() == cached and "ar" in cached
+    assert not hasattr(Method, "exact_velocity") and not hasattr(Method, "kv_cache")
+    assert [n for n, c in registry.METHODS.items() if capabilities.exact_velocity(c)] == exact
+    assert capabilities.kv_cache(registry.METHODS["ar"]) is True
+    assert capabilities.kv_cache(registry.METHODS["mdlm"]) is None
+    assert isinstance(registry.METHODS["sflm"], capabilities.ExactVelocity)
+    assert not isinstance(registry.METHODS["mdlm"], capabilities.KVCache)
 
 
 def test_velocity_takes_its_shape_from_the_scale(tmp_path):
