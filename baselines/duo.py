@@ -43,22 +43,21 @@ noise-removal call are merged into the last call (alpha_s = 1), so exactly ``nfe
 Variant (off by default, ``curriculum_end > 0``): the Duo paper's Gaussian-curriculum
 training (duo `algo.py::DUO.nll`): a Gaussian latent of the one-hot, the network fed the
 tempered softmax of that latent, the NELBO evaluated at x_t = argmax of the latent with the
-"diffusion-duality" alpha_t = T(gamma) from a table this module computes for the vocabulary
-in use (:func:`duality_table`), not the tokenizer-specific pickle of the Duo repo. The gamma
-range defaults to the one whose alpha span equals that of Duo's [-3.5, -1.75] on GPT-2
-(:func:`curriculum_gamma_range`); explicit gamma_min / gamma_max reproduce the Duo config.
+"diffusion-duality" alpha_t = T(gamma) from a table computed for the vocabulary
+in use (:func:`baselines.duo_curriculum.duality_table`), not the tokenizer-specific pickle of the
+Duo repo. The gamma range defaults to the one whose alpha span equals that of Duo's [-3.5, -1.75]
+on GPT-2 (:func:`baselines.duo_curriculum.curriculum_gamma_range`); explicit gamma_min /
+gamma_max reproduce the Duo config. The curriculum is :mod:`baselines.duo_curriculum`.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
+from baselines.duo_curriculum import curriculum_loss, gamma_range
 from baselines.duo_loss import (  # noqa: F401 (udlm_nelbo*: the objective's public names)
     NELBO,
     udlm_nelbo,
@@ -92,8 +91,6 @@ from bench.method import (
     token_mean,
 )
 from bench.numerics import (
-    gaussian_argmax_probability,
-    interp,
     log_linear_alpha,
     log_linear_dalpha,
     sigma_of_alpha,
@@ -235,54 +232,6 @@ class DuoOptions(CategoricalSampling):
             )
 
 
-# --------------------------------------------------------------------------- curriculum table
-
-
-def duality_alpha(gamma: np.ndarray, vocab_size: int, n_gh: int = 100) -> np.ndarray:
-    """alpha = T(gamma) = (V I(gamma) - 1) / (V - 1) (Duo eq. 10), where
-    I(gamma) = P[argmax w = x_0] for w = sqrt(sigmoid(-gamma)) onehot(x_0)
-    + sqrt(sigmoid(gamma)) eps
-    = E_z[Phi(z + mu)^(V-1)], mu = sqrt(sigmoid(-gamma) / sigmoid(gamma)) = exp(-gamma / 2),
-    by Gauss-Hermite quadrature (the Duo repo ships this as a per-tokenizer pickle)."""
-    mu = np.exp(-np.asarray(gamma, dtype=np.float64) / 2)
-    I = gaussian_argmax_probability(mu, vocab_size, n_gh)
-    return (vocab_size * I - 1) / (vocab_size - 1)
-
-
-@functools.lru_cache(maxsize=8)
-def curriculum_gamma_range(
-    vocab_size: int, alpha_min: float, alpha_max: float
-) -> tuple[float, float]:
-    """(gamma_min, gamma_max) with T(gamma_min) = alpha_max and T(gamma_max) = alpha_min.
-
-    Duo's gamma range [-3.5, -1.75] was chosen for GPT-2 (V = 50257), where it spans
-    alpha in [0.038, 0.928]; for a small vocabulary the same gammas are almost noise-free
-    (V = 10: alpha in [0.76, 0.9998]), so by default the range is re-derived for the
-    vocabulary in use from that alpha span."""
-    from scipy.optimize import brentq
-
-    def solve(a: float) -> float:
-        return brentq(
-            lambda g: float(duality_alpha(np.array(g), vocab_size)) - a, -40.0, 40.0, xtol=1e-10
-        )
-
-    return solve(alpha_max), solve(alpha_min)
-
-
-@functools.lru_cache(maxsize=8)
-def duality_table(
-    vocab_size: int, gamma_min: float, gamma_max: float, n: int = 1000, n_gh: int = 100
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(gamma, alpha, dalpha/dgamma) on ``n`` points of [gamma_min, gamma_max], read by linear
-    interpolation; dalpha/dgamma by central finite differences on the grid. (The Duo repo reads
-    a 10^5-point table on [-5, -1] (`integral/gpt2.pkl`) by nearest neighbour, `algo.py::Integral`,
-    and takes a forward difference with step 1/T = 1e-3, `DUO._gamma_to_alpha_dalpha_cached`.)"""
-    gamma = np.linspace(gamma_min, gamma_max, n)
-    alpha = np.clip(duality_alpha(gamma, vocab_size, n_gh), 1e-12, 1.0)
-    dalpha = np.gradient(alpha, gamma)
-    return gamma, alpha, dalpha
-
-
 # --------------------------------------------------------------------------- the method
 
 
@@ -381,7 +330,7 @@ class Duo(Method):
             and self.train_step < self.opts.curriculum_end
             and backbone.training
         ):
-            return self._curriculum_loss(backbone, batch, t)
+            return curriculum_loss(self, backbone, batch, t)
         alpha_t = self.alpha(t)  # (B,)
         dalpha_t = torch.full_like(alpha_t, log_linear_dalpha(self.opts.eps))
         x_t = self.q_xt(batch.x, alpha_t, batch.clean_mask)
@@ -416,19 +365,9 @@ class Duo(Method):
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def gamma_range(self) -> tuple[float, float]:
-        o = self.opts
-        if o.gamma_min is not None:
-            return o.gamma_min, o.gamma_max
-        try:
-            return curriculum_gamma_range(
-                self.vocab_size, o.curriculum_alpha_min, o.curriculum_alpha_max
-            )
-        except ValueError as e:  # brentq: an alpha that no gamma in [-40, 40] reaches
-            raise ConfigError(
-                f"options.curriculum_alpha_min / curriculum_alpha_max: [{o.curriculum_alpha_min}, "
-                f"{o.curriculum_alpha_max}] is not reachable by T(gamma) for |V| = "
-                f"{self.vocab_size} ({e}); move them inward, or set gamma_min and gamma_max"
-            ) from None
+        """The curriculum's (gamma_min, gamma_max) for this vocabulary
+        (:func:`baselines.duo_curriculum.gamma_range`)."""
+        return gamma_range(self.opts, self.vocab_size)
 
     def validate_plan(self, *, backbone, train, sample) -> None:
         """The backbone (the base class) and, with the curriculum on, its gamma range (derived
@@ -441,41 +380,6 @@ class Duo(Method):
                 self.psi_schedule(nfe)
             except ValueError as e:
                 raise ConfigError(f"options.psi_middle_frac: {e}") from None
-
-    def _curriculum_loss(self, backbone, batch: Batch, t: Tensor) -> LossOutput:
-        """Duo Gaussian curriculum (duo `algo.py::DUO.nll` with `_process_model_input`):
-        gamma = gamma_min + t (gamma_max - gamma_min); w = sqrt(sigmoid(-gamma)) onehot(x_0)
-        + sqrt(sigmoid(gamma)) eps; network input softmax(w / tau) @ E (tau = tau_start until
-        curriculum_start, then log-linear to tau_end at curriculum_end:
-        `DUO._compute_gumbel_tau_inverse`);
-        NELBO (never low_var) at x_t = argmax w with alpha_t = T(gamma) and
-        alpha'_t = T'(gamma) (gamma_max - gamma_min) (`DUO._gamma_to_alpha_dalpha_cached`)."""
-        o = self.opts
-        dev = batch.x.device
-        g_min, g_max = self.gamma_range()
-        g_tab, a_tab, da_tab = (
-            torch.as_tensor(a, device=dev, dtype=torch.float32)
-            for a in duality_table(self.vocab_size, g_min, g_max)
-        )
-        gamma = g_min + t.float() * (g_max - g_min)  # (B,)
-        alpha_t = interp(gamma, g_tab, a_tab)
-        dalpha_t = interp(gamma, g_tab, da_tab) * (g_max - g_min)
-        onehot = F.one_hot(batch.x, self.vocab_size).float()
-        w = torch.sigmoid(-gamma).sqrt()[:, None, None] * onehot + torch.sigmoid(gamma).sqrt()[
-            :, None, None
-        ] * torch.randn_like(onehot)
-        w = torch.where(
-            batch.clean_mask[..., None], onehot * 1e3, w
-        )  # clean positions: a sharp one-hot
-        x_t = w.argmax(-1)
-        span = max(o.curriculum_end - o.curriculum_start, 1)
-        frac = min(max(self.train_step - o.curriculum_start, 0) / span, 1.0)
-        tau = float(np.exp((1 - frac) * np.log(o.tau_start) + frac * np.log(o.tau_end)))
-        emb = backbone.embed.weight
-        h = torch.softmax(w / tau, -1) @ emb.float()
-        logits = backbone(h.to(emb.dtype), self.sigma(alpha_t)).float()
-        per_token = self.nelbo(logits, x_t, batch.x, alpha_t[:, None], dalpha_t[:, None])
-        return token_mean(per_token * ~batch.clean_mask, batch.loss_mask)
 
     # -- likelihood ---------------------------------------------------------------
     @torch.no_grad()

@@ -16,13 +16,11 @@ from torch import nn
 from baselines.duo import (
     Duo,
     DuoOptions,
-    curriculum_gamma_range,
-    duality_alpha,
-    duality_table,
     sample_uniform_posterior,
     udlm_nelbo,
     uniform_posterior_probs,
 )
+from baselines.duo_curriculum import curriculum_gamma_range, duality_alpha, duality_table
 from bench.config import ConfigError, build
 from bench.method import Batch
 
