@@ -4,6 +4,8 @@
 
 - :mod:`bench.lmeval.model`: the model class, registered with lm-eval's own registry
   (``lm_eval.api.registry.register_model("sflm-bench")``) when it is imported;
+  :mod:`bench.lmeval.args` its ``model_args`` checks, :mod:`bench.lmeval.greedy` its
+  ``is_greedy`` check;
 - :mod:`bench.lmeval.__main__`: ``python -m bench.lmeval <lm_eval arguments>``, lm-eval's own
   command line with the model registered. lm-eval 0.4 finds a model only when the module that
   registers it has been imported (its CLI imports ``lm_eval.models`` and nothing else; it has no

@@ -75,8 +75,6 @@ tasks``. Bad model_args and text the task cannot read are a :class:`ConfigError`
 
 from __future__ import annotations
 
-import logging
-
 # lm-eval's own models first: get_model imports them only into an empty registry, so registering
 # ours first would hide them
 import lm_eval.models  # noqa: F401
@@ -86,58 +84,19 @@ from lm_eval.api.registry import register_model
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
 from bench.config import ConfigError
-
-NAME = "sflm-bench"
-#: ``batch_size`` when lm-eval gives none or ``auto`` (the adapter has no memory probe)
-AUTO_BATCH = 16
-#: model_args ``greedy``: how ``is_greedy`` is decided (module docstring). Not "none": lm-eval's
-#: argument parser reads ``none`` as None (the default)
-GREEDY_RULES = ("one_pass", "decode", "off")
-#: the network's time at the last step of ``greedy=decode`` (MDLM's confidence decoding's grid)
-GREEDY_T_END = 1e-5
-#: model_args lm-eval itself passes or a user may carry over from the hf model; accepted, unused
-_IGNORED = frozenset({"max_batch_size", "trust_remote_code"})
-
-log = logging.getLogger(__name__)
+from bench.lmeval import args
+from bench.lmeval.args import NAME, log
+from bench.lmeval.greedy import GreedyCheck
 
 
 class NoLikelihoodBound(ConfigError, NotImplementedError):
     """A likelihood request to a method whose ``bound_kind`` is empty."""
 
 
-def _positive_int(key: str, v, *, none_ok: bool = True) -> int | None:
-    if v is None and none_ok:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ConfigError(f"{NAME}: model_args {key}: must be an integer >= 1, got {v!r}")
-    return v
-
-
-def _batch_size(v) -> int:
-    if v is None:
-        return AUTO_BATCH
-    if isinstance(v, str) and v.startswith("auto"):
-        return AUTO_BATCH
-    try:
-        n = int(v)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{NAME}: batch_size: an integer or 'auto', got {v!r}") from None
-    return _positive_int("batch_size", n, none_ok=False)
-
-
-def _device(v) -> torch.device:
-    if v is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(str(v))
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        log.warning("%s: device %s asked for, but there is no CUDA device: using the CPU", NAME, v)
-        return torch.device("cpu")
-    return dev
-
-
 @register_model(NAME)
-class SFLMBenchLM(LM):
-    """lm-eval's ``LM`` over one model of this harness (module docstring)."""
+class SFLMBenchLM(GreedyCheck, LM):
+    """lm-eval's ``LM`` over one model of this harness (module docstring); its ``is_greedy``
+    check is :class:`bench.lmeval.greedy.GreedyCheck`'s."""
 
     def __init__(
         self,
@@ -162,7 +121,7 @@ class SFLMBenchLM(LM):
         from bench.method import BOUND_EXACT
 
         items = extra.pop("set", None)  # the model_args key ``set`` (as --set)
-        unknown = sorted(set(extra) - _IGNORED)
+        unknown = sorted(set(extra) - args.IGNORED)
         if unknown:
             raise ConfigError(
                 f"{NAME}: unknown model_args key {unknown[0]!r} (known: src, task, nfe, "
@@ -172,19 +131,10 @@ class SFLMBenchLM(LM):
         if not src:
             raise ConfigError(f"{NAME}: model_args src=... is required (a run folder, a model "
                               "folder, a reference-format file or hf://...)")  # fmt: skip
-        self.nfe = _positive_int("nfe", nfe)
-        self.draws_arg = _positive_int("draws", draws)
-        self.max_gen_toks = _positive_int("max_gen_toks", max_gen_toks)
-        rule = "one_pass" if greedy is None else greedy
-        if rule not in GREEDY_RULES:
-            raise ConfigError(
-                f"{NAME}: model_args greedy: one of {', '.join(GREEDY_RULES)}, got {greedy!r}"
-            )
-        self.greedy_steps = _positive_int("greedy_steps", greedy_steps)
-        if self.greedy_steps is not None and rule != "decode":
-            raise ConfigError(
-                f"{NAME}: model_args greedy_steps: only with greedy=decode (greedy is {rule})"
-            )
+        self.nfe = args.positive_int("nfe", nfe)
+        self.draws_arg = args.positive_int("draws", draws)
+        self.max_gen_toks = args.positive_int("max_gen_toks", max_gen_toks)
+        rule, self.greedy_steps = args.greedy_args(greedy, greedy_steps)
         try:
             self.temperature = float(temperature)
         except (TypeError, ValueError):
@@ -194,12 +144,12 @@ class SFLMBenchLM(LM):
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ConfigError(f"{NAME}: seed: an integer, got {seed!r}")
         self.seed = seed
-        self.batch_size = _batch_size(batch_size)
+        self.batch_size = args.batch_size(batch_size)
         self.float64 = bool(float64)
         sets = items.split(";") if isinstance(items, str) else list(items or [])
         sets = [i.strip() for i in sets if str(i).strip()]
         loaded = load_model(
-            str(src), task=task, sets=sets, results_dir=results_dir, device=_device(device)
+            str(src), task=task, sets=sets, results_dir=results_dir, device=args.device(device)
         )
         self.task, self.method, self.backbone = loaded.task, loaded.method, loaded.backbone
         self._device = loaded.device
@@ -220,46 +170,6 @@ class SFLMBenchLM(LM):
         self.greedy_family = self._greedy_family()
         self.greedy = self._greedy_rule(rule, explicit=greedy is not None)
 
-    def _greedy_family(self) -> str | None:
-        """Which ``is_greedy`` check the method has: "left_to_right" (an exact left-to-right
-        method: AR), "masked" (an absorbing-state denoiser: MDLM), "uniform" (a uniform-state one:
-        Duo), None (none here: no bound, or a plug-in's method)."""
-        from baselines.duo import Duo
-        from baselines.mdlm import MDLM
-
-        if not self.bound_kind:
-            return None
-        if self.exact and self.left_to_right:
-            return "left_to_right"
-        if isinstance(self.method, MDLM):
-            return "masked"
-        if isinstance(self.method, Duo):
-            return "uniform"
-        return None
-
-    def _greedy_rule(self, rule: str, explicit: bool) -> str:
-        """The rule the requests use: ``rule``; "left_to_right" for AR (both rules are its
-        argmax chain); "off" for a method without a bound (it refuses likelihoods anyway). A
-        bound without a check here refuses an explicit rule, and is "off" by default, warned."""
-        if not self.bound_kind:
-            return "off"
-        family = self.greedy_family
-        if family is None and rule != "off":
-            if explicit:
-                raise ConfigError(
-                    f"{NAME}: model_args greedy: {self.method_name} has no greedy check here "
-                    "(it needs an absorbing- or uniform-state denoiser, as MDLM and Duo); use "
-                    "greedy=off"
-                )
-            rule = "off"
-        if rule == "off":
-            log.warning(
-                "%s: greedy=off for %s: is_greedy is False for every request, so lm-eval's acc "
-                "of loglikelihood tasks reads 0 and measures nothing", NAME, self.method_name
-            )  # fmt: skip
-            return rule
-        return "left_to_right" if family == "left_to_right" else rule
-
     # -- lm-eval's bookkeeping -----------------------------------------------------------
     @property
     def tokenizer_name(self) -> str:
@@ -278,14 +188,6 @@ class SFLMBenchLM(LM):
             "sflm_greedy": self.greedy,
             "sflm_greedy_steps": self._greedy_steps_info(),
         }
-
-    def _greedy_steps_info(self) -> int | str | None:
-        """The network calls of one ``is_greedy`` check (per batch of requests)."""
-        if self.greedy == "off":
-            return None
-        if self.greedy == "decode":
-            return self.greedy_steps or "one per continuation token"
-        return 1  # one_pass; AR's argmax chain is one teacher-forced call
 
     def generator(self, k: int, stream: int = 0) -> torch.Generator:
         """The random stream of the batch of likelihood requests that starts at request ``k``
@@ -426,60 +328,6 @@ class SFLMBenchLM(LM):
             for (i, *_), v, g in zip(chunk, values, flags):
                 out[i] = (float(v), bool(g))
         return out
-
-    def _noised(self, x0: torch.Tensor, cont: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-        """The canvas at t = 1 on the continuation ``cont``, clean elsewhere: MDLM's [MASK]
-        (its prior), Duo's uniform ids (its sampler's prior)."""
-        if self.greedy_family == "masked":
-            return x0.masked_fill(cont, self.method.mask_id)
-        shape, V = x0.shape, self.method.vocab_size
-        unif = torch.randint(0, V, shape, generator=gen, device=gen.device).to(x0.device)
-        return torch.where(cont, unif, x0)
-
-    def _denoiser(self, x: torch.Tensor, alpha_t: torch.Tensor) -> torch.Tensor:
-        """log p_theta(x_0 | x_t) (B, L, classes) as each method's sampler computes it: MDLM's
-        SUBS log-probs ([MASK] class -inf), Duo's log-softmax at sigma = -log alpha_t."""
-        m = self.method
-        if self.greedy_family == "masked":
-            return m.log_probs(self.backbone, x, alpha_t.float())
-        return torch.log_softmax(self.backbone(x, m.sigma(alpha_t).float()).float(), -1)
-
-    @torch.no_grad()
-    def _greedy_denoise(self, batch, gen: torch.Generator) -> torch.Tensor:
-        """(B,) bool: whether the greedy denoising of each row's continuation (its
-        ``loss_mask`` positions, noised in full: :meth:`_noised`) gives it back token for token,
-        by the ``greedy`` rule (module docstring)."""
-        x0, cont = batch.x, batch.loss_mask & ~batch.clean_mask
-        B, L = x0.shape
-        n = cont.sum(-1)
-        if self.greedy == "one_pass":
-            steps = torch.ones_like(n)
-        else:
-            steps = n if self.greedy_steps is None else n.clamp(max=self.greedy_steps)
-        steps = steps.clamp(min=1)
-        # LLaDA generate.py::get_num_transfer_tokens: n // steps per step, the first n % steps
-        # steps one more
-        base, extra = n // steps, n % steps
-        x, todo = self._noised(x0, cont, gen), cont.clone()
-        places = torch.arange(L, device=x0.device).expand(B, L)
-        for k in range(int(steps.max())):
-            # t_k = linspace(1, 1e-5, steps + 1)[k] per row: the grid of MDLM's confidence
-            # orders (baselines/mdlm_samplers.py); one pass is t = 1, where the samplers start
-            # (the noised continuation is their prior)
-            frac = (k / steps.double()).clamp(max=1.0)
-            alpha_t = self.method.alpha(1.0 - (1.0 - GREEDY_T_END) * frac)
-            conf, pred = self._denoiser(x, alpha_t).max(-1)
-            # one_pass: s-sahoo/duo discrete_diffusion_harness.py::_suffix_greedy_prediction_mdlm
-            # (_duo_base), all positions at once; decode: ML-GSAI/LLaDA
-            # eval_llada.py::suffix_greedy_prediction, the most confident first (p of the argmax)
-            conf = torch.where(todo, conf.double(), -torch.inf)
-            order = conf.argsort(dim=-1, descending=True, stable=True)
-            rank = torch.empty_like(order).scatter_(-1, order, places)
-            n_reveal = torch.where(k < steps, base + (k < extra).long(), 0)
-            reveal = todo & (rank < n_reveal[:, None])
-            x = torch.where(reveal, pred, x)
-            todo &= ~reveal
-        return ((x == x0) | ~cont).all(-1).cpu()
 
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         self._require_bound("loglikelihood")
