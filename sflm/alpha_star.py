@@ -108,58 +108,77 @@ def check_alpha_star(
         raise ValueError(f"check_alpha_star: alpha must be in [0, 1], got {alpha!r}")
     if dim < 2:
         raise ValueError(f"check_alpha_star: dim must be >= 2, got {dim!r}")
-    n_other = vocab_size - 1
-    if method == "quadrature":
-        from scipy import integrate
-
-        beta = _coordinate_beta(dim)
-
-        def integrand(b: float) -> float:  # b = (1 + cos w)/2 ~ Beta
-            w = math.acos(min(1.0, max(-1.0, 2 * b - 1)))
-            c = math.cos((1 - alpha) * w)
-            return math.exp(n_other * beta.logcdf((1 + c) / 2)) * beta.pdf(b)
-
-        lo, hi = beta.ppf(1e-12), beta.isf(1e-12)
-        p, _ = integrate.quad(integrand, lo, hi, limit=200, epsabs=1e-10)
-        p = float(min(1.0, max(0.0, p)))
-        return AlphaStarCheck(
-            vocab_size, dim, delta, float(alpha), p, 0.0, 0, method, p >= 1 - delta
-        )
-    rng = np.random.default_rng(seed)
-    if method == "reduced":
-        beta = _coordinate_beta(dim)
-        cos_w = 2 * beta.rvs(size=n_trials, random_state=rng) - 1
-        target = np.cos((1 - alpha) * np.arccos(np.clip(cos_w, -1, 1)))
-        # max of n_other i.i.d. draws with CDF F is F^{-1}(U^{1/n_other}); the logs keep
-        # U^{1/n} from rounding to 1 when n_other is large
-        log_u = np.log(rng.uniform(size=n_trials)) / n_other
-        best_other = 2 * beta.isf(-np.expm1(log_u)) - 1
-        hits = int((target > best_other).sum())
-    elif method == "codebook":
-        import torch  # only the literal simulation needs torch (the report's table does not)
-
-        g = torch.Generator().manual_seed(seed)
-        hits = 0
-        done = 0
-        from sflm.geometry import slerp, uniform_sphere
-
-        while done < n_trials:
-            n = min(chunk, n_trials - done)
-            book = uniform_sphere((n, vocab_size, dim), generator=g, dtype=torch.float64)
-            z0 = uniform_sphere((n, dim), generator=g, dtype=torch.float64)
-            z = slerp(z0, book[:, 0], alpha)  # target k = 0
-            sims = torch.einsum("nd,nvd->nv", z, book)
-            hits += int((sims.argmax(-1) == 0).sum())
-            done += n
-    else:
+    estimate = CHECK_METHODS.get(method)
+    if estimate is None:
         raise ValueError(
             f"check_alpha_star: unknown method {method!r} (known: reduced, codebook, quadrature)"
         )
-    p = hits / n_trials
-    stderr = math.sqrt(max(p * (1 - p), 1e-300) / n_trials)
+    p, stderr, n = estimate(vocab_size, dim, float(alpha), n_trials, seed, chunk)
     return AlphaStarCheck(
-        vocab_size, dim, delta, float(alpha), p, stderr, n_trials, method, p >= 1 - delta
+        vocab_size, dim, delta, float(alpha), p, stderr, n, method, p >= 1 - delta
     )
+
+
+def _monte_carlo(hits: int, n_trials: int) -> tuple[float, float, int]:
+    """(p, its standard error, n_trials) of ``hits`` in ``n_trials`` draws."""
+    p = hits / n_trials
+    return p, math.sqrt(max(p * (1 - p), 1e-300) / n_trials), n_trials
+
+
+def _quadrature(vocab_size, dim, alpha, n_trials, seed, chunk) -> tuple[float, float, int]:
+    """The exact probability E_w[ F(cos((1 - alpha) w))^{|V|-1} ] (no sampling noise)."""
+    from scipy import integrate
+
+    n_other = vocab_size - 1
+    beta = _coordinate_beta(dim)
+
+    def integrand(b: float) -> float:  # b = (1 + cos w)/2 ~ Beta
+        w = math.acos(min(1.0, max(-1.0, 2 * b - 1)))
+        c = math.cos((1 - alpha) * w)
+        return math.exp(n_other * beta.logcdf((1 + c) / 2)) * beta.pdf(b)
+
+    lo, hi = beta.ppf(1e-12), beta.isf(1e-12)
+    p, _ = integrate.quad(integrand, lo, hi, limit=200, epsabs=1e-10)
+    return float(min(1.0, max(0.0, p))), 0.0, 0
+
+
+def _reduced(vocab_size, dim, alpha, n_trials, seed, chunk) -> tuple[float, float, int]:
+    """The target's similarity and the maximum of the |V| - 1 others, drawn from their laws."""
+    rng = np.random.default_rng(seed)
+    n_other = vocab_size - 1
+    beta = _coordinate_beta(dim)
+    cos_w = 2 * beta.rvs(size=n_trials, random_state=rng) - 1
+    target = np.cos((1 - alpha) * np.arccos(np.clip(cos_w, -1, 1)))
+    # max of n_other i.i.d. draws with CDF F is F^{-1}(U^{1/n_other}); the logs keep
+    # U^{1/n} from rounding to 1 when n_other is large
+    log_u = np.log(rng.uniform(size=n_trials)) / n_other
+    best_other = 2 * beta.isf(-np.expm1(log_u)) - 1
+    return _monte_carlo(int((target > best_other).sum()), n_trials)
+
+
+def _codebook(vocab_size, dim, alpha, n_trials, seed, chunk) -> tuple[float, float, int]:
+    """The literal simulation: codebook, z_0, SLERP, nearest neighbour, ``chunk`` trials a time."""
+    import torch  # only the literal simulation needs torch (the report's table does not)
+
+    from sflm.geometry import slerp, uniform_sphere
+
+    g = torch.Generator().manual_seed(seed)
+    hits = 0
+    done = 0
+    while done < n_trials:
+        n = min(chunk, n_trials - done)
+        book = uniform_sphere((n, vocab_size, dim), generator=g, dtype=torch.float64)
+        z0 = uniform_sphere((n, dim), generator=g, dtype=torch.float64)
+        z = slerp(z0, book[:, 0], alpha)  # target k = 0
+        sims = torch.einsum("nd,nvd->nv", z, book)
+        hits += int((sims.argmax(-1) == 0).sum())
+        done += n
+    return _monte_carlo(hits, n_trials)
+
+
+#: :func:`check_alpha_star`'s ``method`` -> (p, stderr, trials) of (|V|, d, alpha, n_trials,
+#: seed, chunk)
+CHECK_METHODS = {"reduced": _reduced, "codebook": _codebook, "quadrature": _quadrature}
 
 
 def alpha_star_model(vocab_size: int, dim: int, delta: float, *, xtol: float = 1e-5) -> float:

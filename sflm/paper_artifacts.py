@@ -142,11 +142,13 @@ def adaptive_runs(results_dir: Path) -> list[dict]:
     return found
 
 
-def render_schedules(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> list[Path]:
-    import matplotlib
+#: the base schedules the figure draws, with their line styles
+SCHEDULE_STYLES = {"linear": "-", "cos2": "--"}
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+
+def _analytic_panel(ax) -> list[dict]:
+    """linear / cos^2 and their truncations at alpha*(0.1) of :data:`TRUNCATIONS`; the rows
+    of the figure's CSV."""
     import torch
 
     from sflm.alpha_star import alpha_star
@@ -154,12 +156,8 @@ def render_schedules(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> lis
 
     t = np.linspace(0, 1, 201)
     tt = torch.as_tensor(t)
-    runs = adaptive_runs(Path(getattr(args, "results_dir", "results") or "results"))
-    n = 2 if runs else 1
-    fig, axes = plt.subplots(1, n, figsize=(5.2 * n, 3.8), squeeze=False)
-    ax = axes[0][0]
     data = []
-    for name in ("linear", "cos2"):
+    for name, style in SCHEDULE_STYLES.items():
         curves = [(f"{name}", make_base_schedule(name, 1e-3, None, 1.0))]
         for task, v, d in TRUNCATIONS:
             cap = alpha_star(v, d, 0.1)
@@ -172,7 +170,7 @@ def render_schedules(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> lis
         for i, (label, s) in enumerate(curves):
             y = s.alpha(tt).numpy()
             # plotted in the paper's convention (tab:noise-schedules): s = 1 - t, alpha_0 = 0
-            ax.plot(1 - t, y, ls="-" if name == "linear" else "--", color=f"C{i}", label=label)
+            ax.plot(1 - t, y, ls=style, color=f"C{i}", label=label)
             data += [
                 {"panel": "analytic", "series": label, "s": 1 - x, "alpha": yy}
                 for x, yy in zip(t[::20], y[::20])
@@ -181,31 +179,51 @@ def render_schedules(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> lis
     ax.set_ylabel("alpha (clean weight)")
     ax.set_title("linear / cos^2, truncated at alpha*(0.1)", fontsize=9)
     ax.legend(fontsize=6)
+    return data
+
+
+def _adaptive_panel(ax, runs: list[dict]) -> list[dict]:
+    """The learned schedule of each adaptive run (:func:`adaptive_runs`) beside its base; the
+    rows of the figure's CSV."""
+    data = []
+    based = set()  # runs of one (task, variant) share their base: one legend entry
+    for i, r in enumerate(runs):
+        name = f"{r.get('task', '')} {r['variant']}".strip()
+        seed = f" seed {r['seed']}" if r.get("seed") is not None else ""
+        lab = f"{name}{seed} ({r['refits']} refits)"
+        ax.plot(1 - r["t"], r["adaptive"], color=f"C{i}", label=f"learned: {lab}")
+        blab = "_nolegend_" if name in based else f"base: {name}"
+        based.add(name)
+        ax.plot(1 - r["t"], r["base"], color=f"C{i}", ls=":", label=blab)
+        idx = np.linspace(0, len(r["t"]) - 1, 11).astype(int)
+        for kind in ("adaptive", "base"):
+            data += [
+                {
+                    "panel": "adaptive",
+                    "series": f"{kind}: {r['run']}",
+                    "s": 1 - r["t"][j],
+                    "alpha": r[kind][j],
+                }
+                for j in idx
+            ]
+    ax.set_xlabel("s (paper time)")
+    ax.set_title("adaptive schedule learned by trained S-FLM runs", fontsize=9)
+    ax.legend(fontsize=6)
+    return data
+
+
+def render_schedules(a: Artifact, df: pd.DataFrame, out: Path, args=None) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = adaptive_runs(Path(getattr(args, "results_dir", "results") or "results"))
+    n = 2 if runs else 1
+    fig, axes = plt.subplots(1, n, figsize=(5.2 * n, 3.8), squeeze=False)
+    data = _analytic_panel(axes[0][0])
     if runs:
-        ax = axes[0][1]
-        based = set()  # runs of one (task, variant) share their base: one legend entry
-        for i, r in enumerate(runs):
-            name = f"{r.get('task', '')} {r['variant']}".strip()
-            seed = f" seed {r['seed']}" if r.get("seed") is not None else ""
-            lab = f"{name}{seed} ({r['refits']} refits)"
-            ax.plot(1 - r["t"], r["adaptive"], color=f"C{i}", label=f"learned: {lab}")
-            blab = "_nolegend_" if name in based else f"base: {name}"
-            based.add(name)
-            ax.plot(1 - r["t"], r["base"], color=f"C{i}", ls=":", label=blab)
-            idx = np.linspace(0, len(r["t"]) - 1, 11).astype(int)
-            for kind in ("adaptive", "base"):
-                data += [
-                    {
-                        "panel": "adaptive",
-                        "series": f"{kind}: {r['run']}",
-                        "s": 1 - r["t"][j],
-                        "alpha": r[kind][j],
-                    }
-                    for j in idx
-                ]
-        ax.set_xlabel("s (paper time)")
-        ax.set_title("adaptive schedule learned by trained S-FLM runs", fontsize=9)
-        ax.legend(fontsize=6)
+        data += _adaptive_panel(axes[0][1], runs)
     fig.tight_layout()
     stem = out / a.label
     table = pd.DataFrame(
