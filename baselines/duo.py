@@ -90,13 +90,17 @@ from bench.method import (
     bound_times,
     token_mean,
 )
-from bench.numerics import (
-    log_linear_alpha,
-    log_linear_dalpha,
-    sigma_of_alpha,
-)
+from bench.numerics import log_linear_alpha, log_linear_dalpha, sigma_of_alpha
 from bench.options import option
 from bench.reference_format import ReferenceFamily, ReferenceFormat
+
+#: loss_type -> whether the NELBO drops its first term (the reference's ``loss_type=low_var``)
+LOW_VAR = {"elbo": False, "low_var": True}
+#: loss_type -> what the loss is (bench.method.Method.loss_kind), the curriculum aside
+LOSS_KINDS = {
+    "elbo": LOSS_NELBO,
+    "low_var": "NELBO without its first term (low_var): not a likelihood bound (nats/token)",
+}
 
 
 @dataclass
@@ -104,7 +108,7 @@ class DuoOptions(CategoricalSampling):
     eps: float = option(1e-3, gt=0.0, lt=1.0, help="log-linear schedule floor: alpha_1 = eps")
     loss_type: str = option(
         "elbo",
-        choices=("elbo", "low_var"),
+        choices=tuple(LOW_VAR),
         help="elbo = closed-form UDLM NELBO; low_var = NELBO without term1 (reference low_var)",
     )
     time_conditioning: bool = option(
@@ -287,14 +291,12 @@ class Duo(Method):
         """The UDLM NELBO; ``low_var`` drops a term (no bound); with the curriculum the training
         batches' loss is its Gaussian-curriculum estimate until ``curriculum_end`` (held-out
         examples: the NELBO at every step)."""
-        if options.loss_type == "low_var":
-            return "NELBO without its first term (low_var): not a likelihood bound (nats/token)"
-        if options.curriculum_end:
+        if not LOW_VAR[options.loss_type] and options.curriculum_end:
             return (
                 f"{LOSS_NELBO}; on training batches the Gaussian-curriculum estimate until step "
                 f"{options.curriculum_end}"
             )
-        return LOSS_NELBO
+        return LOSS_KINDS[options.loss_type]
 
     def __init__(self, options, vocab_size: int, seq_len: int):
         super().__init__(options, vocab_size, seq_len)
@@ -341,7 +343,7 @@ class Duo(Method):
             batch.x,
             alpha_t[:, None],
             dalpha_t[:, None],
-            low_var=self.opts.loss_type == "low_var",
+            low_var=LOW_VAR[self.opts.loss_type],
         )
         return token_mean(per_token * ~batch.clean_mask, batch.loss_mask)
 

@@ -100,18 +100,18 @@ class TruncatedSchedule(Schedule):
         return self.scale * self.base.dalpha(t)
 
 
+#: the ``schedule`` option -> its base schedule class (of the floor eps)
+BASE_SCHEDULES = {"linear": LinearSchedule, "cos2": Cos2Schedule}
+
+
 def make_base_schedule(
     name: str, eps: float, alpha_min: float | None, alpha_max: float
 ) -> Schedule:
-    """``linear`` | ``cos2``, truncated to [alpha_min (default eps), alpha_max] unless that is the
-    whole base range."""
-    base: Schedule
-    if name == "linear":
-        base = LinearSchedule(eps)
-    elif name == "cos2":
-        base = Cos2Schedule(eps)
-    else:
+    """``linear`` | ``cos2`` (:data:`BASE_SCHEDULES`), truncated to [alpha_min (default eps),
+    alpha_max] unless that is the whole base range."""
+    if name not in BASE_SCHEDULES:
         raise ValueError(f"schedule: unknown schedule {name!r} (known: linear, cos2)")
+    base: Schedule = BASE_SCHEDULES[name](eps)
     lo, hi = base.range
     a_min = lo if alpha_min is None else alpha_min
     if a_min == lo and alpha_max >= hi:

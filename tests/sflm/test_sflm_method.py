@@ -56,8 +56,10 @@ def test_every_option_choice_has_its_table_entry():
     from sflm.sampler import FINAL_DECODES, FINAL_READS_TEMPERATURE
 
     choices = {f.name: f.metadata.get("choices") for f in dataclasses.fields(sm.SFLMOptions)}
+    from sflm.schedule import BASE_SCHEDULES
+
     tables = {
-        "schedule": [sref.NOISE_TYPES],
+        "schedule": [sref.NOISE_TYPES, BASE_SCHEDULES],
         "backbone": [sm.BACKBONES, sref.FILE_BACKBONES],
         "input_scale": [sm.INPUT_SCALES],
         "time_convention": [TIME_CONVENTIONS],

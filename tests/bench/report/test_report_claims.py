@@ -43,6 +43,8 @@ def test_every_builtin_method_says_what_its_loss_is():
     assert kind(MDLM, loss_type="low_var") == LOSS_CE  # the masked CE without 1/t: no bound
     assert "not a likelihood bound" in kind(Duo, loss_type="low_var")
     assert "curriculum" in kind(Duo, curriculum_end=1000)
+    # low_var is no bound whatever the curriculum (its kind wins over the curriculum's)
+    assert kind(Duo, loss_type="low_var", curriculum_end=1000) == kind(Duo, loss_type="low_var")
     assert kind(FLM) == LOSS_CE and kind(SFLM) == LOSS_CE  # unweighted CE, neither a NELBO
     assert kind(CANDI, pure_gaussian=True) == LOSS_CE
     assert "not a likelihood bound" in kind(CANDI)
