@@ -15,8 +15,6 @@ sampling skips the cell (the holder computes it).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import os
 import sys
 import time
@@ -26,168 +24,27 @@ import torch
 
 from bench import locks, records, registry
 from bench.atomic import atomic_torch_save, write_json_atomic
-from bench.cell_model import (
-    _base_row,
-    _device,
-    cell_task,
-    keep_freed_heap,
-    method_backbone,
-)
-from bench.config import canonical, config_hash
-from bench.evaluate.paired import encode_outcomes
+from bench.cell_model import _device, cell_task, keep_freed_heap, method_backbone
+from bench.config import config_hash
 from bench.plan import SampleCell, TrainCell
-from bench.results import Store, sample_columns, task_columns
-from bench.train import fit, heldout_for, log_path
+from bench.results import Store, rows
+from bench.train import fit, heldout_for
 from bench.weights import load_weights
 
 
-def train_rows(tc: TrainCell, res, n_params: int, *, task) -> list[dict]:
-    """The store rows of a finished train cell (``res``: :class:`bench.train.TrainResult`;
-    ``task``: the instance, for the report columns it declares). ``train_log``: the run's CSV
-    log (:func:`bench.train.log_path`) relative to the results folder, when it was written;
-    ``loss_kind``: what that log's ``loss`` / ``val_loss`` is (the method's
-    :meth:`~bench.method.Method.loss_kind_for` the cell's options). What the run cost
-    (:data:`bench.measure.TRAIN_COST_COLUMNS`, on every row): ``s_per_step``,
-    ``tokens_per_s`` (training tokens of the global batch per second) and ``peak_mem_mb`` of
-    this process's steps (a resumed run's last process), and the machine it trained on."""
-    from bench.measure import environment
-
-    log = log_path(tc.run_dir)
-    cls = registry.METHODS[tc.method]
-    base = {
-        **_base_row(tc),
-        **task_columns(task),
-        "kind": "train",
-        "train_steps": res.steps,
-        "subset": "+".join(tc.groups),
-        "wall_s": res.seconds,
-        "train_log": log.relative_to(tc.results_dir).as_posix() if log.is_file() else None,
-        "device": getattr(res, "device", None),
-        "devices": getattr(res, "devices", None),
-        "loss_kind": cls.loss_kind_for(cls.Options(**tc.options)),
-        "s_per_step": getattr(res, "s_per_step", None),
-        "tokens_per_s": getattr(res, "tokens_per_s", None),
-        "peak_mem_mb": getattr(res, "peak_mem_mb", None),
-        **environment("cuda" if str(getattr(res, "device", "cpu")).startswith("cuda") else "cpu"),
-    }
-    return [
-        {**base, "metric": "train_steps_per_s", "value": res.steps_per_s, "n": res.steps},
-        {**base, "metric": "train_final_loss", "value": res.final_loss, "n": res.steps},
-        {**base, "metric": "n_params", "value": float(n_params), "n": 1},
-    ]
-
-
-def items_key(data) -> str:
-    """16 hex digits naming the evaluated items (their token ids and masks): rows with equal keys
-    scored the same items in the same order, so their outcomes pair item by item."""
-    h = hashlib.sha256()
-    for t in (data.x, data.clean_mask):
-        a = t.detach().cpu().contiguous()
-        h.update(f"{tuple(a.shape)}|{a.dtype}|".encode())
-        h.update(a.numpy().tobytes())
-    return h.hexdigest()[:16]
-
-
-def _uncertainty(m, key: str | None) -> dict:
-    """The ``ci_method`` / ``item_outcomes`` / ``items_key`` columns of one MetricValue."""
-    out = {}
-    if getattr(m, "ci_method", None) and m.ci_low is not None:
-        out["ci_method"] = m.ci_method
-    if getattr(m, "outcomes", None) is not None and key:
-        out["item_outcomes"] = encode_outcomes(m.outcomes)
-        out["items_key"] = key
-    return out
-
-
-def sample_rows(
-    c: SampleCell,
-    metrics: list,
-    *,
-    method,
-    task,
-    train_steps: int,
-    nfe: int | None,
-    wall_s: float,
-    items: str | None = None,
-) -> list[dict]:
-    """The store rows of a scored sample cell: one per metric (``metrics``: MetricValues).
-    ``method`` / ``task`` are the instances that produced them (for columns they declare);
-    ``items``: the :func:`items_key` of the evaluated items."""
-    base = {
-        **_base_row(c.train),
-        # entries may share the model (bench.plan); a cell pickled before variants: the model's
-        "variant": getattr(c, "variant", "") or c.train.variant,
-        "kind": "sample",
-        "train_steps": train_steps,
-        "nfe": nfe,
-        "temperature": c.temperature,
-        "decoding": c.decoding,
-        "sampling": (
-            json.dumps(canonical(c.sampling), sort_keys=True)
-            if getattr(c, "sampling", None)
-            else ""
-        ),
-        "subset": c.subset,
-        "wall_s": wall_s,
-        "evaluation": getattr(c, "evaluation", "") or None,  # a cell pickled before the field
-        "sample_seed": getattr(c, "seed", None),
-    }
-    return [
-        {
-            **base,
-            **m.columns(),
-            **_uncertainty(m, items),
-            **sample_columns(task, method, c.decoding, c.subset, m.metric),
-        }
-        for m in metrics
-    ]
-
-
-def reference_rows(task, c: SampleCell, store: Store) -> None:
-    """A task with a held-out reference point (``task.data_reference(n)``: OWT scores held-out
-    text like samples) gets one store cell of it per (task config, subset, n): rows with
-    ``method = "data"`` and ``kind = "reference"`` (not a model's sample cell: the generic
-    tables skip it; bench/report/frontier/section.py draws it), written once by the first job that
-    samples that subset."""
+def write_reference(task, c: SampleCell, store: Store) -> None:
+    """A task with a held-out reference point (``task.data_reference(n)``) gets one store cell of
+    it per (task config, subset, n) (:func:`bench.results.rows.reference_rows`), written once by
+    the first job that samples that subset."""
     fn = task.data_reference  # an optional hook (bench/data/base.py): None when the task has none
     if fn is None:
         return
-    from bench.config import config_hash
-
-    rid = config_hash({"reference": c.train.task, "subset": c.subset, "n": c.n_samples})
+    rid = rows.reference_id(c)
     if store.has(rid):
         return
     t0 = time.perf_counter()
     metrics = fn(c.n_samples)
-    ranked = (task.headline_metric, *task.secondary_metrics)
-    base = {
-        "sweep": c.train.sweep,
-        "task": c.train.task["name"],
-        "method": "data",
-        "variant": "held-out",
-        "backbone": "",
-        "config_hash": rid,
-        "kind": "reference",
-        "subset": c.subset,
-        "decoding": "data",
-        "wall_s": time.perf_counter() - t0,
-        **task_columns(task),
-        "nfe_is_length": False,
-        "temperature_free": True,
-        "default_decoding": True,
-        "subset_rank": task.subset_order.index(c.subset) if c.subset in task.subset_order else None,
-    }
-    store.write_cell(
-        rid,
-        [
-            {
-                **base,
-                **m.columns(),
-                "metric_rank": ranked.index(m.metric) if m.metric in ranked else None,
-            }
-            for m in metrics
-        ],
-    )
+    store.write_cell(rid, rows.reference_rows(task, c, metrics, time.perf_counter() - t0))
 
 
 # --------------------------------------------------------------------------- cell work
@@ -261,7 +118,7 @@ def _train(tc: TrainCell, threads: int, progress: bool) -> str:
         val_data=heldout_for(task, tc.groups, train_cfg),
     )
     if res.is_global_zero and not rebuild:  # DDP: every rank trains, rank 0 records
-        store.write_cell(tc.id, train_rows(tc, res, n_params, task=task))
+        store.write_cell(tc.id, rows.train_rows(tc, res, n_params, task=task))
     return str(res.weights)
 
 
@@ -295,25 +152,7 @@ def _import(tc: TrainCell, task, store: Store, rebuild: bool) -> str:
 
 
 def _import_rows(tc: TrainCell, task, store: Store, meta: dict, t0: float) -> None:
-    """An imported model's train rows: its parameter count and the step it was trained to, and
-    the machine that converted it (:func:`bench.measure.environment`; nothing was trained
-    here, so no other cost column)."""
-    from bench.measure import environment
-
-    base = {
-        **_base_row(tc),
-        **task_columns(task),
-        "kind": "train",
-        "train_steps": meta["source"].get("global_step"),
-        "subset": "+".join(tc.groups),
-        "wall_s": time.perf_counter() - t0,
-        "device": None,
-        "devices": None,
-        **environment("cpu"),  # the conversion reads and writes files on the CPU
-    }
-    store.write_cell(
-        tc.id, [{**base, "metric": "n_params", "value": float(meta["parameters"]), "n": 1}]
-    )
+    store.write_cell(tc.id, rows.import_rows(tc, task, meta, time.perf_counter() - t0))
 
 
 def _import_folder(tc: TrainCell, task, store: Store, rebuild: bool, t0: float) -> str:
@@ -503,7 +342,7 @@ def _sample(tc: TrainCell, todo: list[SampleCell], store: Store, progress: bool)
             **env,
         }
         times = {"score_s": time.perf_counter() - t1, **cost_cols}
-        rows = sample_rows(
+        out = rows.sample_rows(
             c,
             metrics,
             method=sampler,
@@ -511,12 +350,12 @@ def _sample(tc: TrainCell, todo: list[SampleCell], store: Store, progress: bool)
             train_steps=meta["steps"],
             nfe=nfe_used,
             wall_s=time.perf_counter() - t0,
-            items=items_key(data),
+            items=rows.items_key(data),
         )
         # the records first: a cell whose rows exist always has them (bench.records)
         files = records.write(tc.results_dir, c.id, recs)
-        store.write_cell(c.id, [{**r, **files, **times, **limit_column(c)} for r in rows])
-    reference_rows(task, todo[0], store)
+        store.write_cell(c.id, [{**r, **files, **times, **rows.limit_column(c)} for r in out])
+    write_reference(task, todo[0], store)
     return len(todo)
 
 
@@ -529,12 +368,6 @@ def _total(costs: list[dict], key: str):
     """The sum of ``key`` over a cell's batches; None when a batch does not record it."""
     vals = [b.get(key) for b in costs]
     return None if any(v is None for v in vals) else sum(vals)
-
-
-def limit_column(c: SampleCell) -> dict:
-    """``item_limit`` of a cell that scores only the first K items (``bench.eval --limit``)."""
-    k = getattr(c, "limit", None)
-    return {"item_limit": k} if k else {}
 
 
 def run_train_then_samples(

@@ -193,9 +193,10 @@ class Method(nn.Module):
     reference: ClassVar[ReferenceFormat | None] = None
     #: what :meth:`loss` is, in words: the trainer logs it as ``loss`` (training batches) and
     #: ``val_loss`` (held-out examples), the train rows record it (``loss_kind``,
-    #: :func:`bench.cells.train_rows`) and the training-curves figure draws one row of panels per
-    #: value, titled with it. Say whether it bounds the NLL (:data:`LOSS_NLL`, :data:`LOSS_NELBO`,
-    #: :data:`LOSS_CE`, or your own words); options that change it: :meth:`loss_kind_for`
+    #: :func:`bench.results.rows.train_rows`) and the training-curves figure draws one row of
+    #: panels per value, titled with it. Say whether it bounds the NLL (:data:`LOSS_NLL`,
+    #: :data:`LOSS_NELBO`, :data:`LOSS_CE`, or your own words); options that change it:
+    #: :meth:`loss_kind_for`
     loss_kind: ClassVar[str] = "training loss (kind not declared: Method.loss_kind)"
 
     #: what :meth:`nll_bound` gives: :data:`BOUND_EXACT` (the NLL itself, AR's chain rule),

@@ -98,8 +98,8 @@ def rescore_cell(saved: dict, row, overrides: dict, rows_of_cell: list[dict]):
     import dataclasses
 
     from bench import records, registry
-    from bench.cells import items_key, sample_rows
     from bench.config import TaskConfig, canonical, config_hash
+    from bench.results.rows import items_key, sample_rows
 
     c = _cell(saved["cell"])
     task_cfg = {**c.train.task, "options": {**(c.train.task.get("options") or {}), **overrides}}

@@ -574,20 +574,21 @@ def outcome_row(method: str, seed: int, outcomes, **columns) -> dict:
 
 def write_planned_store(p, score, *, legacy: bool = False, logs: bool = False) -> None:
     """The store a sweep's jobs would write for plan ``p`` (:func:`bench.plan.plan`), without
-    training: every train cell's rows (``bench.cells.train_rows``, steps as planned; ``logs``: a
-    small training log in its run folder) and every sample cell's rows
-    (``bench.cells.sample_rows``): the task's headline metric with per-item outcomes drawn at
-    rate ``score(sample_cell)``, each secondary metric at that rate without outcomes, and its
-    per-item records (``bench.records``: the common fields, the outcomes).
+    training: every train cell's rows (``bench.results.rows.train_rows``, steps as planned;
+    ``logs``: a small training log in its run folder) and every sample cell's rows
+    (``bench.results.rows.sample_rows``): the task's headline metric with per-item outcomes
+    drawn at rate ``score(sample_cell)``, each secondary metric at that rate without outcomes, and
+    its per-item records (``bench.records``: the common fields, the outcomes).
     ``legacy``: rows without the ``recipe`` column (a store written before it existed)."""
     import zlib
     from types import SimpleNamespace
 
     import numpy as np
 
-    from bench import cells, records, registry
+    from bench import records, registry
     from bench.evaluate.metrics import MetricValue
     from bench.results import Store
+    from bench.results import rows as store_rows
     from bench.train import log_path
 
     store = Store(p.cfg.results_dir)
@@ -608,7 +609,7 @@ def write_planned_store(p, score, *, legacy: bool = False, logs: bool = False) -
         res = SimpleNamespace(steps=steps, seconds=steps / 50.0, steps_per_s=50.0,
                               final_loss=10.0 / steps, device="cpu", devices=1)  # fmt: skip
         method = registry.make_method(tc.method, tc.options, task)
-        store.write_cell(tc.id, strip(cells.train_rows(tc, res, 1000, task=task)))
+        store.write_cell(tc.id, strip(store_rows.train_rows(tc, res, 1000, task=task)))
         for sc in p.samples_of(tc):
             rate = float(score(sc))
             rng = np.random.default_rng(zlib.crc32(sc.id.encode()))
@@ -617,7 +618,7 @@ def write_planned_store(p, score, *, legacy: bool = False, logs: bool = False) -
                                    outcomes=out)]  # fmt: skip
             metrics += [MetricValue(m, rate, sc.n_samples) for m in task.secondary_metrics]
             nfe = task.seq_len if method.nfe_is_length else sc.nfe
-            rows = cells.sample_rows(sc, metrics, method=method, task=task, train_steps=steps,
+            rows = store_rows.sample_rows(sc, metrics, method=method, task=task, train_steps=steps,
                                      nfe=nfe, wall_s=0.5, items="same-items")  # fmt: skip
             recs = [{"cell_id": sc.id, "index": i, "item": i, "subset": sc.subset,
                      "prompt": f"item {i}", "output": f"{tc.method} wrote {i}",

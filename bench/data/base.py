@@ -221,7 +221,7 @@ class Task:
     #: ``data_reference(n) -> list[MetricValue]``: a held-out reference point scored like a
     #: model's samples (OWT: held-out text under the Gen. PPL / entropy scorer). The first job
     #: that samples a subset writes it once as store rows with ``method = "data"`` and
-    #: ``kind = "reference"`` (bench/cells.py ``reference_rows``); the frontier report draws it.
+    #: ``kind = "reference"`` (``bench.results.rows.reference_rows``); the frontier report draws it.
     data_reference = None
     #: ``reference_completions(data) -> Tensor``: the gold completions of ``data`` as (N, L) ids
     #: when ``data.x`` itself is not what a perfect model writes (program tasks: the gold

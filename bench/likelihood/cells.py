@@ -33,7 +33,8 @@ import time
 from dataclasses import dataclass
 
 from bench.config import config_hash
-from bench.results import Store, task_columns
+from bench.results import Store
+from bench.results.rows import likelihood_rows
 
 #: metrics a method without a bound gets a valueless row of
 NO_BOUND_METRICS = ("nll", "ppl", "bpd")
@@ -74,51 +75,6 @@ def cell_id(tc, dataset: str, s: Settings) -> str:
             "seed": s.seed,
         }
     )
-
-
-def likelihood_rows(
-    tc,
-    task,
-    metrics,
-    *,
-    variant: str,
-    bound_kind: str,
-    steps,
-    s: Settings,
-    dataset: str,
-    wall_s: float,
-    cost: dict | None = None,
-    evaluation: str = "",
-) -> list[dict]:
-    """The store rows of one likelihood cell (module docstring), ``metrics``: MetricValues;
-    ``cost``: its cost columns, on every row."""
-    from bench.cell_model import _base_row
-
-    base = {
-        **_base_row(tc),
-        **task_columns(task),
-        "variant": variant or tc.variant,
-        "kind": "likelihood",
-        "train_steps": steps,
-        "nfe": None,
-        "temperature": None,
-        "decoding": "",
-        "subset": dataset,
-        "wall_s": wall_s,
-        "bound_kind": bound_kind,
-        "item_limit": s.n_sequences or None,
-        "evaluation": evaluation or None,
-        "sample_seed": s.seed,
-        **(cost or {}),
-    }
-    return [
-        {
-            **base,
-            **m.columns(),
-            "ci_method": m.ci_method,
-        }
-        for m in metrics
-    ]
 
 
 def run_likelihood(
@@ -195,7 +151,8 @@ def _compute(
             variant=variant,
             bound_kind="",
             steps=None,
-            s=s,
+            n_sequences=s.n_sequences,
+            seed=s.seed,
             dataset=dataset,
             wall_s=time.perf_counter() - t0,
             cost=environment(_device()),
@@ -261,7 +218,8 @@ def _compute(
         variant=variant,
         bound_kind=kind,
         steps=meta["steps"],
-        s=s,
+        n_sequences=s.n_sequences,
+        seed=s.seed,
         dataset=dataset,
         wall_s=time.perf_counter() - t0,
         cost=cost,

@@ -6,7 +6,7 @@ columns: steps/s, duration (h), GPU-hours, each for TinyGSM and OWT) with its nu
 Written as the report section ``training_cost`` (``<out>/training_cost.md`` / ``.csv``, when the
 store has train rows) and the paper artifact ``tab-training-cost`` (``--figure``, ``--paper``).
 
-From one train cell's rows (:func:`bench.cells.train_rows`): ``train_steps_per_s``,
+From one train cell's rows (:func:`bench.results.rows.train_rows`): ``train_steps_per_s``,
 ``train_steps`` and ``wall_s``. Duration (h) = steps / (steps/s) / 3600, as the paper derives it
 from its step rate (it equals ``wall_s`` for a run that was never resumed; a resumed run's
 ``wall_s`` covers only its last process). Device-hours = duration x devices: GPU-hours when the

@@ -75,7 +75,7 @@ def test_sampling_only_entries_share_one_train_cell(tmp_path):
     assert "k3" in by_variant["k3"][0].label()
 
     # the rows of a sample cell carry its own variant (the model's rows: the first entry's)
-    from bench.cells import sample_rows
+    from bench.results.rows import sample_rows
 
     task = registry.make_task(tc.task_config())
     for c in p.sample_cells:

@@ -28,7 +28,7 @@ from bench.report.cost import DEVICE, SPS, with_cost
 
 KIND = "frontier"
 DATA_METHOD = "data"
-REFERENCE = "reference"  # the store rows' kind of the held-out data point (bench/cells.py)
+REFERENCE = "reference"  # the store rows' kind of the held-out data point (bench/results/rows.py)
 PPL, POOLED, ENTROPY = "gen_ppl", "gen_ppl_pooled", "entropy"
 EMPTY, DEGENERATE = "gen_ppl_empty_frac", dg.METRIC
 METRICS = (PPL, POOLED, ENTROPY, EMPTY, DEGENERATE)

@@ -15,13 +15,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench import cells
 from bench.config import SweepConfig, build
 from bench.evaluate.metrics import MetricValue
 from bench.plan import plan
 from bench.report.cli import main as report_main
 from bench.report.models import with_models
 from bench.results import Store, read
+from bench.results import rows as store_rows
 
 N_ITEMS = 128
 #: (sweep, steps) -> method -> the fraction of items it gets right (different per recipe)
@@ -80,13 +80,14 @@ def write_store(results: str, *, legacy: bool = False) -> dict:
         task = registry.make_task(p.cfg.task)
         for tc in p.train_cells:
             method = registry.make_method(tc.method, tc.options, task)
-            rows = cells.train_rows(tc, _Res(steps), 1000, task=task)
+            rows = store_rows.train_rows(tc, _Res(steps), 1000, task=task)
             truth[(name, tc.method)] = scores[tc.method]
             for sc in p.samples_of(tc):
                 out = _outcomes(scores[tc.method], hash((name, tc.method, sc.nfe)) % 2**32)
                 m = MetricValue("exact_match", float(out.mean()), N_ITEMS, outcomes=out)
-                rows_s = cells.sample_rows(sc, [m], method=method, task=task, train_steps=steps,
-                                           nfe=sc.nfe, wall_s=1.0, items="same-items")  # fmt: skip
+                rows_s = store_rows.sample_rows(sc, [m], method=method, task=task,
+                                                train_steps=steps, nfe=sc.nfe, wall_s=1.0,
+                                                items="same-items")  # fmt: skip
                 if legacy:
                     rows_s = [{k: v for k, v in r.items() if k != "recipe"} for r in rows_s]
                 store.write_cell(sc.id, rows_s)

@@ -144,7 +144,8 @@ def _new_rows(
     temperature=1.0,
     ci=0.05,
 ):
-    """Sample rows as bench/cells.py writes them (report columns from task and method classes)."""
+    """Sample rows as bench/results/rows.py builds them (report columns from task and method
+    classes)."""
     from bench.results import sample_columns
 
     return [
@@ -373,17 +374,17 @@ def test_rows_of_older_stores_get_the_old_defaults(tmp_path):
 
 
 def test_cells_write_the_report_columns_of_their_task_and_method_instances(tmp_path):
-    """bench/cells.py's rows carry the columns the report reads, from the instances that ran:
+    """bench/results/rows.py's rows carry the columns the report reads, from the instances that ran:
     AR greedy (NFE = length, temperature-free), S-FLM with a sampled last step (top-1 then
     depends on T), Sudoku's subset order and metric ranks, GSM8K's kind and title."""
     from types import SimpleNamespace
 
     from helpers import make_method
 
-    from bench import cells
     from bench.data.program.gsm8k import GSM8KTask
     from bench.data.sudoku.task import SudokuTask
     from bench.evaluate.metrics import MetricValue
+    from bench.results import rows as store_rows
 
     tc = SimpleNamespace(
         sweep="s",
@@ -405,7 +406,7 @@ def test_cells_write_the_report_columns_of_their_task_and_method_instances(tmp_p
         MetricValue("other", 0.1, 8),
     ]
     kw = {"task": SudokuTask, "train_steps": 1, "nfe": 19, "wall_s": 0.1}
-    em, vg, other = cells.sample_rows(c, metrics, method=make_method("ar"), **kw)
+    em, vg, other = store_rows.sample_rows(c, metrics, method=make_method("ar"), **kw)
     assert (em["nfe_is_length"], em["temperature_free"], em["default_decoding"]) == (
         True,
         True,
@@ -420,10 +421,10 @@ def test_cells_write_the_report_columns_of_their_task_and_method_instances(tmp_p
     assert (em["task_kind"], em["task_title"], em["stand_in_for"]) == ("generic", "sudoku", "")
     c.decoding = "top1"
     sflm = make_method("sflm", {"final_decode": "sample"})
-    (row, *_) = cells.sample_rows(c, metrics, method=sflm, **kw)
+    (row, *_) = store_rows.sample_rows(c, metrics, method=sflm, **kw)
     assert (row["nfe_is_length"], row["temperature_free"]) == (False, False)
     res = SimpleNamespace(steps=10, seconds=1.0, steps_per_s=10.0, final_loss=0.5)
-    train = cells.train_rows(tc, res, 123, task=GSM8KTask)
+    train = store_rows.train_rows(tc, res, 123, task=GSM8KTask)
     assert {(r["task_kind"], r["task_title"]) for r in train} == {("program", "GSM8K")}
     assert all(r["metric_rank"] is None for r in train if "metric_rank" in r)
     Store(tmp_path).write_cell("c", [em, vg, other])  # the store accepts them as written

@@ -52,11 +52,11 @@ def test_every_builtin_method_says_what_its_loss_is():
 
 
 def test_train_rows_record_the_methods_loss_kind(tmp_path):
-    from bench.cells import train_rows
     from bench.config import load_sweep
     from bench.data.toy import SortTask
     from bench.method import LOSS_CE, LOSS_NLL
     from bench.plan import plan
+    from bench.results.rows import train_rows
     from bench.train import TrainResult
 
     cells = plan(load_sweep(QUICKSTART), "q").train_cells

@@ -142,9 +142,9 @@ def test_logging_options_are_not_part_of_the_cell_identity(tmp_path):
 
 
 def test_train_rows_point_to_the_log(tmp_path):
-    from bench.cells import train_rows
     from bench.data.toy import SortTask
     from bench.results import Store
+    from bench.results.rows import train_rows
     from bench.train import TrainResult
 
     cell = plan(load_sweep(QUICKSTART), "q").train_cells[0]
