@@ -1,10 +1,13 @@
-"""Planning: a validated sweep file becomes content-addressed cells (pure: touches no files).
+"""Planning: a validated sweep file becomes content-addressed cells of every kind (pure: touches
+no files; the kinds, :mod:`bench.kind`, plan their own cells through the registry).
 
-- a **train cell** = task x backbone x train recipe x method (+ options) x training subsets;
-  its run folder ``<results>/runs/<method>-<variant>-<hash>`` holds resumable checkpoints and
-  the final EMA weights;
-- a **sample cell** = train cell x evaluation subset (Sudoku difficulty) x nfe x temperature x
-  decoding (+ sample size / seed, and the entry's sampling-only options when not their defaults).
+- a **train cell** (:mod:`bench.kinds.train`; an **import cell**, :mod:`bench.kinds.imported`,
+  when the entry names a ``checkpoint``) = task x backbone x train recipe x method (+ options) x
+  training subsets; its run folder ``<results>/runs/<method>-<variant>-<hash>`` holds resumable
+  checkpoints and the final EMA weights;
+- a **sample cell** (:mod:`bench.kinds.sample`) = train cell x evaluation subset x nfe x
+  temperature x decoding (+ sample size / seed, and the entry's sampling-only options when not
+  their defaults); a **likelihood cell** (:mod:`bench.kinds.likelihood`) = train cell x dataset.
 
 A method's sampling-only options (``Method.sampling_options``, e.g. S-FLM's ``top_k`` and
 ``final_decode``) are not part of a train cell's identity: method entries that differ only in
@@ -17,7 +20,7 @@ This is the one place where a sweep's method and task sections become objects: t
 method's ``Options`` are built and validated here, and a method instance resolves its own
 decoding names (S-FLM accepts any ``top<k>``). Errors are :class:`ConfigError` lines naming
 the sweep file and key. A cell carries plain dicts (its hashed identity, JSON-able,
-picklable); :mod:`bench.cells` turns them back into objects without validating again.
+picklable); a job (:mod:`bench.cells`) turns them back into objects without validating again.
 
 Every value a job checks is checked here first, so a bad one stops the sweep before a job is
 started or submitted: the task's and each method's ``validate_plan`` hooks
@@ -49,7 +52,6 @@ from bench.config import (
     TrainConfig,
     build,
     canonical,
-    config_hash,
     is_set,
 )
 from bench.data.base import Task
@@ -94,6 +96,11 @@ class TrainCell:
         return getattr(self, "source", None) is not None
 
     @property
+    def kind(self) -> str:
+        """Its kind (:mod:`bench.kind`): ``import`` (a checkpoint converted) or ``train``."""
+        return "import" if self.imported else "train"
+
+    @property
     def run_dir(self) -> Path:
         return Path(self.results_dir) / "runs" / f"{self.method}-{self.variant}-{self.id}"
 
@@ -125,7 +132,10 @@ class TrainCell:
 
 @dataclass
 class SampleCell:
-    #: the kind of cell (:mod:`bench.kind`): "sample" here; a kind's own cell type says its name
+    """A model's samples at one evaluation subset, NFE, temperature and decoding, scored
+    (:mod:`bench.kinds.sample`)."""
+
+    #: the kind of cell (:mod:`bench.kind`)
     kind: ClassVar[str] = "sample"
 
     id: str
@@ -171,12 +181,43 @@ class SampleCell:
 
 @dataclass
 class Plan:
-    cfg: SweepConfig
-    train_cells: list[TrainCell] = field(default_factory=list)
-    sample_cells: list[SampleCell] = field(default_factory=list)
+    """A planned sweep: its cells by kind (:mod:`bench.kind`), each kind's in plan order."""
 
-    def samples_of(self, tc: TrainCell) -> list[SampleCell]:
-        return [s for s in self.sample_cells if s.train.id == tc.id]
+    cfg: SweepConfig
+    #: kind name -> its cells (``train`` and ``import``: the models; the others: their cells)
+    cells: dict[str, list] = field(default_factory=dict)
+    #: the models (train and import cells) in plan order: one job each
+    models: list[TrainCell] = field(default_factory=list)
+    #: the kinds whose cells are models
+    model_kinds: set[str] = field(default_factory=set)
+
+    def add(self, cell, model: bool = False) -> None:
+        """Add ``cell`` under its kind (``model``: it is a model, a job of its own)."""
+        self.cells.setdefault(cell.kind, []).append(cell)
+        if model:
+            self.models.append(cell)
+            self.model_kinds.add(cell.kind)
+
+    @property
+    def train_cells(self) -> list[TrainCell]:
+        """The models (train and import cells), in plan order."""
+        return self.models
+
+    @property
+    def sample_cells(self) -> list:
+        """Every cell of a model, whatever its kind (sample, likelihood, a plug-in's): the cells
+        the models' jobs run once the model is ready, model by model in plan order."""
+        by: dict[str, list] = {}
+        for c in self._of_models():
+            by.setdefault(c.train.id, []).append(c)
+        return [c for tc in self.models for c in by.get(tc.id, [])]
+
+    def samples_of(self, tc: TrainCell) -> list:
+        """The cells of model ``tc`` of every kind but the models', kind by kind."""
+        return [c for c in self._of_models() if c.train.id == tc.id]
+
+    def _of_models(self):
+        return (c for k, cells in self.cells.items() if k not in self.model_kinds for c in cells)
 
 
 def _variant(entry: MethodEntry) -> str:
@@ -271,79 +312,6 @@ def _identity(method, opts: dict) -> dict:
     return out
 
 
-def _import_facts(entry: MethodEntry, task, where: str, offline_ok: bool):
-    """(the checkpoint's Spec, the options it gives this entry, the source dict, the model's
-    vocab_size override) for an entry with ``checkpoint:``."""
-    from bench.checkpoints import CheckpointError, plan_spec, resolve_options
-    from bench.checkpoints.families import pad_is_class
-
-    forced = entry.family or None
-    try:
-        sp, source = plan_spec(entry.checkpoint, family=forced)
-        if sp.method != entry.method:
-            raise ConfigError(
-                f"{where}.method: the sweep says {entry.method!r}, {entry.checkpoint} is a "
-                f"{sp.method} checkpoint ({sp.family})"
-            )
-        opts = resolve_options(sp, entry.options, where=f"{where}.options")
-    except CheckpointError as e:
-        msg = str(e)
-        raise ConfigError(msg if msg.startswith(where) else f"{where}.checkpoint: {msg}") from None
-    if source.sha256 is None and not offline_ok:
-        raise ConfigError(
-            f"{where}.checkpoint: {entry.checkpoint}: not fetched and the hub is unreachable, so "
-            f"its sha256 (part of the cell id) is unknown; fetch it by hand with: "
-            f"{source.fetch_hint()} (--dry-run plans offline)"
-        )
-    if sp.vocab_size == task.vocab_size:
-        vocab = None
-    elif sp.vocab_size == task.vocab_size + 1 and pad_is_class(sp.method):
-        vocab = sp.vocab_size  # the reference's [PAD] is a class of this model (Method.reference)
-    else:
-        raise ConfigError(_vocab_mismatch(entry.checkpoint, sp, task, where))
-    if sp.seq_len and task.seq_len > sp.seq_len:
-        raise ConfigError(
-            f"{where}.checkpoint: the task's sequences ({task.seq_len}) are longer than the "
-            f"model was trained on ({sp.seq_len})"
-        )
-    src = {"checkpoint": entry.checkpoint, "sha256": source.sha256, "family": sp.family,
-           "forced": forced}  # fmt: skip
-    return sp, opts, src, vocab
-
-
-def _vocab_mismatch(checkpoint: str, sp, task, where: str) -> str:
-    """The one-line error for a checkpoint whose |V| the task cannot serve, naming the way
-    forward: the other built-in tasks (default options) it fits, else a task of its own."""
-    from bench.checkpoints.families import pad_is_class
-
-    pad = pad_is_class(sp.method)  # the reference's [PAD] is a class: |V| may be the task's + 1
-    fits = []
-    for name in sorted(registry.TASKS):
-        if name == task.name:
-            continue
-        try:
-            v = registry.make_task(TaskConfig(name=name)).vocab_size
-        except Exception:  # a plug-in task its defaults cannot build: not a suggestion
-            continue
-        if v == sp.vocab_size or (pad and v + 1 == sp.vocab_size):
-            fits.append(name)
-    head = (
-        f"{where}.checkpoint: {checkpoint} ({sp.family} family) has |V| = {sp.vocab_size}, "
-        f"task {task.name} has {task.vocab_size}"
-    )
-    if fits:
-        return f"{head}; task {' or '.join(fits)} fits it: --task {fits[0]} (task.name in a sweep)"
-    sizes = f"{sp.vocab_size - 1} or {sp.vocab_size}" if pad else f"{sp.vocab_size}"
-    why = ""
-    if not pad and sp.vocab_size == task.vocab_size + 1:
-        pads = ", ".join(m for m in sorted(registry.METHODS) if pad_is_class(m))
-        why = f" (only {pads} files may have one class more than the task, the reference's [PAD])"
-    return (
-        f"{head}{why}; no built-in task has {sizes} tokens: serve it with a task plug-in of "
-        f"{sizes} tokens (docs/adding-a-task.md)"
-    )
-
-
 def _decodings(method, entry: MethodEntry, sweep_decodings: list[str], where: str) -> list[str]:
     """The method's decodings for this entry, resolved by the method itself ('default' -> its
     default; S-FLM: any ``top<k>``). A name in the entry's own ``decoding`` list that the method
@@ -360,7 +328,7 @@ def _decodings(method, entry: MethodEntry, sweep_decodings: list[str], where: st
 
 
 @dataclass(frozen=True)
-class _Sweep:
+class Sweep:
     """What every method entry of one sweep is planned against: the task, its subsets and the
     ``sample`` / ``train`` / ``backbone`` sections with the task's defaults filled in."""
 
@@ -375,7 +343,7 @@ class _Sweep:
 
 
 @dataclass(frozen=True)
-class _EntryModel:
+class EntryModel:
     """One ``methods[i]`` entry, validated: the model it trains (or imports) and how it samples."""
 
     index: int  # i of methods[i]
@@ -397,7 +365,7 @@ class _EntryModel:
         return _variant(self.entry)
 
 
-def _sweep(cfg: SweepConfig, source: str, offline_ok: bool) -> _Sweep:
+def _sweep(cfg: SweepConfig, source: str, offline_ok: bool) -> Sweep:
     """The task and the sweep's sections, with the task's defaults in the fields the file leaves
     unset (a sort task's NFE grid stops at its generated length, not at 9x9 Sudoku's 180), checked
     by the task's own rules (split sizes, files, lengths) before any job."""
@@ -411,7 +379,7 @@ def _sweep(cfg: SweepConfig, source: str, offline_ok: bool) -> _Sweep:
         task.validate_plan(backbone=backbone, train=train, sample=sample)
     except ValueError as e:  # ConfigError included
         raise ConfigError(f"{source}: {e}") from None
-    return _Sweep(
+    return Sweep(
         cfg=cfg,
         source=source,
         offline_ok=offline_ok,
@@ -423,7 +391,7 @@ def _sweep(cfg: SweepConfig, source: str, offline_ok: bool) -> _Sweep:
     )
 
 
-def _entry_model(sw: _Sweep, i: int, entry: MethodEntry) -> _EntryModel:
+def _entry_model(sw: Sweep, i: int, entry: MethodEntry) -> EntryModel:
     """Entry ``methods[i]`` as a validated model: its method and options (an imported
     checkpoint's from the file), its train recipe, what its jobs would reject (backbone size,
     schedule: the method's ``validate_plan``), its decodings, seeds and training subsets."""
@@ -431,7 +399,9 @@ def _entry_model(sw: _Sweep, i: int, entry: MethodEntry) -> _EntryModel:
     imported = vocab = None
     backbone = canonical(sw.backbone)
     if entry.checkpoint:  # options, sizes and vocabulary from the file
-        sp, file_opts, imported, vocab = _import_facts(entry, sw.task, where, sw.offline_ok)
+        from bench.checkpoints.entry import import_facts
+
+        sp, file_opts, imported, vocab = import_facts(entry, sw.task, where, sw.offline_ok)
         method, opts = _method(entry, sw.task, where, file_opts, vocab)
         backbone = dict(sp.backbone)
     else:
@@ -457,7 +427,7 @@ def _entry_model(sw: _Sweep, i: int, entry: MethodEntry) -> _EntryModel:
     else:
         seeds = list(dict.fromkeys(sw.cfg.seeds)) or [train.seed]
         groups = [sw.subsets] if sw.cfg.task.train_mix else [[g] for g in sw.subsets]
-    return _EntryModel(
+    return EntryModel(
         index=i,
         entry=entry,
         where=where,
@@ -474,133 +444,45 @@ def _entry_model(sw: _Sweep, i: int, entry: MethodEntry) -> _EntryModel:
     )
 
 
-def _train_id(sw: _Sweep, m: _EntryModel, train: TrainConfig, groups: list[str]) -> str:
-    """A train cell's content hash: task (its semantic fields), training subsets, backbone,
-    method and model options, and the recipe (its semantic fields) or, for an import, the file
-    (its sha256) and the model's vocabulary."""
-    ident = {
-        "task": {k: v for k, v in canonical(sw.cfg.task).items() if k not in _NON_SEMANTIC_TASK},
-        "groups": groups,
-        "backbone": m.backbone,
-        "method": m.entry.method,
-        "options": m.options,
-    }
-    if m.source:  # the file (by its sha256) and the options it is run with
-        ident["import"] = m.source["sha256"] or m.source["checkpoint"]
-        ident["vocab_size"] = m.vocab_size
-    else:
-        ident["train"] = {k: v for k, v in canonical(train).items() if k not in _NON_SEMANTIC_TRAIN}
-    return config_hash(ident)
-
-
-def _train_cells_of(sw: _Sweep, m: _EntryModel) -> list[TrainCell]:
-    """The entry's train cells: one per training seed x training subsets (one for an import)."""
-    cells = []
-    for seed in m.seeds:
-        train = dataclasses.replace(m.train, seed=seed)  # train.seed 0 and seeds [0]: one cell
-        for groups in m.groups:
-            cells.append(
-                TrainCell(
-                    id=_train_id(sw, m, train, groups),
-                    sweep=sw.cfg.name,
-                    results_dir=sw.cfg.results_dir,
-                    task=canonical(sw.cfg.task),
-                    backbone=m.backbone,
-                    train=canonical(train),
-                    method=m.entry.method,
-                    variant=m.variant,
-                    options=m.options,
-                    groups=groups,
-                    source=m.source,
-                    vocab_size=m.vocab_size,
-                )
-            )
-    return cells
-
-
-def _sample_id(tc: TrainCell, m: _EntryModel, s: SampleConfig, subset, nfe, temp, dec) -> str:
-    key = {
-        "train": tc.id,
-        "subset": subset,
-        "nfe": nfe,
-        "temperature": temp,
-        "decoding": dec,
-        "n": s.n_samples,
-        "float64": s.float64,
-        "seed": s.seed,
-    }
-    if m.sampling:  # absent at defaults: the ids sweeps always had
-        key["sampling"] = m.sampling
-    return config_hash(key)
-
-
-def _sample_cells_of(tc: TrainCell, m: _EntryModel, s: SampleConfig) -> list[SampleCell]:
-    """The sample cells entry ``m`` plans on train cell ``tc`` (the entry's own, or one an
-    earlier entry with the same model planned): each evaluation subset x decoding x NFE x
-    temperature (NFE: the generated length, planned as 0, for a method whose NFE it is; one
-    temperature, 1, for a temperature-free decoding)."""
-    cells = []
-    for subset in tc.groups:
-        for dec in m.decodings:
-            nfes = [0] if m.method.nfe_is_length else s.nfe
-            temps = [1.0] if dec in m.method.temperature_free else s.temperature
-            for nfe in nfes:
-                for temp in temps:
-                    cells.append(
-                        SampleCell(
-                            id=_sample_id(tc, m, s, subset, nfe, temp, dec),
-                            train=tc,
-                            subset=subset,
-                            nfe=nfe,
-                            temperature=temp,
-                            decoding=dec,
-                            n_samples=s.n_samples,
-                            batch_size=s.batch_size,
-                            float64=s.float64,
-                            seed=s.seed,
-                            variant=m.variant,
-                            sampling=m.sampling,
-                        )
-                    )
-    return cells
-
-
 def plan(cfg: SweepConfig, source: str = "sweep", *, offline_ok: bool = False) -> Plan:
     """Expand a sweep (``bench.config.load_sweep``) into cells; ``source`` names the file in
     errors. Loads no data and writes nothing; an entry with ``checkpoint:`` reads that file's
     header (memory-mapped) or, for a released file not fetched yet, the catalogue and the hub's
     metadata. ``offline_ok``: such a file may stay unidentified (no sha256: a dry run offline).
 
-    The steps: the task and the sections (:func:`_sweep`), then per method entry its model
-    (:func:`_entry_model`), its train cells (:func:`_train_cells_of`; entries with the same model
-    share the first one's) and the sample cells of each (:func:`_sample_cells_of`)."""
+    The steps: the task and the sections (:func:`_sweep`), every kind's plan-time check
+    (:meth:`bench.kind.CellKind.validate`), then per method entry its model
+    (:func:`_entry_model`), the models the model kinds plan of it (train or import cells:
+    :func:`bench.kinds.train.train_cells_of`; entries with the same model share the first one's)
+    and each other kind's cells of that model (:meth:`bench.kind.CellKind.plan_entry`)."""
     out = Plan(cfg)
     sw = _sweep(cfg, source, offline_ok)
-    kinds = [registry.KINDS[k] for k in registry.KINDS]  # cells beside the sample cells
     for name in cfg.kinds:
         if name not in registry.KINDS:
             known = ", ".join(sorted(registry.KINDS))
             raise ConfigError(
                 f"{sw.source}: kinds.{name}: no cell kind of that name (known: {known})"
             )
+    kinds = [registry.KINDS[k] for k in registry.KINDS]
     for kind in kinds:
         kind.validate(cfg, sw.task, sw.source)
     models: dict[str, TrainCell] = {}  # train cell id -> the cell (entries may share one)
-    owner: dict[str, int] = {}  # sample cell id -> the methods[] index that planned it
+    owner: dict[str, int] = {}  # cell id -> the methods[] index that planned it
     for i, entry in enumerate(cfg.methods):
         m = _entry_model(sw, i, entry)
-        for new in _train_cells_of(sw, m):
+        for new in [c for k in kinds if k.model for c in k.plan_entry(None, m, sw, True)]:
             tc = models.setdefault(new.id, new)
             if tc is new:  # the first entry with this model names its run folder
-                out.train_cells.append(tc)
-            for sc in _sample_cells_of(tc, m, sw.sample):
-                if owner.setdefault(sc.id, m.index) != m.index:
-                    raise ConfigError(
-                        f"{m.where}: same model, options and sampling as methods[{owner[sc.id]}] "
-                        "(only the variant name differs); remove one of them"
-                    )
-                out.sample_cells.append(sc)
-            if tc is new:  # the model's cells of the other kinds (its likelihood), once
-                for kind in kinds:
-                    out.sample_cells += kind.plan(tc, m.variant, cfg)
+                out.add(tc, model=True)
+            for kind in kinds:
+                if kind.model:
+                    continue
+                for c in kind.plan_entry(tc, m, sw, tc is new):
+                    if owner.setdefault(c.id, m.index) != m.index:
+                        raise ConfigError(
+                            f"{m.where}: same model, options and sampling as "
+                            f"methods[{owner[c.id]}] (only the variant name differs); remove one "
+                            "of them"
+                        )
+                    out.add(c)
     return out

@@ -57,18 +57,27 @@ TASKS = Registry(
 
 
 def _cell_kind(p: Plugin) -> None:
-    """A :class:`bench.kind.CellKind` object: what the planner and the jobs call on it."""
-    missing = [a for a in ("name", "validate", "plan", "run") if not hasattr(p.obj, a)]
+    """A :class:`bench.kind.CellKind` object: what the planner, the jobs, the cost model and the
+    views call on it."""
+    need = ("name", "validate", "plan_entry", "run", "predict", "load_s", "describe")
+    missing = [a for a in need if not hasattr(p.obj, a)]
     if missing or isinstance(p.obj, type):
         what = f"has no {missing[0]}" if missing else "is a class, not a CellKind object"
         raise PluginError(f"plug-in {p.name!r} of package {p.package}: {p.value} {what}")
 
 
-#: cell kind name -> :class:`bench.kind.CellKind` object: kinds of cells a model gets beside its
-#: sample cells (group ``sflm_bench.cell_kinds``; the planner and the jobs look them up here)
+#: cell kind name -> :class:`bench.kind.CellKind` object: the models (train, import) and the kinds
+#: of cells a model gets (sample, likelihood), then those of installed packages (group
+#: ``sflm_bench.cell_kinds``); the planner, the jobs, the cost model and the views look them up
+#: here
 KINDS = Registry(
     "cell_kinds",
-    {"likelihood": "bench.likelihood.kind:KIND"},
+    {
+        "train": "bench.kinds.train:KIND",
+        "import": "bench.kinds.imported:KIND",
+        "sample": "bench.kinds.sample:KIND",
+        "likelihood": "bench.kinds.likelihood:KIND",
+    },
     name_of=lambda k: getattr(k, "name", None),
     check=_cell_kind,
 )

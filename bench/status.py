@@ -10,6 +10,7 @@ and SLURM jobs, failures), which the SLURM executor shares.
 
 from __future__ import annotations
 
+from bench import registry
 from bench.executors.cell_status import STATES, statuses
 from bench.executors.slurm_cluster import (
     array_limit_min,
@@ -30,13 +31,14 @@ __all__ = ["dry_run", "model_cells", "predicted_cost", "status_table"]
 def status_table(p: Plan) -> str:
     """What ``--status`` prints: one line per cell, log and last error line for failures."""
     rows = statuses(p)
-    lines = [f"{'STATE':8s} {'KIND':6s} {'JOB':12s} CELL"]
+    width = max([6, *(len(r.kind) for r in rows)])  # the kinds' names
+    lines = [f"{'STATE':8s} {'KIND':{width}s} {'JOB':12s} CELL"]
     for r in rows:
         extra = f"  [{r.detail}]" if r.state != "done" and r.detail else ""
-        lines.append(f"{r.state:8s} {r.kind:6s} {(r.job or '-'):12s} {r.label}{extra}")
+        lines.append(f"{r.state:8s} {r.kind:{width}s} {(r.job or '-'):12s} {r.label}{extra}")
         if r.state == "failed":
-            lines.append(f"{'':28s} log:   {r.log or '-'}")
-            lines.append(f"{'':28s} error: {r.error or '-'}")
+            lines.append(f"{'':{width + 22}s} log:   {r.log or '-'}")
+            lines.append(f"{'':{width + 22}s} error: {r.error or '-'}")
     counts = {s: sum(r.state == s for r in rows) for s in STATES}
     if counts.get("done"):  # the cost model against what the done cells took
         from bench.cost.check import comparison
@@ -52,126 +54,138 @@ def status_table(p: Plan) -> str:
     return "\n".join(lines)
 
 
+def _counts(cells, model: bool) -> list[str]:
+    """``cells`` counted by kind, in the registry's order, as their kinds say it (the model kinds'
+    with ``model``, the others' without)."""
+    n: dict[str, int] = {}
+    for c in cells:
+        n[c.kind] = n.get(c.kind, 0) + 1
+    kinds = [k for k in registry.KINDS if k in n] + [k for k in n if k not in registry.KINDS]
+    return [registry.KINDS[k].describe(n[k]) for k in kinds if registry.KINDS[k].model == model]
+
+
 def model_cells(p: Plan) -> str:
     """The plan's model cells by kind: "3 train cells", "7 import cells" (models converted from a
     checkpoint, not trained) or "2 train cells, 5 import cells"."""
-    n_import = sum(bool(getattr(tc, "imported", False)) for tc in p.train_cells)
-    n_train = len(p.train_cells) - n_import
-    parts = [f"{n_train} train cells"] if n_train or not n_import else []
-    return ", ".join(parts + ([f"{n_import} import cells"] if n_import else []))
+    return ", ".join(_counts(p.train_cells, True)) or "no model"
 
 
 def dry_run(p: Plan) -> str:
     """What ``--dry-run`` prints: the jobs for the cells not yet done, their resources and
-    (SLURM) an upper bound of the cost."""
+    (SLURM) an upper bound of the cost, then the cost model's prediction."""
     cfg = p.cfg
     store = Store(cfg.results_dir)
     kind = cfg.executor.kind
     ex = settings(cfg.executor) if kind == "slurm" else cfg.executor
-
-    n_lk = sum(c.kind == "likelihood" for c in p.sample_cells)
-    lk = f" ({n_lk} of them likelihood cells)" if n_lk else ""
-    lines = [
-        f"sweep {cfg.name}: {model_cells(p)}, {len(p.sample_cells)} sample cells{lk}; "
-        f"executor {kind}"
-    ]
+    cells = ", ".join([model_cells(p), *_counts(p.sample_cells, False)])
+    lines = [f"sweep {cfg.name}: {cells}; executor {kind}"]
     opts = cfg.task.options if isinstance(cfg.task.options, dict) else vars(cfg.task.options)
     # the task's options say which data and grader the rows use (e.g. Sudoku generator: reference)
     lines.append(f"  task: {cfg.task.name}" + "".join(f"; {k}={v}" for k, v in opts.items()))
     if kind == "slurm":
-        facts = ", ".join(
-            f"{k}={getattr(ex, k)}" for k in ("partition", "account", "qos") if getattr(ex, k)
-        )
-        lines.append(
-            f"  cluster: {facts or 'default partition/account'}; time limit {ex.time_min} min; "
-            f"gpus/node {ex.gpus_per_node}; cpus/task {ex.cpus_per_task}; mem {ex.mem_gb} GB/task; "
-            f"array parallelism {ex.array_parallelism}"
-        )
-    n_train = n_cells = 0  # local jobs; SLURM's totals: slurm_cluster.plan_cost
-    from bench.cost.model import slurm_sizing
-
-    sizes = slurm_sizing(p, ex, store) if kind == "slurm" else None  # time limits, task packing
-    if kind == "slurm":
-        lines.append(
-            f"  time limits: predicted x {ex.time_safety:g}, at least {ex.time_floor_min} min, at "
-            f"most time_min={ex.time_min} min; sample cells packed into tasks of about "
-            f"{ex.task_target_min:g} predicted min"
-            if sizes
-            else f"  time limits: time_min={ex.time_min} min for every job (no prediction)"
-        )
-    for tc in p.train_cells:
-        todo = [s for s in p.samples_of(tc) if not store.has(s.id)]
-        trained = store.has(tc.id) and tc.weights.is_file()
-        if trained and not todo:
-            continue
-        if kind == "slurm":
-            r = train_resources(ex, tc)
-            chunks = chunk_cells(todo, ex, sizes)
-            res = (
-                f"nodes={r['nodes']} tasks/node={r['tasks_per_node']} "
-                f"gpus/node={r['gpus_per_node']} limit "
-                f"{limit_min(sizes.train_s(tc) if sizes else None, ex)} min"
-                if not trained
-                else "trained"
-            )
-            verb = (
-                ("import" if getattr(tc, "imported", False) else "train") if not trained else "done"
-            )
-            lines.append(
-                f"  {verb:6s} {tc.label():40s} {res}; "
-                f"{len(todo)} sample cells in {len(chunks)} array task(s)"
-                + (f", limit {array_limit_min(tc, chunks, ex, sizes)} min" if chunks else "")
-            )
-        else:
-            n_train += 1
-            verb = "import" if getattr(tc, "imported", False) else "train"
-            lines.append(
-                f"  job   {tc.label():40s} "
-                f"{verb + ' + ' if not trained else ''}{len(todo)} sample cells"
-            )
-        n_cells += len(todo)
-    if kind == "slurm":
-        c = plan_cost(p, ex, store, sizes)  # what the SLURM executor's preflight also says
-        lines.append(
-            "jobs: "
-            + (f"{c.train} train job(s), " if c.train or not c.imports else "")
-            + (f"{c.imports} import job(s), " if c.imports else "")
-            + f"{c.arrays} sampling array(s) with {c.tasks} task(s) "
-            f"for {c.cells} sample cell(s)"
-        )
-        flat = plan_cost(p, ex, store) if sizes else c
-        lines.append(
-            f"cost upper bound ({'sized ' if sizes else ''}time limits x resources): "
-            f"{c.gpu_h:.1f} GPU-hours, {c.cpu_h:.1f} CPU-hours"
-            + (
-                f" (every job at time_min={ex.time_min} min: {flat.gpu_h:.1f} GPU-hours, "
-                f"{flat.cpu_h:.1f} CPU-hours)"
-                if sizes
-                else ""
-            )
-        )
-        problem = memory_problem(p, sizes)
-        if problem:
-            lines.append(f"error: {problem} (a run stops here)")
+        lines += _slurm_plan(p, ex, store)
     else:
-        lines.append(f"jobs: {n_train} local job(s) for {n_cells} sample cell(s)")
+        lines += _local_plan(p, store)
     lines += predicted_cost(p, ex, store)
     lines.append("nothing submitted (--dry-run)")
     return "\n".join(lines)
+
+
+def _todo(p: Plan, store):
+    """(model, its cells not in the store, trained) for every model with work left."""
+    for tc in p.train_cells:
+        todo = [s for s in p.samples_of(tc) if not store.has(s.id)]
+        trained = store.has(tc.id) and tc.weights.is_file()
+        if not (trained and not todo):
+            yield tc, todo, trained
+
+
+def _local_plan(p: Plan, store) -> list[str]:
+    """The local executor's jobs: one per model with work left."""
+    lines, n_train, n_cells = [], 0, 0
+    for tc, todo, trained in _todo(p, store):
+        n_train += 1
+        verb = "import" if getattr(tc, "imported", False) else "train"
+        lines.append(
+            f"  job   {tc.label():40s} "
+            f"{verb + ' + ' if not trained else ''}{len(todo)} sample cells"
+        )
+        n_cells += len(todo)
+    return lines + [f"jobs: {n_train} local job(s) for {n_cells} sample cell(s)"]
+
+
+def _slurm_plan(p: Plan, ex, store) -> list[str]:
+    """The SLURM executor's jobs: the cluster, the time limits, per model its train (or import)
+    job and sampling array, and the bound of the cost (:func:`plan_cost`)."""
+    from bench.cost.forecast import slurm_sizing
+
+    facts = ", ".join(
+        f"{k}={getattr(ex, k)}" for k in ("partition", "account", "qos") if getattr(ex, k)
+    )
+    lines = [
+        f"  cluster: {facts or 'default partition/account'}; time limit {ex.time_min} min; "
+        f"gpus/node {ex.gpus_per_node}; cpus/task {ex.cpus_per_task}; mem {ex.mem_gb} GB/task; "
+        f"array parallelism {ex.array_parallelism}"
+    ]
+    sizes = slurm_sizing(p, ex, store)  # time limits, task packing
+    lines.append(
+        f"  time limits: predicted x {ex.time_safety:g}, at least {ex.time_floor_min} min, at "
+        f"most time_min={ex.time_min} min; sample cells packed into tasks of about "
+        f"{ex.task_target_min:g} predicted min"
+        if sizes
+        else f"  time limits: time_min={ex.time_min} min for every job (no prediction)"
+    )
+    for tc, todo, trained in _todo(p, store):
+        r = train_resources(ex, tc)
+        chunks = chunk_cells(todo, ex, sizes)
+        res = (
+            f"nodes={r['nodes']} tasks/node={r['tasks_per_node']} "
+            f"gpus/node={r['gpus_per_node']} limit "
+            f"{limit_min(sizes.train_s(tc) if sizes else None, ex)} min"
+            if not trained
+            else "trained"
+        )
+        verb = ("import" if getattr(tc, "imported", False) else "train") if not trained else "done"
+        lines.append(
+            f"  {verb:6s} {tc.label():40s} {res}; "
+            f"{len(todo)} sample cells in {len(chunks)} array task(s)"
+            + (f", limit {array_limit_min(tc, chunks, ex, sizes)} min" if chunks else "")
+        )
+    return lines + _slurm_bound(p, ex, store, sizes)
+
+
+def _slurm_bound(p: Plan, ex, store, sizes) -> list[str]:
+    c = plan_cost(p, ex, store, sizes)  # what the SLURM executor's preflight also says
+    lines = [
+        "jobs: "
+        + (f"{c.train} train job(s), " if c.train or not c.imports else "")
+        + (f"{c.imports} import job(s), " if c.imports else "")
+        + f"{c.arrays} sampling array(s) with {c.tasks} task(s) "
+        f"for {c.cells} sample cell(s)"
+    ]
+    flat = plan_cost(p, ex, store) if sizes else c
+    lines.append(
+        f"cost upper bound ({'sized ' if sizes else ''}time limits x resources): "
+        f"{c.gpu_h:.1f} GPU-hours, {c.cpu_h:.1f} CPU-hours"
+        + (
+            f" (every job at time_min={ex.time_min} min: {flat.gpu_h:.1f} GPU-hours, "
+            f"{flat.cpu_h:.1f} CPU-hours)"
+            if sizes
+            else ""
+        )
+    )
+    problem = memory_problem(p, sizes)
+    if problem:
+        lines.append(f"error: {problem} (a run stops here)")
+    return lines
 
 
 def predicted_cost(p: Plan, ex, store) -> list[str]:
     """The cost model's prediction (:mod:`bench.cost.model`) of the jobs ``--dry-run`` lists: per
     model its training, its sampling and its peak memory; in total the device-hours on the
     executor's device kind (SLURM: beside the bound) or the local executor's wall time."""
-    from bench.cost.model import (
-        device_kind,
-        fmt_bytes,
-        fmt_s,
-        local_wall,
-        predict_plan,
-        slurm_cost,
-    )
+    from bench.cost.forecast import slurm_cost
+    from bench.cost.model import device_kind, fmt_bytes, fmt_s, local_wall, predict_plan
 
     kind, why = device_kind(ex)
     try:

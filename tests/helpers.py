@@ -610,7 +610,9 @@ def write_planned_store(p, score, *, legacy: bool = False, logs: bool = False) -
                               final_loss=10.0 / steps, device="cpu", devices=1)  # fmt: skip
         method = registry.make_method(tc.method, tc.options, task)
         store.write_cell(tc.id, strip(store_rows.train_rows(tc, res, 1000, task=task)))
-        for sc in p.samples_of(tc):
+        for sc in p.cells.get("sample", []):  # the sample cells (not the likelihood's)
+            if sc.train.id != tc.id:
+                continue
             rate = float(score(sc))
             rng = np.random.default_rng(zlib.crc32(sc.id.encode()))
             out = (rng.random(sc.n_samples) < rate).astype(int)

@@ -1,56 +1,34 @@
 """Predicted cost of a plan: device seconds and peak memory per cell, per job and in total, from
 the shapes alone and a throughput table (:mod:`bench.cost.table`).
 
-What a cell costs follows from its shapes:
+What a cell costs follows from its shapes, each cell by its kind (:meth:`bench.kind.CellKind.
+predict`, handed a :class:`Costs`: the model's net and this module's tables, as arguments, since
+the prediction sits above the kinds; :mod:`bench.kinds` says how each built-in kind is predicted):
 
 - the backbone (:class:`Net`: blocks, width, |V|; the S-arch of S-FLM has the DiT's matrices
   without adaLN) gives the parameter count and the FLOPs of one forward per token,
   ``2 (12 n_blocks d^2 + d |V|) + 4 n_blocks d * context`` (the matrices, then attention);
 - a **sampling call** of B sequences of T new positions costs the bare backbone's forward,
   ``forward.overhead_s + B T flops / forward.flops_per_s``, times the model's forward-equivalents
-  per call for its decoding and sampling dtype (float64 unless the sweep says float32 or the
-  method samples float32 at its |V|); a KV-cached AR call reads one position;
-- a **sample cell** makes ``Method.nfe_for(nfe)`` calls per batch (AR: the generated length)
-  over ceil(items / batch) batches, then scores the items (``scorers``: a light scorer per item,
-  the GSM8K sandbox's CPU seconds per program over the job's cores, the reference LM's tokens);
-- a **likelihood cell** runs ``draws`` forwards (AR: one) per batch of sequences, nothing for a
-  method without a bound;
-- a **train cell** takes ``steps`` optimiser steps of the per-device batch: the bare step
-  (forward + backward ~ 3 forwards, AdamW over the parameters) times the model's training
-  forward-equivalents, plus the trainer's per-step cost, validation passes and checkpoints; an
-  **import cell** reads and converts the checkpoint;
-- a **job** adds its process start (and a model load before sampling, a tokenizer per phase
-  where the task loads one).
-
-Peak memory: parameters (+ gradients, AdamW moments and the EMA copy when training) +
-activations + the (B, L, |V|) buffers (logits, and the sampler's own in float64 or float32).
+  per call for its decoding and sampling dtype (:func:`sample_factor`); a training step the bare
+  step (:func:`train_step_s`) times its training forward-equivalents (:func:`train_factor`);
+- a **job** adds its process start (and a model load before its cells, what each kind loads:
+  a tokenizer, a reference LM).
 
 Entry points: :func:`predict_plan` (a whole plan, for ``--dry-run`` and SLURM sizing),
-:func:`predict_train`, :func:`predict_sample` (one cell), :func:`local_wall` (jobs over the local
-executor's parallel slots), :func:`device_kind` (which table a sweep's executor uses).
+:func:`predict_job` (one model's job), :func:`local_wall` (jobs over the local executor's
+parallel slots), :func:`device_kind` (which table a sweep's executor uses); the SLURM jobs'
+predictions are :mod:`bench.cost.forecast`'s.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from dataclasses import dataclass, field
 
 from bench.config import BackboneConfig, ExecutorConfig
-
-#: (B, L, |V|) buffers a sampler holds at its peak beyond the float32 logits, in its sampling
-#: dtype: S-FLM's exact velocity measured 4.16 (float64) and 2.78 (float32) buffers
-#: (docs/measurements/gpu_h200_perf_velocity_b32*.json); the categorical samplers' Gumbel-max
-#: (the logits cast, the uniforms, the noise) three
-SAMPLER_BUFFERS = {"sflm": {"float64": 4.2, "float32": 2.8}, "*": {"float64": 3.0, "float32": 3.0}}
-#: bytes of saved activations per token and block, in units of d_model x the activation width
-#: (attention and MLP inputs, the 4d MLP hidden state, norms: ~34 d values per token and block,
-#: Korthikanti et al. 2022)
-ACT_PER_BLOCK = 34
-#: sequences per likelihood dataset when the sweep says "all" (0): an assumption of the model
-ALL_SEQUENCES = 1000
-
+from bench.cost.table import device_kind
 
 # --------------------------------------------------------------------------- shapes
 
@@ -202,6 +180,9 @@ class CellPrediction:
     calls: int = 0  # backbone calls (sample / likelihood cells) or optimiser steps (train)
     flops: float = 0.0  # of the backbone calls / steps
     note: str = ""
+    start_s: float = (
+        0.0  # a model's: what its kind adds to the job's start (the trainer's tokenizer)
+    )
 
 
 @dataclass
@@ -284,10 +265,6 @@ class PlanPrediction:
         return describe({**self.entry, "kind": self.kind})
 
 
-def _bytes(dtype: str) -> int:
-    return 8 if dtype == "float64" else 4
-
-
 def _act_bytes(entry: dict) -> int:
     """Bytes per activation value: bf16 autocast on a GPU table, float32 on the CPU."""
     return 4 if entry.get("kind") == "cpu" else 2
@@ -329,136 +306,87 @@ class _Model:
         return calls, cached, given
 
 
-def _sampler_peak(entry, m: _Model, batch: int, dtype: str, cached: bool) -> int:
-    net, L = m.net, m.L
-    positions = 1 if cached else L
-    act = batch * positions * net.d_model * 16 * 4
-    blv = batch * positions * net.vocab_out
-    bufs = SAMPLER_BUFFERS.get(m.tc.method, SAMPLER_BUFFERS["*"])[dtype]
-    cache = batch * L * net.d_model * 2 * net.n_blocks * 4 if cached else 0
-    return int(net.params() * 4 + act + blv * (4 + bufs * _bytes(dtype)) + cache)
+class Costs:
+    """The cost model's view of one model's cells on one device, handed to a kind's
+    :meth:`~bench.kind.CellKind.predict` (the prediction sits above the kinds: they take it as an
+    argument). ``cost(batch, positions)``: seconds of one bare forward of ``batch`` x
+    ``positions`` (attention over as many keys); the model's ``net``, ``method`` (an instance),
+    ``tc``, ``L`` (the task's length), ``label`` (its benchmark model), ``profile`` (the task's
+    cost profile); the table's ``entry`` and ``scorers``; ``cores`` the GSM8K sandbox spreads
+    over (the machine's for a local job, ``cpus_per_task`` on SLURM)."""
+
+    def __init__(self, entry: dict, m: _Model, cores: int = 1):
+        self.entry, self.m, self.cores = entry, m, cores
+        self.net, self.method, self.tc, self.L = m.net, m.method, m.tc, m.L
+        self.label, self.profile = m.label, m.profile
+        self.scorers = entry["scorers"]
+        self.act_bytes = _act_bytes(entry)
+        #: seconds to load the task's tokenizer, where it loads one
+        self.tokenizer_s = self.scorers["tokenizer_load_s"] if m.profile.get("tokenizer") else 0.0
+
+    def __call__(self, batch: int, positions: float) -> float:
+        return self.forward_s(batch, positions, positions)
+
+    def forward_s(self, batch: int, positions: float, context: float) -> float:
+        """:func:`forward_s` of the model's net."""
+        return forward_s(self.entry, self.net, batch, positions, context)
+
+    def train_step_s(self, batch: int, positions: float, context: float) -> float:
+        """:func:`train_step_s` of the model's net."""
+        return train_step_s(self.entry, self.net, batch, positions, context)
+
+    def sample_factor(self, decoding: str, dtype: str, h: float) -> tuple[float, float, str]:
+        """:func:`sample_factor` of the model's label."""
+        return sample_factor(self.entry, self.label, decoding, dtype, h)
+
+    def train_factor(self, h: float) -> tuple[float, float]:
+        """:func:`train_factor` of the model's label."""
+        return train_factor(self.entry, self.label, h)
+
+    def dtype(self, float64: bool) -> str:
+        return self.m.dtype(float64)
+
+    def calls(self, nfe: int) -> tuple[int, bool, int]:
+        return self.m.calls(nfe)
+
+    def prediction(self, cell_id: str, kind: str, seconds: float, peak_bytes: int,
+                   parts: dict | None = None, **kw) -> CellPrediction:  # fmt: skip
+        """A :class:`CellPrediction` (``kw``: ``calls``, ``flops``, ``note``, ``start_s``)."""
+        return CellPrediction(cell_id, kind, seconds, int(peak_bytes), dict(parts or {}), **kw)
 
 
-def predict_sample(entry: dict, m: _Model, c, *, cores: int = 1) -> CellPrediction:
-    """One sample or likelihood cell of model ``m`` (``cores``: the CPU cores the GSM8K sandbox
-    spreads its programs over: the machine's for a local job, ``cpus_per_task`` on SLURM)."""
-
-    sc = entry["scorers"]
-    net, L = m.net, m.L
-    if c.kind not in ("sample", "likelihood"):  # a plug-in kind predicts its own (bench.kind)
-        from bench import registry
-
-        said = registry.KINDS[c.kind].predict(c, lambda b, n: forward_s(entry, net, b, n, n))
-        if said is None:
-            return CellPrediction(c.id, c.kind, 0.0, 0, note=f"kind {c.kind}: not predicted")
-        seconds, peak, note = said
-        return CellPrediction(c.id, c.kind, seconds, int(peak), {c.kind: seconds}, note=note)
-    if c.kind == "likelihood":
-        if not type(m.method).bound_kind:  # "no bound": a row without a value
-            return CellPrediction(c.id, "likelihood", sc["cell_s"], 0, {"score": sc["cell_s"]})
-        n = c.n_samples or ALL_SEQUENCES
-        block = c.block or L
-        batches = math.ceil(n / c.batch_size)
-        draws = 1 if type(m.method).nfe_is_length else c.draws
-        fe, call_s, _ = sample_factor(entry, m.label, "*", "float64", net.head_share(block))
-        fwd = sum(
-            forward_s(entry, net, min(c.batch_size, n - i * c.batch_size), block, block)
-            for i in range(batches)
-        )
-        net_s = draws * (fe * fwd + batches * call_s)
-        peak = int(net.params() * 4 + c.batch_size * block * net.vocab_out * (4 + 8))
-        flops = draws * n * block * net.token_flops(block)
-        parts = {"network": net_s, "score": sc["cell_s"]}
-        return CellPrediction(c.id, "likelihood", sum(parts.values()), peak, parts,
-                              calls=draws * batches, flops=flops)  # fmt: skip
-    n, B = c.n_samples, c.batch_size
-    calls, cached, given = m.calls(c.nfe)
-    dtype = m.dtype(c.float64)
-    batches = math.ceil(n / B)
-    sizes = [min(B, n - i * B) for i in range(batches)]
-    if cached:  # the prefill reads the given positions, each later call one position
-        ctx = (given + L) / 2
-        fe, call_s, key = sample_factor(entry, m.label, c.decoding, dtype, net.head_share(ctx))
-        per = [
-            forward_s(entry, net, b, given, given) + (calls - 1) * forward_s(entry, net, b, 1, ctx)
-            for b in sizes
-        ]
-        flops = n * (given * net.token_flops(given) + (calls - 1) * net.token_flops(ctx))
-    else:
-        fe, call_s, key = sample_factor(entry, m.label, c.decoding, dtype, net.head_share(L))
-        per = [calls * forward_s(entry, net, b, L, L) for b in sizes]
-        flops = n * calls * L * net.token_flops(L)
-    network = fe * sum(per) + calls * batches * call_s
-    scorer = m.profile.get("scorer", "light")
-    score = sc["cell_s"] + n * sc["item_s"]
-    if scorer == "sandbox":
-        score += n * sc["sandbox_cpu_s"] / max(1, cores)
-    elif scorer == "genppl":
-        score += n * L / sc["genppl_tokens_per_s"]
-    parts = {"network": network, "score": score}
-    peak = _sampler_peak(entry, m, B, dtype, cached)
-    return CellPrediction(c.id, "sample", network + score, peak, parts, calls=calls * batches,
-                          flops=flops, note=f"{dtype}; factor {fe:.2f} ({key})")  # fmt: skip
-
-
-def predict_train(entry: dict, m: _Model) -> CellPrediction:
-    """One train cell (or import cell) of model ``m``."""
-    tc, net = m.tc, m.net
-    job = entry["job"]
-    P = net.params()
-    if getattr(tc, "imported", False):
-        read = 12.0 * P / job["load_bytes_per_s"]  # the file (weights + EMA), the model written
-        fetch = 0.0 if (tc.source or {}).get("sha256") else 8.0 * P / job["download_bytes_per_s"]
-        parts = {"read": read, "fetch": fetch}
-        return CellPrediction(tc.id, "import", read + fetch, int(12 * P), parts)
-    tr = tc.train
-    devices = int(tr.get("devices", 1)) * int(tr.get("num_nodes", 1))
-    B = max(1, int(tr["batch_size"]) // devices)
-    steps = int(tr["steps"])
-    T = m.L - 1 if net.causal else m.L
-    ctx = T / 2 if net.causal else T
-    h = net.head_share(ctx)
-    ft, loss_s = train_factor(entry, m.label, h)
-    step = ft * train_step_s(entry, net, B, T, ctx) + loss_s + entry["trainer"]["step_s"]
-    val_every = tr.get("val_every")
-    val_every = max(1, steps // 20) if val_every is None else int(val_every)
-    n_val = (steps // val_every) * int(tr.get("val_batches", 2)) if val_every else 0
-    if tr.get("logger") == "none":
-        n_val = 0
-    val = n_val * ft * forward_s(entry, net, B, T, ctx)
-    # each periodic checkpoint writes its file and last.ckpt (weights, AdamW moments, EMA: 16
-    # bytes a parameter), the end one more last.ckpt and weights.pt
-    ckpts = math.ceil(steps / int(tr.get("checkpoint_every", 1000) or steps))
-    ckpt = ((2 * ckpts + 1) * 16.0 + 4.0) * P / job["write_bytes_per_s"]
-    parts = {"steps": steps * step, "validation": val, "checkpoints": ckpt,
-             "trainer": entry["trainer"]["start_s"]}  # fmt: skip
-    act = B * T * (net.n_blocks * ACT_PER_BLOCK * net.d_model * _act_bytes(entry)
-                   + net.vocab_out * 4 * 3)  # fmt: skip
-    peak = int(20 * P + act)
-    return CellPrediction(tc.id, "train", sum(parts.values()), peak, parts, calls=steps,
-                          flops=steps * 3.0 * B * T * net.token_flops(ctx) * devices,
-                          note=f"{steps} steps x {step:.3g} s (factor {ft:.2f})")  # fmt: skip
+def predict_cell(kind, cell, cost: Costs) -> CellPrediction:
+    """Cell ``cell`` predicted by its ``kind`` (:meth:`bench.kind.CellKind.predict`): its
+    :class:`CellPrediction`, a ``(seconds, peak_bytes, note)`` it answered, or nothing."""
+    said = kind.predict(cell, cost)
+    if isinstance(said, CellPrediction):
+        return said
+    if said is None:
+        return CellPrediction(cell.id, cell.kind, 0.0, 0, note=f"kind {cell.kind}: not predicted")
+    seconds, peak, note = said
+    return CellPrediction(cell.id, cell.kind, seconds, int(peak), {cell.kind: seconds}, note=note)
 
 
 def predict_job(entry: dict, tc, cells: list, *, trained: bool, cores: int = 1,
                 models: dict | None = None) -> JobPrediction:  # fmt: skip
-    """One model's job: train (unless ``trained``) and its ``cells`` (not yet in the store)."""
+    """One model's job: make the model (unless ``trained``) and run its ``cells`` (not yet in
+    the store), each predicted by its kind; before the cells, the weights read back and what each
+    kind loads (:meth:`bench.kind.CellKind.load_s`)."""
+    from bench import registry
 
-    m = _model(tc, models)
-    job, sc = entry["job"], entry["scorers"]
-    tok = sc["tokenizer_load_s"] if m.profile.get("tokenizer") else 0.0
-    train = None if trained else predict_train(entry, m)
-    start = job["start_s"] + (tok if train is not None and train.kind == "train" else 0.0)
-    samples = [predict_sample(entry, m, c, cores=cores) for c in cells]
-    sampled = [c for c in cells if c.kind == "sample"]
-    bound = [c for c in cells if c.kind == "likelihood" and type(m.method).bound_kind]
+    cost = Costs(entry, _model(tc, models), cores)
+    job = entry["job"]
+    train = None if trained else predict_cell(registry.KINDS[tc.kind], tc, cost)
+    start = job["start_s"] + (train.start_s if train is not None else 0.0)
+    samples = [predict_cell(registry.KINDS[c.kind], c, cost) for c in cells]
     load = 0.0
     if cells:
-        load = 4.0 * m.net.params() / job["load_bytes_per_s"]
-        load += tok if sampled else 0.0
-        load += tok if bound else 0.0
-        if sampled and m.profile.get("scorer") == "genppl":
-            load += sc["genppl_load_s"]
+        load = 4.0 * cost.net.params() / job["load_bytes_per_s"]
+        by_kind: dict[str, list] = {}
+        for c in cells:
+            by_kind.setdefault(c.kind, []).append(c)
+        for kind, mine in by_kind.items():
+            load += registry.KINDS[kind].load_s(mine, cost)
     return JobPrediction(tc.label(), tc.id, start, load, train, samples,
                          process_s=job["start_s"])  # fmt: skip
 
@@ -472,35 +400,6 @@ def _model(tc, models: dict | None) -> _Model:
 
 
 # --------------------------------------------------------------------------- plans
-
-
-def local_device_kind() -> str:
-    """This machine's kind: its first CUDA GPU's (as the local executor's jobs use it) or
-    ``cpu``."""
-    import torch
-
-    if torch.cuda.is_available():
-        from bench.cost.table import kind_of
-
-        return kind_of(torch.cuda.get_device_name(0))
-    return "cpu"
-
-
-#: the kind a SLURM sweep with GPUs is predicted on when ``executor.device`` does not say
-SLURM_GPU_DEFAULT = "h100"
-
-
-def device_kind(ex: ExecutorConfig) -> tuple[str, str]:
-    """(the table kind the sweep's jobs run on, how it was chosen): ``executor.device`` (or
-    ``SFLM_SLURM_DEVICE`` on SLURM) when set; else, on SLURM, ``h100`` with GPUs and ``cpu``
-    without; else this machine's."""
-    if getattr(ex, "device", ""):
-        return ex.device, "executor.device"
-    if ex.kind == "slurm":
-        if ex.gpus_per_node:
-            return SLURM_GPU_DEFAULT, "assumed: set executor.device"
-        return "cpu", "no GPUs per node"
-    return local_device_kind(), "this machine"
 
 
 def job_threads(p, ex: ExecutorConfig, n_jobs: int) -> int:
@@ -597,76 +496,3 @@ def fmt_bytes(b: float) -> str:
         if b >= k:
             return f"{b / k:.1f} {unit}"
     return f"{b / 1024:.0f} KiB"
-
-
-@dataclass
-class SlurmPrediction:
-    """A plan's predicted SLURM jobs: seconds of each train / import job and of each sampling
-    array task (each task starts a process and loads its model), and the device-hours they use
-    (GPU-hours: a train job's GPUs, one per array task on a cluster with GPUs)."""
-
-    train_s: dict[str, float] = field(default_factory=dict)  # train cell id -> seconds
-    import_s: dict[str, float] = field(default_factory=dict)  # import cell id -> seconds
-    task_s: dict[str, list[float]] = field(default_factory=dict)  # train cell id -> per task
-    gpu_h: float = 0.0
-    cpu_h: float = 0.0  # import jobs and, without GPUs, every job (x cpus_per_task)
-
-    @property
-    def longest_s(self) -> float:
-        """The longest job or array task (what a time limit must cover)."""
-        every = [*self.train_s.values(), *self.import_s.values()]
-        every += [t for ts in self.task_s.values() for t in ts]
-        return max(every, default=0.0)
-
-
-def slurm_sizing(p, ex: ExecutorConfig, store):
-    """The prediction SLURM jobs are sized from (:class:`bench.executors.slurm_cluster.Sizing`),
-    or None when ``time_safety`` is 0 or there is no table for the executor's device kind (every
-    job then asks ``time_min``)."""
-    from bench.executors.slurm_cluster import sizing_of
-
-    if ex.time_safety <= 0:
-        return None
-    kind = device_kind(ex)[0]
-    try:
-        pred = predict_plan(p, kind, store, ex=ex)
-    except KeyError:  # no table for this kind (bench.cost.table)
-        return None
-    return sizing_of(pred)
-
-
-def slurm_cost(pred: PlanPrediction, p, ex: ExecutorConfig, store=None) -> SlurmPrediction:
-    """What the SLURM executor would submit for ``p`` (as
-    :func:`bench.executors.slurm_cluster.plan_cost` counts it), predicted: each train job, each
-    import job (CPU) and each sampling array task (:func:`chunk_seconds`)."""
-    from bench.executors.slurm_cluster import chunk_cells, sizing_of, train_resources
-
-    out = SlurmPrediction()
-    jobs = {j.train_cell_id: j for j in pred.jobs}
-    cpus = max(1, int(ex.cpus_per_task))
-    sizes = sizing_of(pred) if ex.time_safety > 0 else None  # tasks packed as the executor does
-    for tc in p.train_cells:
-        j = jobs.get(tc.id)
-        if j is None:
-            continue
-        if j.train is not None:
-            secs = j.prepare_s + j.start_s + j.train_s
-            r = train_resources(ex, tc)
-            if j.train.kind == "import":
-                out.import_s[tc.id] = secs
-                out.cpu_h += secs * r["cpus_per_task"] / 3600
-            else:
-                out.train_s[tc.id] = secs
-                gpus = r["gpus_per_node"] * r["nodes"]
-                if gpus:
-                    out.gpu_h += secs * gpus / 3600
-                else:
-                    out.cpu_h += secs * cpus * r["tasks_per_node"] * r["nodes"] / 3600
-        todo = [s for s in p.samples_of(tc) if store is None or not store.has(s.id)]
-        ts = chunk_seconds(j, chunk_cells(todo, ex, sizes))
-        out.task_s[tc.id] = ts
-        if ex.gpus_per_node:
-            out.gpu_h += sum(ts) / 3600
-        else:
-            out.cpu_h += sum(ts) * cpus / 3600
-    return out

@@ -224,3 +224,33 @@ def save(entry: dict, directory: Path | None = None) -> Path:
     data.setdefault("entries", {})[str(int(entry.get("threads") or 0))] = entry
     atomic.write_json_atomic(data, path)
     return path
+
+
+# --------------------------------------------------------------------------- which table
+
+
+def local_device_kind() -> str:
+    """This machine's kind: its first CUDA GPU's (as the local executor's jobs use it) or
+    ``cpu``."""
+    import torch
+
+    if torch.cuda.is_available():
+        return kind_of(torch.cuda.get_device_name(0))
+    return "cpu"
+
+
+#: the kind a SLURM sweep with GPUs is predicted on when ``executor.device`` does not say
+SLURM_GPU_DEFAULT = "h100"
+
+
+def device_kind(ex) -> tuple[str, str]:
+    """(the table kind the sweep's jobs run on, how it was chosen): ``executor.device`` (or
+    ``SFLM_SLURM_DEVICE`` on SLURM) when set; else, on SLURM, ``h100`` with GPUs and ``cpu``
+    without; else this machine's."""
+    if getattr(ex, "device", ""):
+        return ex.device, "executor.device"
+    if ex.kind == "slurm":
+        if ex.gpus_per_node:
+            return SLURM_GPU_DEFAULT, "assumed: set executor.device"
+        return "cpu", "no GPUs per node"
+    return local_device_kind(), "this machine"

@@ -29,7 +29,7 @@ STATES = ("done", "running", "pending", "failed")
 
 @dataclass
 class CellStatus:
-    kind: str  # train | sample
+    kind: str  # the cell's kind (bench.kind): train, import, sample, likelihood, ...
     cell_id: str
     label: str
     state: str  # done | running | pending | failed
@@ -49,9 +49,9 @@ def statuses(
     state = load_state(cfg) if state is None else state
     store = Store(cfg.results_dir)
     cells = []
-    for tc in p.train_cells:
-        cells.append(("train", tc, store.has(tc.id) and tc.weights.is_file()))
-        cells += [("sample", s, store.has(s.id)) for s in p.samples_of(tc)]
+    for tc in p.train_cells:  # a model, then its cells (its lock, its job)
+        cells.append((True, tc, store.has(tc.id) and tc.weights.is_file()))
+        cells += [(False, s, store.has(s.id)) for s in p.samples_of(tc)]
     if jobs is None:
         wanted = [
             state["cells"][c.id] for _, c, done in cells if not done and c.id in state["cells"]
@@ -59,9 +59,9 @@ def statuses(
         jobs = query(wanted) if wanted and shutil.which("squeue") else {}
     out = []
     owners: dict[str, dict | None] = {}  # train cell id -> holder of its lock
-    for kind, c, done in cells:
+    for model, c, done in cells:
         st = CellStatus(
-            kind,
+            c.kind,
             c.id,
             c.label(),
             "done" if done else "pending",
@@ -69,7 +69,7 @@ def statuses(
             "" if done else "not submitted",
         )
         if not done and not st.job:
-            _local_status(st, kind, c, state, owners)
+            _local_status(st, model, c, state, owners)
         if not done and st.job:
             base = st.job.split("_")[0]
             js = jobs.get(st.job)
@@ -104,15 +104,16 @@ def statuses(
     return out
 
 
-def _local_status(st: CellStatus, kind: str, c, state: dict, owners: dict) -> None:
-    """Fill in ``st`` (a cell without a SLURM job, not done) from the cell locks, the local
-    job recorded for its model, and the model's ``failed.json``."""
-    tc = c if kind == "train" else c.train
+def _local_status(st: CellStatus, model: bool, c, state: dict, owners: dict) -> None:
+    """Fill in ``st`` (a cell without a SLURM job, not done; ``model``: ``c`` is a model, else a
+    cell of one) from the cell locks, the local job recorded for its model, and the model's
+    ``failed.json``."""
+    tc = c if model else c.train
     if tc.id not in owners:
         owners[tc.id] = locks.holder(locks.train_lock_path(tc.run_dir))
     owner = owners[tc.id]
     rec = state.get("local", {}).get(tc.id)
-    if kind == "sample":
+    if not model:  # a cell of a model holds its own lock
         own = locks.holder(locks.sample_lock_path(tc.run_dir, c.id))
         if own is not None:
             st.state, st.detail = "running", locks.describe(own)

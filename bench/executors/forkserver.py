@@ -168,23 +168,31 @@ class ForkServer:
 
 
 def _preload() -> None:
-    """Import what every local job imports (the trainer and Lightning, the cells' work, the
-    registered methods and tasks, plug-ins included). Nothing here runs a torch operation."""
+    """Import what every local job imports (the trainer and Lightning, the job, the registered
+    methods and tasks, every kind of cell and the work of each, plug-ins included). Nothing here
+    runs a torch operation."""
+    import importlib
+
     import lightning.pytorch  # noqa: F401
     from lightning.pytorch.utilities.exceptions import SIGTERMException  # noqa: F401
 
     import bench.atomic  # noqa: F401
     import bench.cells  # noqa: F401
     import bench.executors.local_job  # noqa: F401
-    import bench.likelihood.cells  # noqa: F401
     import bench.records  # noqa: F401
     from bench import registry
 
-    for reg in (registry.METHODS, registry.TASKS):
+    for reg in (registry.METHODS, registry.TASKS, registry.KINDS):
         try:
             len(reg)  # loads the built-ins and the plug-ins
         except Exception:  # noqa: BLE001 - a broken plug-in fails the jobs that use it, as before
-            pass
+            continue
+        for name in reg if reg is registry.KINDS else ():
+            for module in getattr(reg[name], "work", ()):  # a kind's work, by module name
+                try:
+                    importlib.import_module(module)
+                except Exception:  # noqa: BLE001 - as a broken plug-in: its jobs fail
+                    pass
 
 
 def _reap(signum=None, frame=None) -> None:

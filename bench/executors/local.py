@@ -43,15 +43,15 @@ from bench import atomic, heap, locks
 from bench.executors import log_dir
 from bench.executors.forkserver import Forked, ForkServer
 from bench.executors.state import load_state, save_state, state_dir
-from bench.plan import Plan, SampleCell, TrainCell
+from bench.plan import Plan, TrainCell
 from bench.results import Store
 
 _ROOT = Path(__file__).resolve().parents[2]  # the repository: jobs import bench from here
 KILL_GRACE_S = 120  # after SIGTERM at the time limit, SIGKILL if the job is still there
 
 
-def _todo(p: Plan) -> list[tuple[TrainCell, list[SampleCell]]]:
-    """The models that still have work, with their sample cells not in the store."""
+def _todo(p: Plan) -> list[tuple[TrainCell, list]]:
+    """The models that still have work, with their cells (of every kind) not in the store."""
     store = Store(p.cfg.results_dir)
     out = []
     for tc in p.train_cells:
@@ -81,28 +81,9 @@ def execute(p: Plan, kind: str, progress: bool = True, started: list | None = No
     try:
         while queue or running:
             while queue and len(running) < parallel:
-                tc, cells = queue.pop(0)
-                owner = locks.holder(locks.train_lock_path(tc.run_dir))
-                if owner is not None:
-                    rec = load_state(cfg).get("local", {}).get(tc.id) or {}
-                    mine = rec.get("pid") == owner.get("pid") and rec.get("host") == owner.get(
-                        "host"
-                    )
-                    running.append(
-                        LocalJob(
-                            tc, cells, owner=owner, folder=Path(rec["folder"]) if mine else None
-                        )
-                    )
-                    print(
-                        f"sweep {cfg.name}: {tc.label()} is already running "
-                        f"({locks.describe(owner)}); waiting for it",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-                    continue
-                job = LocalJob.launch(cfg, tc, cells, threads, server)
+                job = _start(cfg, queue.pop(0), threads, server)
                 running.append(job)
-                if started is not None:
+                if started is not None and job.proc is not None:
                     started.append(job)
             time.sleep(0.2)
             still = []
@@ -110,43 +91,68 @@ def execute(p: Plan, kind: str, progress: bool = True, started: list | None = No
                 if job.alive():
                     job.enforce_time_limit(cfg.executor.time_min * 60)
                     still.append(job)
-                    continue
-                result = job.result()
-                if result.get("stopped") and job.term_at is None and queue:
-                    # SIGTERM from outside this driver (--cancel, an operator): start nothing more
-                    print(
-                        f"sweep {cfg.name}: {job.tc.label()} was stopped from outside this "
-                        f"driver; not starting the {len(queue)} queued job(s) (run the sweep "
-                        "again to resume)",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-                    queue.clear()
-                if job.proc is None and result.get("ok") is False and not result.get("busy"):
-                    # the job it attached to failed or was stopped (--cancel): not retried here
-                    what = "was stopped" if result.get("stopped") else "failed"
-                    failures.append(
-                        f"{job.tc.label()}: the job it attached to (pid {job.pid}) {what}: "
-                        f"{result.get('error')} (log: {job.folder / 'log.err'})"
-                    )
-                elif job.proc is None or result.get("busy"):
-                    # attached to a job that ended (or was killed), or lost the race for the lock:
-                    # what is left undone, this driver runs
-                    left = [t for t in _todo(p) if t[0].id == job.tc.id]
-                    if left:
-                        queue.insert(0, left[0])
-                        continue
-                elif not result.get("ok"):
-                    failures.append(
-                        f"{job.tc.label()}: {result.get('error') or 'job ended without a result'} "
-                        f"(log: {job.folder / 'log.err'})"
-                    )
-                bar.update(1)
+                elif _ended(p, job, queue, failures):
+                    bar.update(1)
             running = still
     finally:
         bar.close()
         server.close()  # the jobs it forked run on (an interrupted driver leaves them running)
     return failures
+
+
+def _start(cfg, work: tuple, threads: int, server: ForkServer) -> LocalJob:
+    """The job of one model (``work``: the model and its cells to run): attached to the process
+    that holds the model's lock, else launched."""
+    tc, cells = work
+    owner = locks.holder(locks.train_lock_path(tc.run_dir))
+    if owner is None:
+        return LocalJob.launch(cfg, tc, cells, threads, server)
+    rec = load_state(cfg).get("local", {}).get(tc.id) or {}
+    mine = rec.get("pid") == owner.get("pid") and rec.get("host") == owner.get("host")
+    print(
+        f"sweep {cfg.name}: {tc.label()} is already running "
+        f"({locks.describe(owner)}); waiting for it",
+        file=sys.stderr,
+        flush=True,
+    )
+    return LocalJob(tc, cells, owner=owner, folder=Path(rec["folder"]) if mine else None)
+
+
+def _ended(p: Plan, job: LocalJob, queue: list, failures: list[str]) -> bool:
+    """Account for a job that ended: a failure line, or its model queued again (what a job it
+    attached to left undone: False, the model is not done). True when the model is done with."""
+    cfg = p.cfg
+    result = job.result()
+    if result.get("stopped") and job.term_at is None and queue:
+        # SIGTERM from outside this driver (--cancel, an operator): start nothing more
+        print(
+            f"sweep {cfg.name}: {job.tc.label()} was stopped from outside this "
+            f"driver; not starting the {len(queue)} queued job(s) (run the sweep "
+            "again to resume)",
+            file=sys.stderr,
+            flush=True,
+        )
+        queue.clear()
+    if job.proc is None and result.get("ok") is False and not result.get("busy"):
+        # the job it attached to failed or was stopped (--cancel): not retried here
+        what = "was stopped" if result.get("stopped") else "failed"
+        failures.append(
+            f"{job.tc.label()}: the job it attached to (pid {job.pid}) {what}: "
+            f"{result.get('error')} (log: {job.folder / 'log.err'})"
+        )
+    elif job.proc is None or result.get("busy"):
+        # attached to a job that ended (or was killed), or lost the race for the lock:
+        # what is left undone, this driver runs
+        left = [t for t in _todo(p) if t[0].id == job.tc.id]
+        if left:
+            queue.insert(0, left[0])
+            return False
+    elif not result.get("ok"):
+        failures.append(
+            f"{job.tc.label()}: {result.get('error') or 'job ended without a result'} "
+            f"(log: {job.folder / 'log.err'})"
+        )
+    return True
 
 
 def _execute_debug(p: Plan, todo, progress: bool) -> list[str]:
@@ -196,7 +202,7 @@ class LocalJob:
         cls,
         cfg,
         tc: TrainCell,
-        cells: list[SampleCell],
+        cells: list,
         threads: int,
         server: ForkServer | None = None,
     ) -> LocalJob:

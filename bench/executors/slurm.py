@@ -69,7 +69,7 @@ from bench.executors.slurm_cluster import (
     train_resources,
 )
 from bench.executors.state import DriverLock, load_state, save_state, state_dir
-from bench.plan import Plan, SampleCell, TrainCell
+from bench.plan import Plan, TrainCell
 from bench.results import Store, provenance_sha
 
 _ROOT = Path(__file__).resolve().parents[2]  # the repository: jobs import bench from here
@@ -110,13 +110,14 @@ class TrainJob(Checkpointable):
 
 
 class SampleJob(Checkpointable):
-    """A chunk of one model's sample cells (an array task); requeues itself on USR2 and
-    resumes at batch granularity (run_samples skips saved batches and finished cells)."""
+    """A chunk of one model's cells (an array task: sample cells, likelihood cells, each run by
+    its kind); requeues itself on USR2 and resumes at batch granularity (run_samples skips saved
+    batches and finished cells)."""
 
     def __init__(self, threads: int):
         self.threads = threads
 
-    def __call__(self, cells: list[SampleCell]) -> int:
+    def __call__(self, cells: list) -> int:
         from bench.cells import run_samples
 
         return run_samples(cells, self.threads, progress=False)
@@ -196,7 +197,7 @@ def _submit_samples(
     cfg,
     ex,
     tc: TrainCell,
-    cells: list[SampleCell],
+    cells: list,
     after: str | None,
     state,
     sizes: Sizing | None = None,
@@ -390,7 +391,7 @@ def _sbatch():
 def _watch(p: Plan, state: dict, progress: bool, poll_s: float | None) -> None:
     """Poll squeue/sacct until no recorded job of this plan is live; show a progress bar.
     Sampling tasks whose training failed (DependencyNeverSatisfied) are cancelled."""
-    ids = {c.id for c in [*p.train_cells, *p.sample_cells]}
+    ids = {c.id for c in [*p.train_cells, *p.sample_cells]}  # every cell of every kind
     bar = tqdm(total=len(ids), desc=f"sweep {p.cfg.name}", unit="cell", disable=not progress)
     t0 = time.monotonic()
     errors = 0

@@ -16,6 +16,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench import registry
 from bench.config import ConfigError, ExecutorConfig, build
 
 ENV_PREFIX = "SFLM_SLURM_"
@@ -128,7 +129,7 @@ def chunk_cells(cells: list, ex: ExecutorConfig, sizes: Sizing | None = None) ->
 
 @dataclass
 class Sizing:
-    """SLURM job sizes from the cost model's prediction (:func:`bench.cost.model.slurm_sizing`;
+    """SLURM job sizes from the cost model's prediction (:func:`bench.cost.forecast.slurm_sizing`;
     this module imports nothing of the cost model): each sample cell's
     predicted seconds (to pack array tasks) and each model's :class:`bench.cost.model.
     JobPrediction` (to size a job's time limit: :func:`limit_min`)."""
@@ -175,8 +176,9 @@ def memory_problem(p, sizes: Sizing | None) -> str | None:
     for tid, j in sizes.jobs.items():
         for c in ([j.train] if j.train else []) + list(j.samples):
             if c.peak_bytes > sizes.memory_bytes:
-                what = "training" if c.kind in ("train", "import") else f"{c.kind} cell {c.cell_id}"
-                fix = "train.batch_size" if c.kind == "train" else "sample.batch_size"
+                kind = registry.KINDS[c.kind]
+                what = "training" if kind.model else f"{c.kind} cell {c.cell_id}"
+                fix = kind.batch_key or "the batch size"
                 return (
                     f"{labels.get(tid, tid)}: {what}: predicted peak memory "
                     f"{c.peak_bytes / 2**30:.1f} GiB is above the {sizes.kind}'s "

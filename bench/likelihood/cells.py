@@ -8,10 +8,10 @@ build the dataset's blocks (:mod:`bench.likelihood.datasets`), evaluate
 (:func:`bench.records.write`) and then the rows (:meth:`bench.results.Store.write_cell`). A method
 without a bound gets rows with no value and ``bound_kind`` "" (the report prints "no bound").
 
-Its id (:func:`cell_id`) is the planner's (:class:`bench.likelihood.kind.LikelihoodCell`): the train
-cell's id, the dataset spec and the evaluation settings that change the number (sequences, block,
-wrap, draws, seed); ``batch_size`` is not in it (as ``sample.batch_size`` is not in a sample cell's
-id, although the draws are seeded per batch).
+Its id (:func:`cell_id`) is the planner's (:class:`bench.kinds.likelihood.LikelihoodCell`): the
+train cell's id, the dataset spec and the evaluation settings that change the number (sequences,
+block, wrap, draws, seed); ``batch_size`` is not in it (as ``sample.batch_size`` is not in a sample
+cell's id, although the draws are seeded per batch).
 
 Rows (one per metric of :mod:`bench.likelihood.evaluate`): the model's columns (as sample rows),
 ``kind = "likelihood"``, ``subset`` = the dataset spec, ``nfe`` None, ``decoding`` "",
@@ -56,14 +56,14 @@ class Settings:
     @classmethod
     def of(cls, cfg) -> Settings:
         """From a sweep's ``likelihood`` section (or a planned
-        :class:`bench.likelihood.kind.LikelihoodCell`)."""
+        :class:`bench.kinds.likelihood.LikelihoodCell`)."""
         if hasattr(cfg, "n_samples"):  # a planned cell
             return cls(cfg.n_samples, cfg.block, cfg.wrap, cfg.draws, cfg.batch_size, cfg.seed)
         return cls(cfg.n_sequences, cfg.block, cfg.wrap, cfg.draws, cfg.batch_size, cfg.seed)
 
 
 def cell_id(tc, dataset: str, s: Settings) -> str:
-    """The cell's id: ``bench.plan._likelihood_cells_of``'s rule."""
+    """The cell's id: the rule of the likelihood kind's plan (:mod:`bench.kinds.likelihood`)."""
     return config_hash(
         {
             "likelihood": tc.id,
@@ -110,7 +110,7 @@ def run_likelihood(
 
 
 def run_likelihood_cell(c, store: Store | None = None, progress: bool = False) -> str | None:
-    """:func:`run_likelihood` for a planned :class:`bench.likelihood.kind.LikelihoodCell`."""
+    """:func:`run_likelihood` for a planned :class:`bench.kinds.likelihood.LikelihoodCell`."""
     s = Settings.of(c)
     if cell_id(c.train, c.subset, s) != c.id:
         raise ValueError(f"likelihood cell {c.id}: its id is not the one its settings give")

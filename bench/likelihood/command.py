@@ -6,7 +6,7 @@ Like the sampling side of ``bench.eval``, it writes the sweep a user would write
 a ``likelihood`` section (``datasets``; ``--limit K`` -> ``n_sequences = K``, ``--draws N`` ->
 ``draws = N``; ``--set likelihood.block=...`` / ``likelihood.wrap=false`` / ``likelihood.seed=...``
 as in a sweep file), plans it with the sweep's planner (the same
-:class:`bench.likelihood.kind.LikelihoodCell` ids: running it twice computes nothing) and runs the
+:class:`bench.kinds.likelihood.LikelihoodCell` ids: running it twice computes nothing) and runs the
 model's likelihood cells here (:func:`bench.likelihood.cells.run_likelihood_cell`). It prints one
 line per (training seed,) dataset: nll in nats per token, perplexity per token, bits per token
 (``bpd`` in the store: nll / ln 2), each prefixed ``<=`` where it is an upper bound (a NELBO), the
@@ -66,8 +66,8 @@ def prepare(
     (one line) on bad input."""
     from bench import registry
     from bench import source_model as sm
+    from bench.kinds.likelihood import KIND
     from bench.likelihood.datasets import block_length, check, parse
-    from bench.likelihood.kind import KIND
 
     for d in datasets:  # an unknown spec: one line before anything else
         parse(d)
@@ -84,7 +84,7 @@ def prepare(
     p = sm.build_plan(data, LABEL)
     mine = sm.own_train_cells(source, p)
     ids = {tc.id for tc in mine}
-    cells = [c for c in p.sample_cells if c.kind == KIND.name and c.train.id in ids]
+    cells = [c for c in p.cells.get(KIND.name, []) if c.train.id in ids]
     tc = mine[0]
     if not registry.METHODS[tc.method].bound_kind:
         raise ConfigError(

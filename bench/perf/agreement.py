@@ -1,7 +1,7 @@
 """``agreement``: float32 vs float64 exact-velocity sampling on trained models.
 
 Each sweep sample cell of every ``--runs`` folder is re-run in both dtypes with the sweep's seeds
-(:func:`bench.cells.batch_seed`), and the fraction of final tokens that agree is reported;
+(:func:`bench.kinds.sample.batch_seed`), and the fraction of final tokens that agree is reported;
 ``matches_store`` compares the run in the dtype the sweep sampled in (``store_dtype``: float64,
 or float32 where the method defaults to it at this |V|) with the ids the sweep stored. The runs must
 be of a method whose class sets ``exact_velocity`` (S-FLM; :mod:`bench.perf.capabilities`).
@@ -87,7 +87,7 @@ def run(model_list, args, device) -> list[dict]:
         (run_dir, *agreement_cells(Path(run_dir), args.agree_decoding, args.agree_max_cells))
         for run_dir in args.runs
     ]  # every folder checked before the (slow) imports below
-    from bench.cells import cell_task, method_backbone
+    from bench.cell_model import cell_task, method_backbone
     from bench.weights import load_weights
 
     rows = []
@@ -108,7 +108,7 @@ def run(model_list, args, device) -> list[dict]:
 def _cell_row(run_dir, tc, c, task, method, backbone, samplers: dict, device) -> dict:
     """Sample cell ``c`` of run ``tc`` again in float64 and float32, batch by batch with the
     sweep's seeds: its agreement row (and whether the sweep's dtype reproduces its store)."""
-    from bench.cells import batch_seed, cell_sampler, sample_batch
+    from bench.kinds.sample import batch_seed, cell_sampler, sample_batch
 
     sampler = cell_sampler(method, c, task, device, samplers)
     by_size = bool(getattr(sampler, "float32_by_size", lambda: False)())

@@ -32,7 +32,7 @@ def setup_name(sc: SampleCell) -> str:
 def sample_phase(r, m: Model, sc: SampleCell, method, backbone, inp: Inputs, cache) -> Phase:
     """The sample phase of setup ``sc`` of model ``m`` in rehearsal ``r``
     (:class:`bench.rehearse.rehearsal.Rehearsal`); ``cache``: the samplers' shared state."""
-    from bench.cells import batch_seed, cell_sampler, sample_batch
+    from bench.kinds.sample import batch_seed, cell_sampler, sample_batch
 
     dev = r.device
     name = f"sample {setup_name(sc)}"

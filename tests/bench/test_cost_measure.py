@@ -1,4 +1,4 @@
-"""What a cell cost (bench.measure, bench.cells._sample, bench.likelihood.cells, the train
+"""What a cell cost (bench.measure, bench.kinds.sample, bench.likelihood.cells, the train
 rows): on a sort-4 MDLM trained 4 steps (cpu-mini), sampled 8 items in two batches of 4 at NFE 2.
 
 A backbone that sleeps a fixed time per call bounds the network seconds from below; an
@@ -14,8 +14,9 @@ import time
 import pytest
 import torch
 
-from bench import cells, records
+from bench import cell_model, cells, records
 from bench.config import load_sweep
+from bench.kinds import sample as sample_kind
 from bench.measure import (
     LIKELIHOOD_COST_COLUMNS,
     SAMPLE_COST_COLUMNS,
@@ -71,11 +72,11 @@ def fresh(trained, tmp_path):
 
 @pytest.fixture
 def backbone_hook(monkeypatch):
-    """Patches the model _sample builds: ``state["sleep"]`` seconds slept per backbone call,
+    """Patches the model a sample cell builds: ``state["sleep"]`` seconds slept per backbone call,
     ``state["alloc_mb"]`` MB allocated (and touched) by the next call; ``state["method"]``: the
     method."""
     state = {"sleep": 0.0, "alloc_mb": 0, "method": None}
-    real = cells.method_backbone
+    real = cell_model.method_backbone
 
     def patched(tc, task):
         method, backbone = real(tc, task)
@@ -93,7 +94,7 @@ def backbone_hook(monkeypatch):
         state["method"] = method
         return method, backbone
 
-    monkeypatch.setattr(cells, "method_backbone", patched)
+    monkeypatch.setattr(cell_model, "method_backbone", patched)
     return state
 
 
@@ -154,7 +155,7 @@ def test_sleepy_backbone_bounds_network_seconds(fresh, backbone_hook):
     assert row["forward_equivalents"] == pytest.approx(row["sample_s"] / row["network_s"])
     assert row["forward_equivalents"] >= 1.0
     assert row["seconds_per_sample"] == pytest.approx(row["sample_s"] / 8)
-    generated = int((~cells.cell_task(tc).eval_data(c.subset, 8).clean_mask).sum())
+    generated = int((~cell_model.cell_task(tc).eval_data(c.subset, 8).clean_mask).sum())
     assert generated > 0
     assert row["tokens_per_s"] == pytest.approx(generated / row["sample_s"])
     assert row["peak_mem_mb"] > 0
@@ -171,7 +172,7 @@ def test_sleepy_backbone_bounds_network_seconds(fresh, backbone_hook):
 
 def _interrupt(c, monkeypatch):
     """Run the cell until its second batch raises (the first batch's file is written)."""
-    real, seen = cells.sample_batch, []
+    real, seen = sample_kind.sample_batch, []
 
     def failing(*a, **k):
         seen.append(1)
@@ -179,10 +180,10 @@ def _interrupt(c, monkeypatch):
             raise RuntimeError("killed")
         return real(*a, **k)
 
-    monkeypatch.setattr(cells, "sample_batch", failing)
+    monkeypatch.setattr(sample_kind, "sample_batch", failing)
     with pytest.raises(RuntimeError, match="killed"):
         cells.run_samples([c], progress=False)
-    monkeypatch.setattr(cells, "sample_batch", real)
+    monkeypatch.setattr(sample_kind, "sample_batch", real)
 
 
 def test_a_resumed_cell_sums_the_seconds_of_every_batch(fresh, backbone_hook, monkeypatch):
@@ -243,7 +244,7 @@ def test_train_rows_carry_what_training_cost(trained):
     sps = rows["train_steps_per_s"]["value"]
     for r in rows.values():
         assert r["s_per_step"] == pytest.approx(1 / sps)
-        seq_len = cells.cell_task(tc).train_data(tc.groups).x.shape[1]
+        seq_len = cell_model.cell_task(tc).train_data(tc.groups).x.shape[1]
         assert r["tokens_per_s"] == pytest.approx(8 * seq_len * sps)  # batch 8
         assert r["peak_mem_mb"] > 0
         assert r["device_name"].startswith("cpu: ") and r["torch_version"] == torch.__version__

@@ -184,7 +184,7 @@ def test_every_quickstart_run_folder_plans_to_the_sweeps_cells(tmp_path):
     import json
     from pathlib import Path
 
-    from bench.likelihood.kind import LikelihoodCell
+    from bench.kinds.likelihood import LikelihoodCell
 
     root = Path(__file__).resolve().parents[2]
     cfg = load_sweep(root / "sweeps" / "quickstart.yaml")

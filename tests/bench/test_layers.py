@@ -60,6 +60,7 @@ LAYERS = {
     "bench.train": 4,
     "bench.results": 4,
     "bench.likelihood": 5,
+    "bench.kinds": 5,
     "bench.executors": 6,
     "bench.cost": 7,
     "bench.perf": 8,

@@ -13,6 +13,7 @@ import torch
 
 from bench import cells, records
 from bench.config import load_sweep
+from bench.kinds import sample as sample_kind
 from bench.plan import plan
 from bench.results import Store
 from bench.results import main as results_main
@@ -235,7 +236,7 @@ def test_rescore_under_the_reference_grader_changes_only_differing_verdicts(
                 planted[data.x[i].numpy().tobytes()] = row
         return torch.stack([planted[p.cpu().numpy().tobytes()] for p in prompt])
 
-    monkeypatch.setattr(cells, "sample_batch", fake_batch)
+    monkeypatch.setattr(sample_kind, "sample_batch", fake_batch)
     p = _run(tmp_path, ARITH)
     rd = tmp_path / "results"
     (cid,) = [c.id for c in p.sample_cells]

@@ -219,7 +219,7 @@ def test_quickstart_ids_are_the_old_ids():
     train_ids, sample_ids = _old_rule_ids(cfg, str(path))
     assert [c.id for c in p.train_cells] == train_ids
     # the sampling cells (the quickstart's likelihood cells came later: tests/bench/likelihood)
-    from bench.likelihood.kind import LikelihoodCell
+    from bench.kinds.likelihood import LikelihoodCell
 
     assert [c.id for c in p.sample_cells if not isinstance(c, LikelihoodCell)] == sample_ids
     assert len(p.train_cells) == 16 and any(c.method == "sflm" for c in p.train_cells)

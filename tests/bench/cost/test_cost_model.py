@@ -22,7 +22,7 @@ from bench.cost.model import (
     net_of,
     predict_plan,
 )
-from bench.likelihood.kind import LikelihoodCell
+from bench.kinds.likelihood import LikelihoodCell
 from bench.plan import plan
 
 ROOT = Path(__file__).resolve().parents[3]

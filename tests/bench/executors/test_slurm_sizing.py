@@ -1,4 +1,4 @@
-"""SLURM jobs sized from the cost model (bench/cost/model.py ``slurm_sizing``;
+"""SLURM jobs sized from the cost model (bench/cost/forecast.py ``slurm_sizing``;
 bench/executors/slurm_cluster.py:
 ``limit_min``, ``chunk_cells``, ``memory_problem``): time limits = predicted x ``time_safety``
 within [``time_floor_min``, ``time_min``], short sample cells packed into one array task, a
@@ -18,7 +18,7 @@ import yaml
 from helpers import run
 
 from bench.config import ExecutorConfig, load_sweep
-from bench.cost.model import slurm_sizing as sizing
+from bench.cost.forecast import slurm_sizing as sizing
 from bench.executors.slurm_cluster import Sizing, chunk_cells, limit_min, memory_problem
 from bench.plan import plan
 from bench.results import Store

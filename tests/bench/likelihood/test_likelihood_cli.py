@@ -21,11 +21,11 @@ from eval_runs import SWEEP, copy_runs, snapshot  # noqa: E402
 from bench import eval as bench_eval  # noqa: E402
 from bench import records, registry, source_model  # noqa: E402
 from bench.config import load_sweep  # noqa: E402
+from bench.kinds.likelihood import LikelihoodCell
 from bench.likelihood import command  # noqa: E402
 from bench.likelihood.cells import Settings, cell_id, run_likelihood  # noqa: E402
 from bench.likelihood.datasets import load_blocks  # noqa: E402
 from bench.likelihood.evaluate import evaluate  # noqa: E402
-from bench.likelihood.kind import LikelihoodCell
 from bench.method import BOUND_ELBO, BOUND_EXACT  # noqa: E402
 from bench.plan import plan  # noqa: E402
 from bench.results import Store  # noqa: E402
@@ -145,7 +145,7 @@ def test_sweep_path_writes_no_bound_rows(runs, tmp_path, monkeypatch):
 
 def test_training_lowers_the_bound(runs):
     """AR on sort-4 held-out: the trained model (20 steps) scores below its initialisation."""
-    from bench.cells import cell_task, method_backbone
+    from bench.cell_model import cell_task, method_backbone
     from bench.weights import load_weights
 
     tc = source_model.trained_cell(source_model.resolve_source(str(runs["ar"])))

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.config import SweepConfig, apply_overrides, build, load_yaml
-from bench.likelihood.kind import LikelihoodCell
+from bench.kinds.likelihood import LikelihoodCell
 from bench.plan import plan
 
 ROOT = Path(__file__).resolve().parents[3]

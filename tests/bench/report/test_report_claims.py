@@ -208,7 +208,7 @@ def test_power_says_why_a_zero_spread_gives_no_detectable_difference(tmp_path):
 
 def test_status_labels_print_ar_nfe_as_the_length():
     from bench.config import load_sweep
-    from bench.likelihood.kind import LikelihoodCell
+    from bench.kinds.likelihood import LikelihoodCell
     from bench.plan import plan
 
     p = plan(load_sweep(QUICKSTART), "q")

@@ -1,0 +1,380 @@
+"""The sample kind: a model's samples at one evaluation subset, NFE, temperature and decoding,
+scored by the task (:class:`bench.plan.SampleCell`).
+
+Planned per method entry and model (:func:`sample_cells_of`: subset x decoding x NFE x
+temperature; its id :func:`_sample_id`), run in the model's job once the model is ready: one lock
+per cell (another process's cell is skipped), batches saved as they are sampled (a re-run resumes
+at batch granularity), the task's evaluation, the per-item records (:mod:`bench.records`) and
+then the rows (:func:`bench.results.rows.sample_rows`); a task with a held-out reference point
+gets its rows once (:func:`write_reference`).
+
+Predicted from the shapes: ``Method.nfe_for(nfe)`` calls per batch (AR: the generated length)
+over ceil(items / batch) batches, each the bare backbone's forward times the model's
+forward-equivalents per call for its decoding and sampling dtype (a KV-cached AR call reads one
+position), then the scoring (a light scorer per item, the GSM8K sandbox's CPU seconds per
+program over the job's cores, the reference LM's tokens).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+import time
+
+from bench import locks, records, registry
+from bench.config import SampleConfig, config_hash
+from bench.kind import CellKind
+from bench.plan import EntryModel, SampleCell, TrainCell
+
+#: (B, L, |V|) buffers a sampler holds at its peak beyond the float32 logits, in its sampling
+#: dtype: S-FLM's exact velocity measured 4.16 (float64) and 2.78 (float32) buffers
+#: (docs/measurements/gpu_h200_perf_velocity_b32*.json); the categorical samplers' Gumbel-max
+#: (the logits cast, the uniforms, the noise) three
+SAMPLER_BUFFERS = {"sflm": {"float64": 4.2, "float32": 2.8}, "*": {"float64": 3.0, "float32": 3.0}}
+#: what a batch file records about its batch's cost, beside its ids and NFE (None in a file
+#: written before they were recorded)
+_BATCH_COST = ("sample_s", "network_s", "calls", "peak_mem_mb")
+
+# --------------------------------------------------------------------------- planning
+
+
+def _sample_id(tc: TrainCell, m: EntryModel, s: SampleConfig, subset, nfe, temp, dec) -> str:
+    key = {
+        "train": tc.id,
+        "subset": subset,
+        "nfe": nfe,
+        "temperature": temp,
+        "decoding": dec,
+        "n": s.n_samples,
+        "float64": s.float64,
+        "seed": s.seed,
+    }
+    if m.sampling:  # absent at defaults: the ids sweeps always had
+        key["sampling"] = m.sampling
+    return config_hash(key)
+
+
+def sample_cells_of(tc: TrainCell, m: EntryModel, s: SampleConfig) -> list[SampleCell]:
+    """The sample cells entry ``m`` plans on train cell ``tc`` (the entry's own, or one an
+    earlier entry with the same model planned): each evaluation subset x decoding x NFE x
+    temperature (NFE: the generated length, planned as 0, for a method whose NFE it is; one
+    temperature, 1, for a temperature-free decoding)."""
+    cells = []
+    for subset in tc.groups:
+        for dec in m.decodings:
+            nfes = [0] if m.method.nfe_is_length else s.nfe
+            temps = [1.0] if dec in m.method.temperature_free else s.temperature
+            for nfe in nfes:
+                for temp in temps:
+                    cells.append(
+                        SampleCell(
+                            id=_sample_id(tc, m, s, subset, nfe, temp, dec),
+                            train=tc,
+                            subset=subset,
+                            nfe=nfe,
+                            temperature=temp,
+                            decoding=dec,
+                            n_samples=s.n_samples,
+                            batch_size=s.batch_size,
+                            float64=s.float64,
+                            seed=s.seed,
+                            variant=m.variant,
+                            sampling=m.sampling,
+                        )
+                    )
+    return cells
+
+
+# --------------------------------------------------------------------------- sampling
+
+
+def cell_sampler(method, c: SampleCell, task, device, cache: dict):
+    """The method instance that samples cell ``c``: ``method`` (the trained model) itself, or,
+    when the cell's entry sets sampling-only options (:mod:`bench.plan`), an instance with those
+    options and the trained model's state, built once per option set in ``cache``."""
+    key = config_hash(c.options)
+    if key == config_hash(c.train.options):
+        return method
+    if key not in cache:
+        cache[key] = registry.make_method(
+            c.train.method, c.options, task, getattr(c.train, "vocab_size", None)
+        )
+        cache[key].load_state_dict(method.state_dict())  # the trained model's state
+        cache[key].to(device)
+    return cache[key]
+
+
+def batch_seed(c: SampleCell, start: int) -> int:
+    """The seed of the batch of cell ``c`` that starts at example ``start``."""
+    return c.seed * 1_000_003 + start
+
+
+def sample_batch(sampler, backbone, c: SampleCell, prompt, pmask, generator, *, float64: bool):
+    """One batch of cell ``c``'s samples (ids on the CPU)."""
+    return sampler.sample(
+        backbone,
+        prompt,
+        pmask,
+        nfe=c.nfe,
+        temperature=c.temperature,
+        decoding=c.decoding,
+        float64=float64,
+        generator=generator,
+    ).cpu()
+
+
+def run_cells(cells: list[SampleCell], store, progress: bool) -> int:
+    """Sample + score ``cells`` (of one model), each under its own lock: those in the store and
+    those another process holds are skipped. The number computed."""
+    tc = cells[0].train
+    held = []
+    try:
+        for c in cells:
+            if store.has(c.id):
+                continue
+            lock = locks.CellLock(locks.sample_lock_path(tc.run_dir, c.id))
+            try:
+                held.append((c, lock.acquire()))
+            except locks.CellBusy as e:
+                print(f"sflm: skipping sample cell {c.label()}: {e}", file=sys.stderr, flush=True)
+        todo = [c for c, _ in held if not store.has(c.id)]  # finished by its last holder meanwhile?
+        return sample_model(tc, todo, store, progress) if todo else 0
+    finally:
+        for _, lock in held:
+            lock.release()
+
+
+def sample_model(tc: TrainCell, todo: list[SampleCell], store, progress: bool) -> int:
+    """Sample and score ``todo`` (cells of train cell ``tc``), each into its store rows and
+    records (:func:`_batches`, :func:`_score`), then the task's reference point."""
+    from bench.cell_model import _device, cell_task, keep_freed_heap, method_backbone
+    from bench.measure import environment
+    from bench.weights import load_weights
+
+    if not tc.weights.is_file():
+        raise FileNotFoundError(
+            f"{tc.weights}: train cell {tc.label()} has no weights (did training fail?)"
+        )
+    dev = _device()
+    keep_freed_heap(dev)
+    env = environment(dev)
+    task = cell_task(tc)
+    method, backbone = method_backbone(tc, task)
+    meta = load_weights(method, backbone, tc.weights)
+    backbone.to(dev).eval()
+    method.to(dev)
+    samplers: dict = {}
+    for c in todo:
+        t0 = time.perf_counter()
+        sampler = cell_sampler(method, c, task, dev, samplers)
+        data = task.eval_data(c.subset, c.n_samples)
+        outs, nfe_used, costs = _batches(c, sampler, backbone, data, dev, progress)
+        _score(c, task, sampler, data, (outs, nfe_used, costs), env, meta["steps"], store, t0)
+    write_reference(task, todo[0], store)
+    return len(todo)
+
+
+def _batches(c: SampleCell, sampler, backbone, data, dev, progress: bool):
+    """Cell ``c``'s batches: (the ids of each, the NFE used, what each cost). A batch is saved as
+    it is sampled (``runs/<run>/samples/<cell>/batch_<k>.pt``: its ids, NFE, seconds, network
+    seconds and calls, the peak memory so far) and read back on a re-run. ``sample_s`` is the
+    seconds a batch took to sample (the prompts to the device, the sampler, the ids back to the
+    CPU); ``peak_mem_mb`` the process's peak (:class:`~bench.measure.PeakMemory`, reset when it
+    began sampling the cell)."""
+    import torch
+    from tqdm import tqdm
+
+    from bench.atomic import atomic_torch_save
+    from bench.measure import CallTimer, PeakMemory
+
+    part_dir = c.train.run_dir / "samples" / c.id
+    part_dir.mkdir(parents=True, exist_ok=True)
+    outs, nfe_used, costs = [], None, []
+    starts = list(range(0, len(data), c.batch_size))
+    timer, peak = CallTimer(dev), PeakMemory(dev)
+    sampler.call_timer = timer
+    try:
+        peak.reset()
+        for bi in tqdm(starts, desc=c.label(), disable=not progress, leave=False):
+            path = part_dir / f"batch_{bi // c.batch_size:05d}.pt"
+            if path.is_file():  # resume at batch granularity
+                saved = torch.load(path, weights_only=False)
+                outs.append(saved["ids"])
+                nfe_used = saved["nfe"]
+                costs.append({k: saved.get(k) for k in _BATCH_COST})
+                continue
+            s0, n0, k0 = time.perf_counter(), timer.seconds(), timer.calls
+            sl = slice(bi, bi + c.batch_size)
+            prompt, pmask = data.x[sl].to(dev), data.clean_mask[sl].to(dev)
+            gen = torch.Generator(device=dev).manual_seed(batch_seed(c, bi))
+            sampler.nfe_counter = 0
+            ids = sample_batch(sampler, backbone, c, prompt, pmask, gen, float64=c.float64)
+            cost = {
+                "sample_s": time.perf_counter() - s0,  # ids are on the CPU: the work is done
+                "network_s": timer.seconds() - n0,
+                "calls": timer.calls - k0,
+                "peak_mem_mb": peak.peak_mb(),
+            }
+            # a call-skipping decoding (a cache) keeps the planned budget as its NFE; the calls
+            # it made are the cost columns' network_calls
+            skips = sampler.resolve_decoding(c.decoding) in sampler.call_skipping
+            nfe_used = c.nfe if skips else sampler.nfe_counter
+            atomic_torch_save({"ids": ids, "nfe": nfe_used, **cost}, path)
+            outs.append(ids)
+            costs.append(cost)
+    finally:
+        del sampler.call_timer
+    return outs, nfe_used, costs
+
+
+def _score(c: SampleCell, task, sampler, data, sampled, env, steps, store, t0: float) -> None:
+    """Score cell ``c``'s samples (``sampled``: :func:`_batches`' answer) and write its records,
+    then its rows. What it cost (:data:`bench.measure.SAMPLE_COST_COLUMNS`): ``sample_s``, the
+    batches' seconds summed (resumed ones' as their files record them; loading the items,
+    building the sampler, saving and scoring are not in it), ``score_s`` the task's evaluation
+    and the records, ``wall_s`` all of this process's work on the cell, ``peak_mem_mb`` the most
+    any batch's process measured. A batch file written before these were recorded makes the
+    columns it would have fed None."""
+    import torch
+
+    from bench.atomic import atomic_torch_save
+    from bench.measure import sample_cost
+    from bench.results import rows
+
+    outs, nfe_used, costs = sampled
+    samples = torch.cat(outs)
+    atomic_torch_save(
+        {"ids": samples, "cell": dataclasses.asdict(c)}, c.train.run_dir / "samples" / f"{c.id}.pt"
+    )
+    t1 = time.perf_counter()
+    metrics = task.evaluate(samples, data, c.subset)
+    per_item = [
+        None if b["sample_s"] is None else b["sample_s"] / len(ids)
+        for b, ids in zip(costs, outs)
+        for _ in range(len(ids))
+    ]
+    recs = records.item_records(
+        task, c, samples, data, metrics, nfe=nfe_used,
+        cost={"sample_s": per_item, "device_name": env["device_name"]},
+    )  # fmt: skip
+    peaks = [b["peak_mem_mb"] for b in costs if b["peak_mem_mb"] is not None]
+    cost_cols = {
+        **sample_cost(
+            *(_total(costs, k) for k in ("sample_s", "network_s", "calls")),
+            items=len(data),
+            generated=int((~data.clean_mask.bool()).sum()),
+        ),
+        "peak_mem_mb": max(peaks) if peaks else None,
+        **env,
+    }
+    times = {"score_s": time.perf_counter() - t1, **cost_cols}
+    out = rows.sample_rows(
+        c,
+        metrics,
+        method=sampler,
+        task=task,
+        train_steps=steps,
+        nfe=nfe_used,
+        wall_s=time.perf_counter() - t0,
+        items=rows.items_key(data),
+    )
+    # the records first: a cell whose rows exist always has them (bench.records)
+    files = records.write(c.train.results_dir, c.id, recs)
+    store.write_cell(c.id, [{**r, **files, **times, **rows.limit_column(c)} for r in out])
+
+
+def _total(costs: list[dict], key: str):
+    """The sum of ``key`` over a cell's batches; None when a batch does not record it."""
+    vals = [b.get(key) for b in costs]
+    return None if any(v is None for v in vals) else sum(vals)
+
+
+def write_reference(task, c: SampleCell, store) -> None:
+    """A task with a held-out reference point (``task.data_reference(n)``) gets one store cell of
+    it per (task config, subset, n) (:func:`bench.results.rows.reference_rows`), written once by
+    the first job that samples that subset."""
+    from bench.results import rows
+
+    fn = task.data_reference  # an optional hook (bench/data/base.py): None when the task has none
+    if fn is None:
+        return
+    rid = rows.reference_id(c)
+    if store.has(rid):
+        return
+    t0 = time.perf_counter()
+    metrics = fn(c.n_samples)
+    store.write_cell(rid, rows.reference_rows(task, c, metrics, time.perf_counter() - t0))
+
+
+# --------------------------------------------------------------------------- the kind
+
+
+def _sampler_peak(cost, batch: int, dtype: str, cached: bool) -> int:
+    """Peak bytes while sampling: parameters, activations, the logits and the sampler's own
+    (B, L, |V|) buffers in its dtype (:data:`SAMPLER_BUFFERS`), a KV cache."""
+    net, L = cost.net, cost.L
+    positions = 1 if cached else L
+    act = batch * positions * net.d_model * 16 * 4
+    blv = batch * positions * net.vocab_out
+    bufs = SAMPLER_BUFFERS.get(cost.tc.method, SAMPLER_BUFFERS["*"])[dtype]
+    cache = batch * L * net.d_model * 2 * net.n_blocks * 4 if cached else 0
+    return int(net.params() * 4 + act + blv * (4 + bufs * (8 if dtype == "float64" else 4)) + cache)
+
+
+class Sample(CellKind):
+    name = "sample"
+    batch_key = "sample.batch_size"
+    work = ("bench.cell_model", "bench.measure", "bench.weights", "bench.results.rows")
+
+    def plan_entry(self, tc, entry, sweep, first: bool) -> list[SampleCell]:
+        """Every entry plans its own sample cells on its model (entries may share one)."""
+        return sample_cells_of(tc, entry, sweep.sample)
+
+    def run(self, cells: list, store, progress: bool = False) -> int:
+        return run_cells(cells, store, progress) if cells else 0
+
+    def predict(self, c, cost):
+        """The module docstring's prediction; the peak: :func:`_sampler_peak`."""
+        net, L = cost.net, cost.L
+        n, B = c.n_samples, c.batch_size
+        calls, cached, given = cost.calls(c.nfe)
+        dtype = cost.dtype(c.float64)
+        batches = math.ceil(n / B)
+        sizes = [min(B, n - i * B) for i in range(batches)]
+        if cached:  # the prefill reads the given positions, each later call one position
+            ctx = (given + L) / 2
+            fe, call_s, key = cost.sample_factor(c.decoding, dtype, net.head_share(ctx))
+            per = [
+                cost.forward_s(b, given, given) + (calls - 1) * cost.forward_s(b, 1, ctx)
+                for b in sizes
+            ]
+            flops = n * (given * net.token_flops(given) + (calls - 1) * net.token_flops(ctx))
+        else:
+            fe, call_s, key = cost.sample_factor(c.decoding, dtype, net.head_share(L))
+            per = [calls * cost.forward_s(b, L, L) for b in sizes]
+            flops = n * calls * L * net.token_flops(L)
+        network = fe * sum(per) + calls * batches * call_s
+        sc = cost.scorers
+        scorer = cost.profile.get("scorer", "light")
+        score = sc["cell_s"] + n * sc["item_s"]
+        if scorer == "sandbox":
+            score += n * sc["sandbox_cpu_s"] / max(1, cost.cores)
+        elif scorer == "genppl":
+            score += n * L / sc["genppl_tokens_per_s"]
+        parts = {"network": network, "score": score}
+        peak = _sampler_peak(cost, B, dtype, cached)
+        return cost.prediction(c.id, self.name, network + score, peak, parts,
+                               calls=calls * batches, flops=flops,
+                               note=f"{dtype}; factor {fe:.2f} ({key})")  # fmt: skip
+
+    def load_s(self, cells: list, cost) -> float:
+        """The task's tokenizer (where it loads one) and the Gen. PPL reference LM (where it
+        scores with it)."""
+        load = cost.tokenizer_s
+        if cost.profile.get("scorer") == "genppl":
+            load += cost.scorers["genppl_load_s"]
+        return load
+
+
+KIND = Sample()
