@@ -60,6 +60,9 @@ class Level:
     uid: bool = False
     pidns: bool = False
     python: str = ""  # the interpreter path to run ('' = Sandbox.python)
+    # (worker slot, run directory) -> argv before a warm parent's interpreter (None: this
+    # level has no warm path; bench.evaluate.sandbox.warm)
+    warm: Callable[[int, str], list[str]] | None = field(default=None, repr=False)
 
     @property
     def fsview(self) -> bool:
@@ -229,8 +232,16 @@ def bwrap_levels(
                 *setpriv_argv(setpriv, slot),
             ]
 
+        def pre_warm(slot, run_dir):
+            # the warm parent stays root with only the two capabilities its children need to
+            # drop to the slot's uid (bench.evaluate.sandbox.zygote)
+            caps = ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+            return [bwrap, *_BWRAP_NS, *mounts(run_dir), "--chdir", "/", *caps, "--"]
+
         feats = ("bwrap", "rlimits", "uid", "netns", "pidns")
-        return [Level("+".join(feats), feats, pre, uid=True, pidns=True, python=python)]
+        return [
+            Level("+".join(feats), feats, pre, uid=True, pidns=True, python=python, warm=pre_warm)
+        ]
 
     def pre_user(slot, run_dir):
         return [bwrap, "--unshare-user", *_BWRAP_NS, *mounts(run_dir), "--chdir", "/tmp", "--"]

