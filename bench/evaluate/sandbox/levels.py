@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+_UID_RE = re.compile(rb"^Uid:\s+(\d+)", re.M)
 PROBE_TIMEOUT_S = 20.0  # generous: a slow start-up must not be mistaken for a broken level
 # directories of shared libraries put into bwrap's view (symlinks stay symlinks)
 _SYSTEM_LIB_DIRS = (
@@ -145,6 +147,41 @@ def view_args(python: str, extra_files: tuple[str, ...]) -> list[str] | None:
         args += ["--ro-bind", p, p]
     _view_cache[key] = args
     return args
+
+
+def nproc_for_shared_uid(budget: int) -> int:
+    """Without a private uid, RLIMIT_NPROC counts every process of this user: allow the ones
+    that already exist, plus ``budget`` (a number per worker) twice, plus 64."""
+    uid = os.getuid()
+    n = 0
+    try:
+        for pid in os.listdir("/proc"):
+            if pid.isdigit():
+                try:
+                    with open(f"/proc/{pid}/status", "rb") as f:
+                        m = _UID_RE.search(f.read())
+                    n += bool(m and int(m.group(1)) == uid)
+                except OSError:
+                    pass
+    except OSError:
+        return 1 << 20
+    return n + 2 * budget + 64
+
+
+def runner_source(name: str) -> str:
+    """The text of runner module ``name`` ('' for none); ValueError when it cannot be found."""
+    if not name:
+        return ""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.origin or not os.path.isfile(spec.origin):
+        raise ValueError(f"sandbox: runner module not found: {name!r}")
+    with open(spec.origin, encoding="utf-8") as f:
+        return f.read()
 
 
 def isolation_levels(

@@ -7,8 +7,9 @@ inside the sandbox that never runs a program itself; on the cold path a fresh in
 inherits its address space: an absolute ``RLIMIT_AS`` would then fail every program, the "false
 zeros" of LiveBench PR #536). Per program:
 
-- its own session / process group, everything it started killed with ``SIGKILL`` when the
-  direct child exits or the wall-clock deadline (enforced outside the program) passes;
+- everything it started is killed with ``SIGKILL`` (by process group and namespace on the cold
+  path, by uid on the warm one) when the direct child exits or the wall-clock deadline
+  (enforced outside the program) passes;
 - kernel resource limits set in the child before the program is compiled: CPU time, address
   space, number of processes, file size, open files, POSIX message queues, no core dumps;
 - stdin is ``/dev/null``, the environment is scrubbed, the working directory is a private
@@ -22,12 +23,10 @@ zeros" of LiveBench PR #536). Per program:
   and does every comparison itself (an object with an always-true ``__eq__`` never reaches it).
 
 Stronger isolation is added where the machine allows it and recorded as ``isolation`` on every
-result (probed once, with a canary program, strongest first; :mod:`bench.evaluate.sandbox.levels`
-and docs/gsm8k-sandbox.md describe each level): ``bwrap+rlimits+uid+netns+pidns`` (bubblewrap's
-read-only view, network / PID / IPC / UTS namespaces, a per-worker unprivileged uid; the only
-level with a warm path), ``bwrap+rlimits+userns+netns+pidns``, ``rlimits+uid+netns+pidns``,
-``rlimits+userns+netns+pidns``, ``rlimits+uid`` and ``rlimits`` (process group and limits only:
-prefer a machine with namespaces for untrusted checkpoints).
+result (probed once, with a canary program, strongest first; :mod:`~bench.evaluate.sandbox.levels`
+and docs/gsm8k-sandbox.md describe each level; ``bwrap+rlimits+uid+netns+pidns`` has the warm
+path; plain ``rlimits`` is process group and limits only: prefer namespaces for untrusted
+checkpoints).
 
 Statuses (``STATUSES``): ok / wrong (graded by the caller, see :mod:`bench.evaluate.gsm8k`),
 no_answer (returned None, no function, ``os._exit`` before the result, tampered result channel),
@@ -40,10 +39,7 @@ against public code-execution harnesses: bigcode-evaluation-harness `safe_subpro
 openai/human-eval `execution.py`, evalplus).
 
 This module holds the limits (:class:`SandboxConfig`) and the :class:`Sandbox` (worker slots,
-probing the levels with canaries, one run's set-up); :mod:`~bench.evaluate.sandbox.proc` starts
-one cold child, reads it and ends everything it started; :mod:`~bench.evaluate.sandbox.result`
-reads a result channel into an :class:`ExecResult`; :mod:`~bench.evaluate.sandbox.child` is the
-child's side.
+probing the levels with canaries, one run's set-up); the package's ``__init__`` lists the rest.
 """
 
 from __future__ import annotations
@@ -53,7 +49,6 @@ import math
 import os
 import queue
 import random
-import re
 import shutil
 import sys
 import tempfile
@@ -62,11 +57,11 @@ import time
 import weakref
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
 from pathlib import Path
 
 from bench.evaluate.sandbox import levels
 from bench.evaluate.sandbox.cache import VerdictCache
+from bench.evaluate.sandbox.config import SandboxConfig
 from bench.evaluate.sandbox.levels import PROBE_TIMEOUT_S, Level, isolation_levels
 from bench.evaluate.sandbox.proc import (
     SpawnError,
@@ -76,7 +71,7 @@ from bench.evaluate.sandbox.proc import (
     sweep_uid_files,
 )
 from bench.evaluate.sandbox.result import STATUSES, ExecResult, interpret
-from bench.evaluate.sandbox.warm import WarmError, WarmPool
+from bench.evaluate.sandbox.warm import WarmError, WarmPool, exec_result
 
 __all__ = ["STATUSES", "ExecResult", "Sandbox", "SandboxConfig", "SandboxError"]
 
@@ -87,65 +82,6 @@ _BOOTSTRAP = Path(__file__).with_name("child.py").read_text(encoding="utf-8")
 _FLAGS = ("-s", "-S", "-B", "-u")
 _ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TZ": "UTC",
         "PYTHONHASHSEED": "0"}  # fmt: skip
-
-
-@dataclass
-class SandboxConfig:
-    """Limits of one program run. Defaults suit GSM8K-style programs (milliseconds of work).
-
-    Attributes:
-        timeout_s: wall-clock limit from spawn, enforced by the parent (the reference harness
-            uses 5 s, `gsm8k.timeout`).
-        cpu_s: CPU-time limit (RLIMIT_CPU soft; hard = soft + 1 s); 0 = ceil(timeout_s) + 1.
-        memory_mb: address-space limit (RLIMIT_AS) of the fresh interpreter.
-        nproc: RLIMIT_NPROC (processes + threads of the program's uid; only meaningful with the
-            "uid" feature or in a user namespace).
-        fsize_mb: largest file the program may write (RLIMIT_FSIZE).
-        nofile: open file descriptors (RLIMIT_NOFILE).
-        max_output_bytes: bytes of stdout and of stderr kept (the last ones); the rest is
-            read and dropped so a chatty program is not blocked.
-        isolation: "auto" (strongest level that passes the canary), "rlimits" (no namespaces,
-            no uid change), or "full" (require network + PID namespaces; error otherwise).
-        python: interpreter for the programs ('' = sys.executable).
-        base_dir: parent of the private run directories ('' = the system temp dir).
-        workers: programs run at once by :meth:`Sandbox.run_many` (0 = min(4 x cores, 32)):
-            on the cold path a run is mostly interpreter start-up and namespace set-up latency,
-            so several per core keep the CPUs busy (docs/gsm8k-sandbox.md).
-        runner: dotted name of a standard-library-only module whose ``run_program(src)`` the
-            child calls on each program instead of its plain ``exec`` ('' = none), e.g.
-            ``bench.evaluate.gsm8k_reference`` (the paper harness's namespace). Canaries and
-            probes always run plainly.
-        warm: fork each program from a pre-imported parent inside the sandbox where the level
-            allows it (:mod:`bench.evaluate.sandbox.warm`); False = a fresh interpreter each.
-        cache_dir: folder of the verdict cache ('' = none; :mod:`bench.evaluate.sandbox.cache`).
-    """
-
-    timeout_s: float = 5.0
-    cpu_s: int = 0
-    memory_mb: int = 1024
-    nproc: int = 16
-    fsize_mb: int = 16
-    nofile: int = 64
-    max_output_bytes: int = 65536
-    isolation: str = "auto"
-    python: str = ""
-    base_dir: str = ""
-    workers: int = 0
-    runner: str = ""
-    warm: bool = True
-    cache_dir: str = ""
-
-    def __post_init__(self):
-        for key in ("timeout_s", "memory_mb", "nproc", "fsize_mb", "nofile", "max_output_bytes"):
-            v = getattr(self, key)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                raise ValueError(f"sandbox: {key} must be a positive number, got {v!r}")
-        if self.cpu_s < 0 or self.workers < 0:
-            raise ValueError("sandbox: cpu_s and workers must be >= 0")
-        if self.isolation not in ("auto", "rlimits", "full"):
-            raise ValueError(
-                f"sandbox: isolation must be auto, rlimits or full, got {self.isolation!r}"
-            )
 
 
 class SandboxError(RuntimeError):
@@ -169,7 +105,6 @@ _CANARY_PROBE = (
     "import math, cmath, decimal, fractions, datetime, statistics, random, re, json, hashlib\n"
     "import collections, itertools, functools\n" + _CANARY_OK
 )
-_UID_RE = re.compile(rb"^Uid:\s+(\d+)", re.M)
 
 
 class Sandbox:
@@ -204,8 +139,8 @@ class Sandbox:
         self._slots: queue.Queue[int] = queue.Queue()
         for i in range(max(self.workers, 1)):
             self._slots.put(i)
-        self._nproc_rlimits = self._nproc_for_shared_uid()
-        self._runner_src = _runner_source(self.cfg.runner)
+        self._nproc_rlimits = levels.nproc_for_shared_uid(self.workers * self.cfg.nproc)
+        self._runner_src = levels.runner_source(self.cfg.runner)
         # stronger levels whose canary failed, with the reason ("name: status detail stderr")
         self.rejected: tuple[str, ...] = ()
         self.level = self._probe()
@@ -313,6 +248,12 @@ class Sandbox:
     def close(self) -> None:
         self._finalizer()
 
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     # -- warm path and cache --------------------------------------------------------------
     def _start_warm(self) -> str:
         """Start slot 0's warm parent and run the probe's canary through it: "warm" when it
@@ -350,34 +291,23 @@ class Sandbox:
             ans = self._warm.run(slot, program, timeout_s, runner and bool(self._runner_src))
         except (WarmError, OSError) as e:
             return ExecResult("harness_error", detail=f"warm: {e}", isolation=self.isolation)
-        ch = ans["ch"].encode("latin-1")
-        result = interpret(ch, ans["tot"], ans["rc"], ans["timed_out"])
-        result.stdout = ans["out"].encode("latin-1").decode("utf-8", "replace")
-        result.stderr = ans["err"].encode("latin-1").decode("utf-8", "replace")
-        result.returncode = ans["rc"]
-        result.isolation = self.level.name
-        result.elapsed_s = time.monotonic() - t0
-        return result
+        return exec_result(ans, self.level.name, t0)
 
     def _verdict_cache(self) -> VerdictCache | None:
         if not self.cfg.cache_dir:
             return None
-        c = self.cfg
-        context = {
-            "limits": self._limits_arg(self.level),
-            "timeout_s": c.timeout_s,
-            "max_output_bytes": c.max_output_bytes,
-            "runner": [c.runner, self._runner_src],
-            "isolation": self.level.name,
-            "python": [os.path.realpath(self.level.python or self.python), self.child_python],
-        }
-        return VerdictCache(c.cache_dir, context)
-
-    def __enter__(self) -> Sandbox:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+        c, python = self.cfg, os.path.realpath(self.level.python or self.python)
+        return VerdictCache(
+            c.cache_dir,
+            {
+                "limits": self._limits_arg(self.level),
+                "timeout_s": c.timeout_s,
+                "max_output_bytes": c.max_output_bytes,
+                "runner": [c.runner, self._runner_src],
+                "isolation": self.level.name,
+                "python": [python, self.child_python],
+            },
+        )
 
     # -- isolation levels ----------------------------------------------------------------
     def _levels(self) -> list[Level]:
@@ -419,24 +349,6 @@ class Sandbox:
             return "unknown"
         v = res.value
         return f"{v >> 24}.{(v >> 16) & 0xFF}.{(v >> 8) & 0xFF}"
-
-    def _nproc_for_shared_uid(self) -> int:
-        """Without a private uid, RLIMIT_NPROC counts every process of this user: allow the
-        ones that already exist plus a budget per worker."""
-        uid = os.getuid()
-        n = 0
-        try:
-            for pid in os.listdir("/proc"):
-                if pid.isdigit():
-                    try:
-                        with open(f"/proc/{pid}/status", "rb") as f:
-                            m = _UID_RE.search(f.read())
-                        n += bool(m and int(m.group(1)) == uid)
-                    except OSError:
-                        pass
-        except OSError:
-            return 1 << 20
-        return n + 2 * self.workers * self.cfg.nproc + 64
 
     # -- one run ---------------------------------------------------------------------------
     def _limits_arg(self, level: Level) -> str:
@@ -532,22 +444,6 @@ class Sandbox:
         result.isolation = level.name
         result.elapsed_s = time.monotonic() - t0
         return result
-
-
-def _runner_source(name: str) -> str:
-    """The text of runner module ``name`` ('' for none); ValueError when it cannot be found."""
-    if not name:
-        return ""
-    import importlib.util
-
-    try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None or not spec.origin or not os.path.isfile(spec.origin):
-        raise ValueError(f"sandbox: runner module not found: {name!r}")
-    with open(spec.origin, encoding="utf-8") as f:
-        return f.read()
 
 
 def _cleanup(pools: list[WarmPool], base_dir: str, warm_dir: str) -> None:

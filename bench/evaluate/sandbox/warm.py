@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.evaluate.sandbox.proc import rmtree
+from bench.evaluate.sandbox.result import ExecResult, interpret
 
 _HERE = Path(__file__).parent
 ZYGOTE_TEXT = (_HERE / "zygote.py").read_text(encoding="utf-8")
@@ -32,6 +33,17 @@ PROC_TEXT = (_HERE / "proc.py").read_text(encoding="utf-8")
 CHILD_TEXT = (_HERE / "child.py").read_text(encoding="utf-8")
 #: seconds past a program's deadline the parent has to answer (kill, sweep, drain)
 ANSWER_GRACE_S = 10.0
+
+
+def exec_result(ans: dict, isolation: str, t0: float) -> ExecResult:
+    """The :class:`ExecResult` of a parent's answer (as the cold path reads its child)."""
+    result = interpret(ans["ch"].encode("latin-1"), ans["tot"], ans["rc"], ans["timed_out"])
+    result.stdout = ans["out"].encode("latin-1").decode("utf-8", "replace")
+    result.stderr = ans["err"].encode("latin-1").decode("utf-8", "replace")
+    result.returncode = ans["rc"]
+    result.isolation = isolation
+    result.elapsed_s = time.monotonic() - t0
+    return result
 
 
 class WarmError(RuntimeError):
