@@ -83,7 +83,7 @@ def load(name, text):
 
 
 def start_child(req, cfg, child, pipes) -> None:
-    """In the forked child: descriptors, session, uid, environment, then the program."""
+    """In the forked child: descriptors, uid, working directory, environment, the program."""
     (_, w_res), (_, w_out), (_, w_err) = pipes
     # no setsid / setpgid: a session or group leader could not call setsid() itself (as under
     # the cold path it may); what it starts is ended by uid, not by group (sweep)
