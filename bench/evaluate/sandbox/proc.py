@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import os
 import selectors
-import shutil
 import signal
-import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+
+# `subprocess`, `shutil` and `dataclasses` are imported where they are used: the warm parent
+# (bench/evaluate/sandbox/zygote.py) loads this module, and every megabyte it maps makes each of
+# its forks slower
 
 SWEEP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
 
@@ -70,6 +71,8 @@ def read_into(fd: int, tail: Tail) -> bool:
 
 
 def rmtree(path: str) -> None:
+    import shutil
+
     def onerror(func, p, exc):
         try:
             os.chmod(os.path.dirname(p), 0o700)
@@ -128,16 +131,14 @@ class SpawnError(Exception):
     """The child could not be started (the OSError of ``subprocess.Popen``)."""
 
 
-@dataclass
 class Collected:
     """What the parent read from one child: the kept tails of its stdout, stderr and result
     channel, its exit status (negative = signal) and whether the deadline passed."""
 
-    stdout: Tail
-    stderr: Tail
-    channel: Tail
-    returncode: int | None
-    timed_out: bool
+    def __init__(self, stdout: Tail, stderr: Tail, channel: Tail, returncode, timed_out: bool):
+        self.stdout, self.stderr, self.channel = stdout, stderr, channel
+        self.returncode: int | None = returncode
+        self.timed_out = timed_out
 
 
 def run_and_collect(
@@ -156,6 +157,8 @@ def run_and_collect(
     it exits or ``deadline`` (``time.monotonic``) passes, then SIGKILL its whole process group,
     call ``after_kill`` (e.g. killing a uid's leftovers), reap it and drain what is buffered.
     Raises :class:`SpawnError` when it cannot be started (both pipe ends closed then)."""
+    import subprocess
+
     try:
         proc = subprocess.Popen(
             argv,

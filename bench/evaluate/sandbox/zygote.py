@@ -41,10 +41,12 @@ import time
 import types
 
 #: modules the parent imports once, so a program's ``import`` finds them loaded
+#: (not ``hashlib``, ``calendar``: the memory they map makes every fork slower, and GSM8K
+#: programs seldom import them; a child that does imports them itself)
 PREIMPORT = (
     "math", "cmath", "decimal", "fractions", "datetime", "statistics", "random", "re", "json",
     "collections", "itertools", "functools", "operator", "heapq", "bisect", "string", "typing",
-    "calendar", "copy", "hashlib", "numbers",
+    "copy", "numbers",
 )  # fmt: skip
 RESULT_FD = 3
 
