@@ -74,10 +74,14 @@ class _Parent:
             raise WarmError(f"cannot start: {e}") from e
         finally:
             err.close()
-        self.send(setup)
-        ready = self.receive(time.monotonic() + timeout)
-        if not ready.get("ready"):
-            raise WarmError(f"not ready: {ready!r}")
+        try:
+            self.send(setup)
+            ready = self.receive(time.monotonic() + timeout)
+            if not ready.get("ready"):
+                raise WarmError(f"not ready: {ready!r}")
+        except WarmError:
+            self.kill()
+            raise
 
     def send(self, obj: dict) -> None:
         data = json.dumps(obj).encode()
@@ -114,6 +118,15 @@ class _Parent:
                 return repr(f.read()[-300:].decode("utf-8", "replace"))
         except OSError:
             return ""
+
+    def kill(self) -> None:
+        """End the parent and its namespace at once (bwrap leads the session; its init and
+        everything in the namespace die with it), then :meth:`close`."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self.close()
 
     def close(self) -> None:
         try:
@@ -179,7 +192,8 @@ class WarmPool:
                 self.start_timeout,
             )  # fmt: skip
         except WarmError:
-            rmtree(run_dir)
+            if os.path.exists(run_dir):
+                rmtree(run_dir)
             raise
         with self._lock:
             self._parents[slot] = p
@@ -203,11 +217,7 @@ class WarmPool:
         with self._lock:
             p = self._parents.pop(slot, None)
         if p is not None:
-            try:
-                os.killpg(p.proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            p.close()
+            p.kill()
 
     def close(self) -> None:
         with self._lock:

@@ -10,12 +10,15 @@ repeat only under the same program, grader and settings, and a damaged entry is 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from test_sandbox import PROGRAMS, require_warm  # rootdir-relative, as test_html_browser
 
 from bench.evaluate.gsm8k import REFERENCE_RUNNER, grade
 from bench.evaluate.sandbox import cache as sandbox_cache
+from bench.evaluate.sandbox import runner as sandbox_runner
+from bench.evaluate.sandbox import warm as sandbox_warm
 from bench.evaluate.sandbox.runner import Sandbox, SandboxConfig
 
 # program A: changes everything a later program could notice, then answers 7
@@ -166,6 +169,38 @@ def test_bombs_end_their_child_only(tmp_path):
         parents[1] = _parent_pid(sb, 1)
         assert sb.run(PROGRAMS["benign_math"][0]).value == 42
         assert {s: _parent_pid(sb, s) for s in parents} == parents
+
+
+def test_a_warm_parent_that_cannot_start_leaves_the_cold_path(tmp_path, monkeypatch):
+    """A parent that never says it is ready: the sandbox ends it, says why and runs programs on
+    the cold path, with nothing of that parent left (its bwrap, its run directory)."""
+    with _sandbox(tmp_path) as sb:
+        require_warm(sb)
+    monkeypatch.setattr(sandbox_warm, "ZYGOTE_TEXT", "import time\ntime.sleep(600)\n")
+    monkeypatch.setattr(sandbox_runner, "CANARY_TIMEOUT_S", 5.0)  # the wait for "ready"
+    with _sandbox(tmp_path) as sb:
+        assert sb.mode == "cold"
+        assert any(r.startswith("warm: harness_error") for r in sb.rejected), sb.rejected
+        assert sb.run(PROGRAMS["benign_math"][0]).value == 42
+        assert os.listdir(sb.warm_dir) == []
+        bwraps = [p for p in _children(os.getpid()) if _comm(p) == "bwrap"]
+        assert bwraps == []
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    except OSError:
+        return []
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 def test_clock_and_entropy_are_fixed_on_both_paths(tmp_path):
