@@ -222,6 +222,7 @@ def evaluate_programs(
             row = grade(res, golds[i], stdout_fallback=stdout_fallback)
         row["elapsed_s"] = round(res.elapsed_s, 4)
         row["isolation"] = res.isolation
+        row["cached"] = res.cached
         # the end of what the program printed (per-item records: bench.records)
         row["stdout"] = res.stdout[-OUTPUT_EXCERPT:]
         row["stderr"] = res.stderr[-OUTPUT_EXCERPT:]
@@ -308,6 +309,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--summary", default="", metavar="PATH", help="also write the summary JSON")
     p.add_argument(
+        "--cache-dir",
+        default="",
+        metavar="DIR",
+        help="verdict cache: programs already run under these settings are not run again "
+        "(default: none; bench.evaluate.sandbox.cache)",
+    )
+    p.add_argument(
+        "--cold",
+        action="store_true",
+        help="a fresh interpreter per program even where the warm path is available",
+    )
+    p.add_argument(
         "--grader",
         choices=GRADERS,
         default="standard",
@@ -376,6 +389,8 @@ def run(args: argparse.Namespace) -> int:
             isolation=args.isolation,
             workers=args.workers,
             runner=REFERENCE_RUNNER if args.grader == "reference" else "",
+            warm=not args.cold,
+            cache_dir=args.cache_dir,
         )
     except (UsageError, ValueError) as e:
         return usage_exit(PROG, e)
@@ -396,7 +411,10 @@ def run(args: argparse.Namespace) -> int:
                         "status": row["status"],
                         "value": row["value"],
                         "gold": items[i]["gold"],
-                        **{k: row[k] for k in ("value_source", "detail", "elapsed_s", "isolation")},
+                        **{
+                            k: row[k]
+                            for k in ("value_source", "detail", "elapsed_s", "isolation", "cached")
+                        },
                     }
                     while next_i in pending:  # input order, flushed as soon as possible
                         f.write(json.dumps(pending.pop(next_i)) + "\n")
@@ -412,7 +430,7 @@ def run(args: argparse.Namespace) -> int:
                     grader=args.grader,
                 )
             os.replace(partial, args.out)
-            workers, child_python = sb.workers, sb.child_python
+            workers, child_python, mode = sb.workers, sb.child_python, sb.mode
     except SandboxError as e:
         print(f"{PROG}: sandbox broken: {e}", file=sys.stderr)
         return 1
@@ -422,11 +440,13 @@ def run(args: argparse.Namespace) -> int:
     summary["wall_s"] = round(time.monotonic() - t0, 2)
     summary["workers"] = workers
     summary["python"] = child_python
+    summary["path"] = mode
+    summary["cached"] = sum(bool(r.get("cached")) for r in rows)
     summary["grader"] = args.grader
     print(
         format_summary(summary)
-        + f"; grader {args.grader}; {summary['wall_s']} s with {workers} workers; "
-        f"programs ran on Python {child_python}"
+        + f"; grader {args.grader}; {summary['wall_s']} s with {workers} workers ({mode} path, "
+        f"{summary['cached']} from the cache); programs ran on Python {child_python}"
     )
     if args.summary:
         _write_json(args.summary, summary)

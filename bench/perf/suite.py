@@ -20,7 +20,17 @@ import torch
 from bench import atomic
 from bench.config import ConfigError
 from bench.cost.catalogue import BARE, LEGACY, MODELS, SCALES, VARIANTS
-from bench.perf import agreement, arcache, calibrate, genppl, sample, startup, train, velocity
+from bench.perf import (
+    agreement,
+    arcache,
+    calibrate,
+    genppl,
+    sample,
+    sandbox,
+    startup,
+    train,
+    velocity,
+)
 
 #: name -> benchmark module, in run (and report) order
 BENCHMARKS = {
@@ -32,6 +42,7 @@ BENCHMARKS = {
     "genppl": genppl,
     "startup": startup,
     "calibrate": calibrate,
+    "sandbox": sandbox,
 }
 BENCHES = tuple(BENCHMARKS)
 #: what runs without a benchmark named

@@ -31,6 +31,10 @@ from bench.evaluate.gsm8k import (
 from bench.evaluate.metrics import MetricValue
 from bench.evaluate.sandbox.runner import STATUSES, Sandbox, SandboxConfig
 from bench.options import Options, option
+from bench.text.locate import data_cache_root
+
+#: the verdict cache's folder under the data cache (bench.evaluate.sandbox.cache)
+SANDBOX_CACHE = "sandbox-verdicts"
 
 
 def decode_continuations(samples: Tensor, prompt_lens: list[int], tok) -> list[str]:
@@ -192,7 +196,7 @@ class ProgramTask(Task):
 
     def sandbox_config(self) -> SandboxConfig:
         """The sandbox settings of this task's options (:meth:`sandbox`; its constructor
-        checks them)."""
+        checks them), with the verdict cache under the data cache (``sandbox-verdicts``)."""
         o = self.opts
         return SandboxConfig(
             timeout_s=o.timeout_s,
@@ -200,6 +204,8 @@ class ProgramTask(Task):
             memory_mb=o.memory_mb,
             isolation=o.isolation,
             runner=REFERENCE_RUNNER if o.grader == "reference" else "",
+            # repeats within and across cells and re-scores are served from the data cache
+            cache_dir=str(data_cache_root(self.cfg.data_dir) / SANDBOX_CACHE),
         )
 
     def sandbox(self) -> Sandbox:

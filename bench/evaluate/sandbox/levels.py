@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+_UID_RE = re.compile(rb"^Uid:\s+(\d+)", re.M)
 PROBE_TIMEOUT_S = 20.0  # generous: a slow start-up must not be mistaken for a broken level
 # directories of shared libraries put into bwrap's view (symlinks stay symlinks)
 _SYSTEM_LIB_DIRS = (
@@ -60,6 +62,9 @@ class Level:
     uid: bool = False
     pidns: bool = False
     python: str = ""  # the interpreter path to run ('' = Sandbox.python)
+    # (worker slot, run directory) -> argv before a warm parent's interpreter (None: this
+    # level has no warm path; bench.evaluate.sandbox.warm)
+    warm: Callable[[int, str], list[str]] | None = field(default=None, repr=False)
 
     @property
     def fsview(self) -> bool:
@@ -142,6 +147,41 @@ def view_args(python: str, extra_files: tuple[str, ...]) -> list[str] | None:
         args += ["--ro-bind", p, p]
     _view_cache[key] = args
     return args
+
+
+def nproc_for_shared_uid(budget: int) -> int:
+    """Without a private uid, RLIMIT_NPROC counts every process of this user: allow the ones
+    that already exist, plus ``budget`` (a number per worker) twice, plus 64."""
+    uid = os.getuid()
+    n = 0
+    try:
+        for pid in os.listdir("/proc"):
+            if pid.isdigit():
+                try:
+                    with open(f"/proc/{pid}/status", "rb") as f:
+                        m = _UID_RE.search(f.read())
+                    n += bool(m and int(m.group(1)) == uid)
+                except OSError:
+                    pass
+    except OSError:
+        return 1 << 20
+    return n + 2 * budget + 64
+
+
+def runner_source(name: str) -> str:
+    """The text of runner module ``name`` ('' for none); ValueError when it cannot be found."""
+    if not name:
+        return ""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.origin or not os.path.isfile(spec.origin):
+        raise ValueError(f"sandbox: runner module not found: {name!r}")
+    with open(spec.origin, encoding="utf-8") as f:
+        return f.read()
 
 
 def isolation_levels(
@@ -229,8 +269,16 @@ def bwrap_levels(
                 *setpriv_argv(setpriv, slot),
             ]
 
+        def pre_warm(slot, run_dir):
+            # the warm parent stays root with only the two capabilities its children need to
+            # drop to the slot's uid (bench.evaluate.sandbox.zygote)
+            caps = ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+            return [bwrap, *_BWRAP_NS, *mounts(run_dir), "--chdir", "/", *caps, "--"]
+
         feats = ("bwrap", "rlimits", "uid", "netns", "pidns")
-        return [Level("+".join(feats), feats, pre, uid=True, pidns=True, python=python)]
+        return [
+            Level("+".join(feats), feats, pre, uid=True, pidns=True, python=python, warm=pre_warm)
+        ]
 
     def pre_user(slot, run_dir):
         return [bwrap, "--unshare-user", *_BWRAP_NS, *mounts(run_dir), "--chdir", "/tmp", "--"]

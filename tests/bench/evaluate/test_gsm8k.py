@@ -263,6 +263,31 @@ def test_cli_completions_and_gold_text(tmp_path, capsys):
     assert [(g["id"], g["status"], g["value"]) for g in got] == [("c", "ok", 12), (2, "wrong", 12)]
 
 
+def test_cli_cache_dir_serves_a_second_run_and_cold_runs_fresh_interpreters(tmp_path, capsys):
+    """``--cache-dir``: the second run of the same programs comes from the cache, rows and
+    verdicts unchanged; ``--cold`` names the cold path in the summary."""
+    inp = tmp_path / "in.jsonl"
+    rows = [{"id": i, "program": PROG, "answer": 12 + i} for i in range(3)]
+    inp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = ["gsm8k", "--programs", str(inp), "--cache-dir", str(tmp_path / "cache")]
+    outs = []
+    for n in range(2):
+        out = tmp_path / f"o{n}.jsonl"
+        r = _main(capsys, *args, "--out", str(out), "--summary", str(tmp_path / f"s{n}.json"))
+        assert r.returncode == 0, r.stderr
+        outs.append([json.loads(line) for line in out.read_text().splitlines()])
+    # the repeats inside the first run are run once; the second run has every row cached
+    assert [g["cached"] for g in outs[0]] == [False, True, True]
+    assert [g["cached"] for g in outs[1]] == [True, True, True]
+    assert [(g["status"], g["value"]) for g in outs[1]] == [
+        (g["status"], g["value"]) for g in outs[0]
+    ]
+    assert [g["status"] for g in outs[0]] == ["ok", "wrong", "wrong"]
+    assert json.loads((tmp_path / "s1.json").read_text())["cached"] == 3
+    r = _main(capsys, "gsm8k", "--programs", str(inp), "--out", str(tmp_path / "c.jsonl"), "--cold")
+    assert r.returncode == 0 and "(cold path, 0 from the cache)" in r.stdout, r.stdout
+
+
 @pytest.mark.parametrize(
     "content,needle",
     [

@@ -2,8 +2,10 @@
 
 Each fixture states its expected status(es) on a ``# expect:`` line and the isolation features
 it needs on ``# needs:`` lines (a fork bomb is only run where RLIMIT_NPROC binds, i.e. with a
-private uid or a user namespace). The whole set runs once, in parallel, with a 1.5 s deadline;
-the tests then check grading, deadlines, bounded output, leftovers and untouched files.
+private uid or a user namespace). The whole set runs once per path (the warm path: children
+forked from a parent inside the sandbox; the cold path: a fresh interpreter each), in parallel,
+with a 1.5 s deadline; the tests then check grading, deadlines, bounded output, leftovers and
+untouched files.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ FIXTURES = Path(__file__).parents[2] / "fixtures" / "gsm8k_hostile"
 GOLD = 42
 TIMEOUT = 1.5
 MAX_OUT = 4096
-MEMORY_MB = 256  # small, so the memory bombs fail fast
+MEMORY_MB = 160  # small, so the memory bombs fail fast (they touch every page they get)
 SECRET = "SFLM_HOSTILE_SECRET"
 README = Path(__file__).resolve().parents[3] / "README.md"
 
@@ -100,8 +102,18 @@ def _procs_left(sb: Sandbox) -> list[str]:
     return left
 
 
-@pytest.fixture(scope="module")
-def batch(tmp_path_factory, outside_file):
+def require_warm(sb: Sandbox) -> None:
+    """Skip where this machine has no warm path (no bubblewrap, not root); fail where it has
+    one that did not start."""
+    if sb.level.warm is None:
+        if os.environ.get("SFLM_REQUIRE_BWRAP") == "1" and os.geteuid() == 0:
+            pytest.fail(f"SFLM_REQUIRE_BWRAP=1 as root but no warm path: {sb.rejected}")
+        pytest.skip(f"no warm path under {sb.isolation} (bubblewrap as root)")
+    assert sb.mode == "warm", sb.rejected
+
+
+@pytest.fixture(scope="module", params=["warm", "cold"])
+def batch(request, tmp_path_factory, outside_file):
     victim_dir = tmp_path_factory.mktemp("victim")
     (victim_dir / "victim.txt").write_text("precious")
     sbx_parent = tmp_path_factory.mktemp("sbx")
@@ -119,8 +131,13 @@ def batch(tmp_path_factory, outside_file):
             max_output_bytes=MAX_OUT,
             memory_mb=MEMORY_MB,
             base_dir=str(sbx_parent),
+            warm=request.param == "warm",
         )
     )
+    if request.param == "warm":
+        require_warm(sb)
+    else:
+        assert sb.mode == "cold"
     feats = set(sb.isolation.split("+"))
     names, texts, skipped = [], [], {}
     for name, (text, _, needs) in PROGRAMS.items():
@@ -149,6 +166,10 @@ def batch(tmp_path_factory, outside_file):
         skipped=skipped,
         left=_procs_left(sb),
         run_dirs=os.listdir(sb.base_dir),
+        # the warm parents' run directories (the programs' /tmp) are emptied after each program
+        warm_left=[
+            f"{d.name}/{f}" for d in Path(sb.warm_dir).glob("slot-*") for f in os.listdir(d)
+        ],
         res={n: r for n, r in zip(names, results)},
         graded={n: grade(r, GOLD) for n, r in zip(names, results)},
     )
@@ -180,6 +201,7 @@ def test_deadline_is_enforced_from_outside(batch):
 def test_nothing_left_behind(batch):
     assert batch.left == []
     assert batch.run_dirs == []  # every private directory was removed
+    assert batch.warm_left == []
     if "delete_absolute" in batch.res:
         assert not os.path.exists("/tmp/sflm_hostile_leftover")
         assert not os.path.exists("/etc/sflm_hostile_marker")
