@@ -123,7 +123,7 @@ def run(model_list, args, device) -> list[dict]:
         cached = SandboxConfig(**base, cache_dir=str(Path(tmp) / "verdicts"))
         _timed(cached, programs, golds)  # fills the cache
         rows.append({**_timed(cached, programs, golds), "path": "cache"})
-        hostile = _hostile(SandboxConfig(**base, timeout_s=1.5, memory_mb=160))
+        hostile = _hostile(SandboxConfig(**base, timeout_s=1.5, memory_mb=128))
         if hostile is not None:
             rows.append(hostile)
     for r in rows:

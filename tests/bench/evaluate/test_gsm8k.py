@@ -225,7 +225,7 @@ def test_cli_hostile_batch_exit_0_every_row_in_order(tmp_path):
         "--workers",
         "4",
         "--memory-mb",
-        "256",
+        "128",  # small: the memory bombs touch every page they get before they fail
         "--summary",
         str(summary),
     )

@@ -36,7 +36,7 @@ FIXTURES = Path(__file__).parents[2] / "fixtures" / "gsm8k_hostile"
 GOLD = 42
 TIMEOUT = 1.5
 MAX_OUT = 4096
-MEMORY_MB = 160  # small, so the memory bombs fail fast (they touch every page they get)
+MEMORY_MB = 128  # small, so the memory bombs fail fast (they touch every page they get)
 SECRET = "SFLM_HOSTILE_SECRET"
 README = Path(__file__).resolve().parents[3] / "README.md"
 

@@ -154,7 +154,7 @@ def test_bombs_end_their_child_only(tmp_path):
     """A timeout, memory bomb, fork bomb or kill of the parent ends that child; the parent
     (the same process throughout) and the programs beside and after it go on."""
     names = ["memory_bomb", "infinite_loop", "fork_bomb", "kill_parent_and_group", "memory_creep"]
-    with _sandbox(tmp_path, timeout_s=3, memory_mb=160, workers=2) as sb:
+    with _sandbox(tmp_path, timeout_s=3, memory_mb=128, workers=2) as sb:
         require_warm(sb)
         assert sb.run(PROGRAMS["benign_math"][0]).value == 42
         parents = {0: _parent_pid(sb)}
