@@ -33,9 +33,10 @@ from bench.evaluate.genppl.evaluator import (
     sample_id_limit,
 )
 from bench.evaluate.usage import PROG as EVALUATE_PROG
-from bench.evaluate.usage import UsageError, check_out_dir, read_json_lines, usage_exit
+from bench.evaluate.usage import check_out_dir, read_json_lines
 from bench.text.gpt2 import load_gpt2_tokenizer
 from bench.text.locate import hub_offline
+from bench.usage import UsageError, usage_exit
 
 CLI_HELP = "score samples (token ids or text) by a reference LM: Gen. PPL and unigram entropy"
 PROG = f"{EVALUATE_PROG} genppl"
@@ -212,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--ref-model {args.ref_model}: {e}") from None
         done = _done_rows(args.out, ref.name, args.mode)
     except UsageError as e:
-        return usage_exit(PROG, e)
+        return usage_exit(e, PROG)
     todo = [i for i in range(len(items)) if i not in done]
     print(
         f"{PROG}: {len(items)} samples ({len(done)} already in {args.out}); ref {ref.name} "
