@@ -22,9 +22,12 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union, get_args, get_origin
 
+from bench.usage import UsageError
 
-class ConfigError(ValueError):
-    """A bad configuration value; the message already names the file and key."""
+
+class ConfigError(UsageError):
+    """A bad configuration value; the message already names the file and key (a usage error:
+    one line, exit status 2)."""
 
 
 def option(

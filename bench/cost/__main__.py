@@ -8,12 +8,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from bench.usage import add_results_dir, add_sets
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.cost", description=__doc__.split("\n")[0])
     ap.add_argument("sweep", help="sweep YAML file")
-    ap.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE")
-    ap.add_argument("--results-dir", help="override results_dir (the store to compare with)")
+    add_sets(ap, "override a value of the file, as if written in it (repeatable; VALUE is YAML)")
+    add_results_dir(ap, "override results_dir (the store to compare with)")
     ap.add_argument("--device", help="the device kind's table (as executor.device)")
     args = ap.parse_args(argv)
 
@@ -23,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.plan import plan
     from bench.results import Store
 
-    overrides = list(args.overrides)
+    overrides = list(args.sets)
     if args.device:
         overrides.append(f"executor.device={args.device}")
     try:

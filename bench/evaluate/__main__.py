@@ -5,21 +5,16 @@ An evaluator is an object (usually a module) with ``CLI_HELP``, ``add_arguments(
 :data:`bench.registry.EVALUATORS`, other packages add theirs as entry points of the group
 ``sflm_bench.evaluators`` (:mod:`bench.plugins`; a clash or a failed import is one line naming
 the package, exit 2). Usage errors exit 2 with a
-single line on stderr (:mod:`bench.evaluate.usage`: raise its ``UsageError``, return
-``usage_exit(prog, error)``).
+single line on stderr (raise :class:`bench.usage.UsageError`, return
+``bench.usage.usage_exit(error, prog)``).
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from bench.evaluate.usage import PROG, usage_exit
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2 (argparse prints usage + error)
-        raise SystemExit(usage_exit(self.prog, message))
+from bench.evaluate.usage import PROG
+from bench.usage import OneLineParser as _Parser
 
 
 def evaluators():

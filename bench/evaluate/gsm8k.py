@@ -44,7 +44,8 @@ from bench.evaluate import gsm8k_reference
 from bench.evaluate.bootstrap import PAPER_RESAMPLES, bootstrap_accuracy
 from bench.evaluate.sandbox.runner import STATUSES, ExecResult, Sandbox, SandboxConfig, SandboxError
 from bench.evaluate.usage import PROG as EVALUATE_PROG
-from bench.evaluate.usage import UsageError, check_out_dir, read_json_lines, usage_exit
+from bench.evaluate.usage import check_out_dir, read_json_lines
+from bench.usage import UsageError, usage_exit
 
 DEFAULT_EOS = ("<|endoftext|>",)
 GRADERS = ("standard", "reference")  # this module's grader; the paper harness's
@@ -393,7 +394,7 @@ def run(args: argparse.Namespace) -> int:
             cache_dir=args.cache_dir,
         )
     except (UsageError, ValueError) as e:
-        return usage_exit(PROG, e)
+        return usage_exit(e, PROG)
     t0 = time.monotonic()
     partial = args.out + ".partial"
     try:
@@ -435,7 +436,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{PROG}: sandbox broken: {e}", file=sys.stderr)
         return 1
     except OSError as e:
-        return usage_exit(PROG, f"cannot write {partial}: {e}")
+        return usage_exit(f"cannot write {partial}: {e}", PROG)
     summary = summarize(rows, n_resamples=args.bootstrap, seed=args.seed)
     summary["wall_s"] = round(time.monotonic() - t0, 2)
     summary["workers"] = workers

@@ -1,29 +1,20 @@
 """What every ``python -m bench.evaluate <evaluator>`` subcommand shares: its input files and
 its answer to bad input.
 
-The evaluator raises :class:`UsageError` with a message naming the flag, file or line, and its
-``run`` turns it into one line on stderr, ``<prog>: error: <message>``, and exit status 2
-(:func:`usage_exit`; the argument parser in ``__main__`` does the same). Input files are JSONL,
-one object per line (:func:`read_json_lines`)."""
+The evaluator raises the commands' one usage error, :class:`bench.usage.UsageError`, with a
+message naming the flag, file or line, and its ``run`` turns it into one line on stderr,
+``<prog>: error: <message>``, and exit status 2 (:func:`bench.usage.usage_exit`; the argument
+parser in ``__main__`` does the same). Input files are JSONL, one object per line
+(:func:`read_json_lines`)."""
 
 from __future__ import annotations
 
 import json
 import os
-import sys
+
+from bench.usage import UsageError
 
 PROG = "python -m bench.evaluate"
-USAGE_STATUS = 2  # bad input or arguments
-
-
-class UsageError(Exception):
-    """Bad input file or arguments (CLI exit status 2); the message names what is wrong."""
-
-
-def usage_exit(prog: str, message: object) -> int:
-    """Print ``<prog>: error: <message>`` on stderr (one line); return the exit status 2."""
-    print(f"{prog}: error: {message}", file=sys.stderr)
-    return USAGE_STATUS
 
 
 def check_out_dir(flag: str, path: str) -> None:

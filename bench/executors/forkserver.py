@@ -1,12 +1,12 @@
 """The local executor's fork server: one process imports what a local job needs (torch,
 Lightning, the trainer, the methods and tasks) once, then forks every job of the sweep from it.
 
-A local job spent most of its start on imports (Lightning alone, with torchmetrics and
-torch._dynamo, 3 to 4 s of an idle 2-core machine: 6 % of the CPU quickstart's job time, 16
-jobs). A forked job starts with them done and then runs exactly what a job process started
-from scratch runs (:func:`bench.executors.local_job.main` on its folder: same job file, same
-``log.out`` / ``log.err`` / ``result.json``, its own session), so its results are the same; the
-server itself runs no torch operation (no thread pool exists when it forks).
+A local job spent most of its start on imports (Lightning, torchmetrics, torch._dynamo; what
+the fork server saved the quickstart's jobs: docs/measurements/quickstart.md). A forked job
+starts with them done and then runs exactly what a job process started from scratch runs
+(:func:`bench.executors.local_job.main` on its folder: same job file, same ``log.out`` /
+``log.err`` / ``result.json``, its own session), so its results are the same; the server itself
+runs no torch operation (no thread pool exists when it forks).
 
 Protocol (``python -m bench.executors.forkserver``, started by :class:`ForkServer`): the driver
 writes a job folder per line on the server's stdin; the server forks, and answers ``pid N`` (the

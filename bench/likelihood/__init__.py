@@ -9,5 +9,5 @@
   record per sequence;
 - :mod:`bench.likelihood.cells`: one likelihood cell of a trained model (weights loaded, records
   and store rows written, skipped when the store has it);
-- :mod:`bench.likelihood.command`: ``python -m bench.eval SRC --likelihood ...``.
+- ``python -m bench.eval SRC --likelihood ...`` is :mod:`bench.commands.likelihood`.
 """

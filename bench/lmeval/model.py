@@ -1,6 +1,6 @@
 """``sflm-bench``: an lm-evaluation-harness model serving any model this harness can load
-(:func:`bench.generate.load_model`: a run folder, a converted model folder, a reference-format
-file or ``hf://...``; docs/likelihood.md, "lm-evaluation-harness").
+(:func:`bench.commands.generate.load_model`: a run folder, a converted model folder, a
+reference-format file or ``hf://...``; docs/likelihood.md, "lm-evaluation-harness").
 
 model_args (``--model_args key=value,...``):
 
@@ -117,7 +117,7 @@ class SFLMBenchLM(GreedyCheck, LM):
         **extra,
     ) -> None:
         super().__init__()
-        from bench.generate import load_model
+        from bench.commands.generate import load_model
         from bench.method import BOUND_EXACT
 
         items = extra.pop("set", None)  # the model_args key ``set`` (as --set)

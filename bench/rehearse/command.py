@@ -16,7 +16,6 @@ from pathlib import Path
 import torch
 
 from bench import heap
-from bench.config import ConfigError
 from bench.measure import device_name
 from bench.plan import Plan
 from bench.rehearse.measuring import trim
@@ -233,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench.config import load_sweep
     from bench.plan import plan
+    from bench.usage import UsageError, add_sets, usage_exit
 
     ap = argparse.ArgumentParser(
         prog="python -m bench.rehearse",
@@ -240,22 +240,14 @@ def main(argv: list[str] | None = None) -> int:
         "one); models an earlier sweep measured run batch 1 only",
     )
     ap.add_argument("sweeps", nargs="+", metavar="SWEEP", help="sweep YAML files")
-    ap.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        dest="overrides",
-        help="override a value of every file, as if written in it (repeatable)",
-    )
+    add_sets(ap, "override a value of every file, as if written in it (repeatable)")
     ap.add_argument("--memory-gb", type=float, metavar="GB", help="as bench.sweep --memory-gb")
     ap.add_argument("--first-decoding", action="store_true", help="as bench.sweep's")
     args = ap.parse_args(argv)
     plans = []
     for path in args.sweeps:
         try:
-            plans.append((plan(load_sweep(path, args.overrides), path, offline_ok=True), path))
-        except ConfigError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
+            plans.append((plan(load_sweep(path, args.sets), path, offline_ok=True), path))
+        except UsageError as e:  # ConfigError included
+            return usage_exit(e)
     return rehearse_all(plans, memory_gb=args.memory_gb, first_decoding=args.first_decoding)

@@ -22,13 +22,12 @@ from bench.report.figures import figures
 from bench.report.paper.command import paper_arguments, paper_main
 from bench.report.tables import task_markdown
 from bench.results import read
+from bench.usage import UsageError, add_results_dir, usage_exit
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.report", description=__doc__.split("\n")[0])
-    ap.add_argument(
-        "--results-dir", default="results", help="results folder holding store/ (default: results)"
-    )
+    add_results_dir(ap, "results folder holding store/ (default: results)", default="results")
     ap.add_argument("--out", help="output folder (default: <results-dir>/report)")
     ap.add_argument(
         "--sweep",
@@ -63,11 +62,12 @@ def main(argv: list[str] | None = None) -> int:
     try:  # every item's flags; a plug-in that fails to import or clashes: one line, exit 2
         renderers.add_arguments(ap, paper_arguments(ap))
     except PluginError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return usage_exit(e)
     args = ap.parse_args(argv)
     try:
         return _report(args)
+    except UsageError as e:  # an empty store, an unknown --sweep / --evaluation
+        return usage_exit(e)
     except OSError as e:  # a full disk or a read-only folder: earlier files stay as they were
         where = f"{e.filename}: " if e.filename else ""
         print(f"error: {where}{e.strerror or e}", file=sys.stderr)
@@ -79,10 +79,7 @@ def _report(args) -> int:
         return paper_main(args)
     store = Path(args.results_dir) / "store"
     if not store.is_dir():
-        print(
-            f"error: {store}: no results store (run python -m bench.sweep first)", file=sys.stderr
-        )
-        return 2
+        raise UsageError(f"{store}: no results store (run python -m bench.sweep first)")
     if args.evaluation and not args.out:
         name = args.evaluation[0] if len(args.evaluation) == 1 else "+".join(args.evaluation)
         args.out = str(Path(args.results_dir) / "evaluations" / evaluations.slug(name))
@@ -99,29 +96,7 @@ def _report(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     df = read(args.results_dir)
     warn_damaged(args.results_dir, df)  # one stderr line per damaged records file (bench.records)
-    if args.sweep:
-        known = sorted(df["sweep"].dropna().unique()) if "sweep" in df else []
-        unknown = [s for s in args.sweep if s not in known]
-        if unknown:
-            print(
-                f"error: --sweep: no cells of sweep {unknown[0]!r} in {store} "
-                f"(sweeps there: {', '.join(known) or 'none'})",
-                file=sys.stderr,
-            )
-            return 2
-        df = df[df["sweep"].isin(args.sweep)].reset_index(drop=True)
-    # one protocol per table: a bench.eval of a sweep's model is reported apart (or alone)
-    if args.evaluation:
-        known = sorted(set(evaluations.names(df)) - {""})
-        unknown = [e for e in args.evaluation if e not in known]
-        if unknown:
-            listed = "; ".join(repr(k) for k in known) or "none"
-            print(f"error: --evaluation: no cells of evaluation {unknown[0]!r} in {store} "
-                  f"(evaluations there: {listed})", file=sys.stderr)  # fmt: skip
-            return 2
-        df, apart = evaluations.select(df, args.evaluation), df.iloc[0:0]
-    else:
-        df, apart = evaluations.split(df)
+    df, apart = _selected(df, args, store)
     raw, df = df, rows(df, kind=None)  # report columns and models, once for every item
     # the store's rows as they are, with the label every table gives their model and its recipe id
     csv = raw.assign(model_label=df["model"].to_numpy(), recipe_id=df["recipe_id"].to_numpy())
@@ -130,30 +105,8 @@ def _report(args) -> int:
     args.fraction_tasks = renderers.fraction_tasks(df)  # the generic tables' (and sections')
     for sec in renderers.sections():
         written += sec.render(sec, df, out, args)
-    filled = df
-    for task in sorted(df["task"].dropna().unique()):
-        kinds = filled.loc[filled["task"] == task, "task_kind"].dropna()
-        kind = str(kinds.iloc[0]) if len(kinds) else "generic"
-        extra = renderers.task_sections(kind)
-        if task in args.fraction_tasks:
-            text, headline = task_markdown(task, filled)
-        else:  # not a fraction (OWT's Gen. PPL): the kind writes the page and its files
-            text, headline = Doc([f"# {task}"]), None
-        for r in extra:
-            text += r.markdown(task, filled, args)
-        text.write(out / f"{task}.md")
-        written.append(out / f"{task}.md")
-        if headline:
-            written += figures(task, filled, headline, out)
-        for r in extra:
-            written += r.figures(task, filled, out, args)
-    if len(apart):  # after the sweeps' files: evaluations.md adds to them, changes none
-        evaluations.markdown(rows(apart, kind=None), args.results_dir).write(out / evaluations.FILE)
-        written.append(out / evaluations.FILE)
-        print(f"{apart['cell_id'].nunique()} cells of bench.eval evaluations reported apart: "
-              f"{out / evaluations.FILE}")  # fmt: skip
-    else:  # none (any more): no list of them
-        (out / evaluations.FILE).unlink(missing_ok=True)
+    written += _task_pages(df, out, args)
+    written += _evaluations_page(apart, out, args)
     written += html.finish(args, out, df)
     unchanged.remember(out, digest)
     print(f"{len(df)} rows -> {out}")
@@ -161,6 +114,65 @@ def _report(args) -> int:
         print(f"  {p}")
     html.open_if_asked(args, out)
     return 0
+
+
+def _selected(df, args, store: Path):
+    """The rows ``--sweep`` / ``--evaluation`` select, and the bench.eval evaluations reported
+    apart from them (one protocol per table: a bench.eval of a sweep's model is reported apart,
+    or alone). :class:`UsageError` naming a sweep or an evaluation the store does not have."""
+    if args.sweep:
+        known = sorted(df["sweep"].dropna().unique()) if "sweep" in df else []
+        unknown = [s for s in args.sweep if s not in known]
+        if unknown:
+            raise UsageError(
+                f"--sweep: no cells of sweep {unknown[0]!r} in {store} "
+                f"(sweeps there: {', '.join(known) or 'none'})"
+            )
+        df = df[df["sweep"].isin(args.sweep)].reset_index(drop=True)
+    if not args.evaluation:
+        return evaluations.split(df)
+    known = sorted(set(evaluations.names(df)) - {""})
+    unknown = [e for e in args.evaluation if e not in known]
+    if unknown:
+        listed = "; ".join(repr(k) for k in known) or "none"
+        raise UsageError(f"--evaluation: no cells of evaluation {unknown[0]!r} in {store} "
+                         f"(evaluations there: {listed})")  # fmt: skip
+    return evaluations.select(df, args.evaluation), df.iloc[0:0]
+
+
+def _task_pages(df, out: Path, args) -> list[Path]:
+    """Each task's page (``<task>.md``: its fraction tables, its kind's sections) and figures;
+    the files written."""
+    written = []
+    for task in sorted(df["task"].dropna().unique()):
+        kinds = df.loc[df["task"] == task, "task_kind"].dropna()
+        kind = str(kinds.iloc[0]) if len(kinds) else "generic"
+        extra = renderers.task_sections(kind)
+        if task in args.fraction_tasks:
+            text, headline = task_markdown(task, df)
+        else:  # not a fraction (OWT's Gen. PPL): the kind writes the page and its files
+            text, headline = Doc([f"# {task}"]), None
+        for r in extra:
+            text += r.markdown(task, df, args)
+        text.write(out / f"{task}.md")
+        written.append(out / f"{task}.md")
+        if headline:
+            written += figures(task, df, headline, out)
+        for r in extra:
+            written += r.figures(task, df, out, args)
+    return written
+
+
+def _evaluations_page(apart, out: Path, args) -> list[Path]:
+    """``evaluations.md``, the bench.eval evaluations reported apart (written after the sweeps'
+    files: it adds to them, changes none); none any more: no list of them."""
+    if not len(apart):
+        (out / evaluations.FILE).unlink(missing_ok=True)
+        return []
+    evaluations.markdown(rows(apart, kind=None), args.results_dir).write(out / evaluations.FILE)
+    print(f"{apart['cell_id'].nunique()} cells of bench.eval evaluations reported apart: "
+          f"{out / evaluations.FILE}")  # fmt: skip
+    return [out / evaluations.FILE]
 
 
 if __name__ == "__main__":

@@ -52,29 +52,52 @@ def task_markdown(task: str, df: pd.DataFrame) -> tuple[Doc, str | None]:
     h = best[best["metric"] == headline]
     departs = protocol_differences(task, h) if numbers is not None else []
     beside = numbers if not departs else None  # the paper's columns only beside a like protocol
-    if numbers is None:
-        about = "ours only: the paper reports no numbers for this task."
-    elif departs:
-        about = (
-            "The paper's numbers are in their own table below: this store's protocol differs "
-            f"from the paper's ({'; '.join(departs)}), so they are not comparable."
-        )
-    else:
-        about = (
-            f"`paper` columns are the S-FLM paper's reported numbers ({protocol(task)}); this "
-            "store's recipe and NFE match the paper's protocol."
-        )
     out = Doc()
     out += [
         f"# {task}: {headline.replace('_', ' ')} (%)",
         "",
         "One row per model (training recipe, variant and decoding), at the largest NFE of the "
         "grid and the temperature closest to 1 (values in %, 95 % CI in brackets where the "
-        f"evaluator gives one). {about}",
+        f"evaluator gives one). {_about(task, numbers, departs)}",
         "",
     ]
-    table, sources, cells = [], [], {}
     cost = headline_columns(h, df)  # s / sample (and its device) where the rows have seconds
+    methods = ci_methods(h)
+    out.append(_headline_table(h, subs, beside, headline, cost, methods))
+    note = [f"Intervals (95 %): {'; '.join(methods)}."] if methods else []
+    if len(h) and h["seed"].nunique() <= 1:
+        note.append("One training seed per model: intervals cover the items, not retraining.")
+    if cost is not None:
+        note.append(cost.note)
+    out += ["", " ".join(note)] if note else []
+    if departs:
+        out += _paper_alone(task, numbers, headline, departs)
+    out += ablation_markdown(best, headline, subs, numbers, comparable=not departs)
+    for metric in secondary_metrics(s):
+        out += _secondary(best[best["metric"] == metric], metric, h, subs, headline)
+    out += _every_cell(s, headline, subs)
+    return out, headline
+
+
+def _about(task: str, numbers, departs: list[str]) -> str:
+    """The headline paragraph's last sentence: where the paper's numbers are, and why."""
+    if numbers is None:
+        return "ours only: the paper reports no numbers for this task."
+    if departs:
+        return (
+            "The paper's numbers are in their own table below: this store's protocol differs "
+            f"from the paper's ({'; '.join(departs)}), so they are not comparable."
+        )
+    return (
+        f"`paper` columns are the S-FLM paper's reported numbers ({protocol(task)}); this "
+        "store's recipe and NFE match the paper's protocol."
+    )
+
+
+def _headline_table(h, subs, beside, headline: str, cost, methods) -> Table:
+    """One row per model of the headline cells ``h`` (one column per subset, the paper's
+    ``beside`` it when given, the cost columns ``cost`` when the rows have seconds)."""
+    table, sources, cells = [], [], {}
     for _model, g in h.groupby("model", sort=True):
         r = g.iloc[0]
         sources.append(ids(g["cell_id"]))
@@ -95,41 +118,35 @@ def task_markdown(task: str, df: pd.DataFrame) -> tuple[Doc, str | None]:
         if cost is not None:
             row.update(cost.per_row.get(_model, dict.fromkeys(cost.columns, "")))
         table.append(row)
-    methods = ci_methods(h)
     frame = pd.DataFrame(table)
-    out.append(
-        Table(
-            frame,
-            sources,
-            cells,
-            paper={c for c in frame.columns if c.endswith("(paper)")},
-            keys={"model", "nfe", "T", "device"},
-            caption=f"{headline.replace('_', ' ')} (%) per model and subset"
-            + (f"; {cost.caption}" if cost is not None and cost.caption else ""),
-            ci_method="; ".join(methods),
-        )
+    return Table(
+        frame,
+        sources,
+        cells,
+        paper={c for c in frame.columns if c.endswith("(paper)")},
+        keys={"model", "nfe", "T", "device"},
+        caption=f"{headline.replace('_', ' ')} (%) per model and subset"
+        + (f"; {cost.caption}" if cost is not None and cost.caption else ""),
+        ci_method="; ".join(methods),
     )
-    note = [f"Intervals (95 %): {'; '.join(methods)}."] if methods else []
-    if len(h) and h["seed"].nunique() <= 1:
-        note.append("One training seed per model: intervals cover the items, not retraining.")
-    if cost is not None:
-        note.append(cost.note)
-    out += ["", " ".join(note)] if note else []
-    if departs:
-        out += _paper_alone(task, numbers, headline, departs)
-    out += ablation_markdown(best, headline, subs, numbers, comparable=not departs)
-    for metric in secondary_metrics(s):
-        m = best[best["metric"] == metric]
-        piv = m.pivot_table(index="model", columns="subset", values="value", aggfunc="mean")
-        piv = piv[[c for c in subs if c in piv.columns]]
-        name = metric.replace("_", " ")
-        if _same_as(piv, h):
-            out += ["", f"## {name} (%)", "", f"Equal to {headline.replace('_', ' ')} in every "
-                    "row of the headline table (not repeated)."]  # fmt: skip
-            continue
-        frame = piv.map(pct).reset_index()
-        src, per = by_key(frame, m, ["model"], cell_col="subset")
-        out += ["", f"## {name} (%)", "", Table(frame, src, per, keys={"model"})]
+
+
+def _secondary(m: pd.DataFrame, metric: str, h: pd.DataFrame, subs, headline: str) -> list:
+    """A secondary metric's section (model x subset, from its headline cells ``m``), or one line
+    when it equals the headline's table everywhere."""
+    piv = m.pivot_table(index="model", columns="subset", values="value", aggfunc="mean")
+    piv = piv[[c for c in subs if c in piv.columns]]
+    name = metric.replace("_", " ")
+    if _same_as(piv, h):
+        return ["", f"## {name} (%)", "", f"Equal to {headline.replace('_', ' ')} in every "
+                "row of the headline table (not repeated)."]  # fmt: skip
+    frame = piv.map(pct).reset_index()
+    src, per = by_key(frame, m, ["model"], cell_col="subset")
+    return ["", f"## {name} (%)", "", Table(frame, src, per, keys={"model"})]
+
+
+def _every_cell(s: pd.DataFrame, headline: str, subs) -> list:
+    """The last section: the headline metric in every cell of the grid (model x NFE x T)."""
     full = s[s["metric"] == headline]
     full = full.assign(nfe=full["nfe"].astype(int))
     piv = full.pivot_table(
@@ -139,8 +156,7 @@ def task_markdown(task: str, df: pd.DataFrame) -> tuple[Doc, str | None]:
     src, per = by_key(piv, full, ["model", "nfe", "temperature"], cell_col="subset")
     seeds = " (mean over training seeds)" if s["seed"].nunique() > 1 else ""
     title = f"## Every cell of the grid: {headline.replace('_', ' ')} (%){seeds}"
-    out += ["", title, "", Table(piv, src, per, keys={"model", "nfe", "temperature"}), ""]
-    return out, headline
+    return ["", title, "", Table(piv, src, per, keys={"model", "nfe", "temperature"}), ""]
 
 
 def _same_as(piv: pd.DataFrame, h: pd.DataFrame) -> bool:

@@ -179,6 +179,49 @@ def cost_table(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, list[str],
     quantities = [*QUANTITIES, *measured_groups(r)]
     if len(r) and len({d for d in r["device_name"] if d}) and len(_run_devices(r)) > 1:
         quantities.append((DEVICE_GROUP, "device_name", None))  # never two devices unsaid
+    models, extra, picked = _picked(r, p, cols)
+    table, tidy, have, miss = [], [], [], []
+    sources, cells = [], {}  # the train cells behind each row and entry (the page's provenance)
+    for i, (label, m, variants) in enumerate(models + extra):
+        sources.append(ids(c for (j, _t), g in picked.items() if j == i for c in g["cell_id"]))
+        paper_row = i < len(models)
+        # the paper's numbers of this row (a store model the paper does not list: none)
+        pp = p[(p["method"] == m) & (p["variant"] == "|".join(variants))] if paper_row else p[:0]
+        row = {"model": label}
+        for qhead, field, pmetric in quantities:
+            for head, task, pt in cols:
+                if pmetric is None and task is None:
+                    continue  # a measured group: no paper number, none of ours for this column
+                g = picked.get((i, task)) if task else None
+                row[f"{qhead} {head}"] = _entry(g, field)
+                cells[(i, f"{qhead} {head}")] = ids(g["cell_id"]) if g is not None else ()
+                if pt is not None and paper_row and pmetric:  # one paper column per paper task
+                    pcol = f"{qhead} {PAPER_TASKS[pt]} (paper)"
+                    pv = pp[(pp["task"] == pt) & (pp["metric"] == pmetric)]["value"]
+                    row[pcol] = f"{float(pv.iloc[0]):g}" if len(pv) else ""
+        table.append(row)
+        for head, task, pt in cols:
+            g = picked.get((i, task)) if task else None
+            ours = g is not None and len(g)
+            if paper_row and pt is not None:
+                (have if ours else miss).append(f"{head}: {label}")
+            elif ours:
+                have.append(f"{head}: {label}")
+            rec = {"model": label, "method": m, "column": head, "task": task or "", "runs": 0}
+            if ours:
+                rec.update(_ours(g))
+            if pt is not None and paper_row:
+                rec.update(_paper_record(pp[pp["task"] == pt]))
+            tidy.append(rec)
+    frame = pd.DataFrame(table)
+    frame.attrs.update(sources=sources, cells=cells)
+    return frame, pd.DataFrame(tidy), have, miss
+
+
+def _picked(r: pd.DataFrame, p: pd.DataFrame, cols):
+    """(the paper's rows, the store's models it does not list, the runs of each): rows are
+    ``(label, method, [variants])``; ``picked[(row index, task)]`` the runs of that row's model
+    on the task (one recipe per paper row: a mean over two recipes is no model's)."""
     models = []  # (label, method, [variants] | None = any variant not in a paper row)
     for (m, v), g in p.groupby(["method", "variant"], sort=False):
         models.append((g["label"].iloc[0], m, str(v).split("|")))
@@ -190,7 +233,7 @@ def cost_table(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, list[str],
                 continue
             g = r[(r["task"] == task) & (r["method"] == m)]
             v = next((v for v in variants if v in set(g["variant"])), None)
-            if v is not None:  # one recipe per paper row: a mean over two recipes is no model's
+            if v is not None:
                 g = one_recipe(g[g["variant"] == v], steps="steps")
                 picked[(i, task)] = g
                 used.add((task, str(g["model"].iloc[0])))
@@ -203,78 +246,50 @@ def cost_table(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, list[str],
                               [g2["variant"].iloc[0]]))  # fmt: skip
                 for t in left:
                     picked[(len(models) + len(extra) - 1, t)] = g2[g2["task"] == t]
-    table, tidy, have, miss = [], [], [], []
-    sources, cells = [], {}  # the train cells behind each row and entry (the page's provenance)
-    for i, (label, m, variants) in enumerate(models + extra):
-        row = {"model": label}
-        sources.append(ids(c for (j, _t), g in picked.items() if j == i for c in g["cell_id"]))
-        paper_row = i < len(models)
-        for qhead, field, pmetric in quantities:
-            for head, task, pt in cols:
-                if pmetric is None and task is None:
-                    continue  # a measured group: no paper number, none of ours for this column
-                g = picked.get((i, task)) if task else None
-                text = ""
-                if g is not None and len(g) and field == "device_name":
-                    devs = _run_devices(g)
-                    text = devs[0] if len(devs) == 1 else "mixed: " + "; ".join(devs)
-                elif g is not None and len(g):
-                    text = _g(g[field].mean())
-                    if field == "device_hours":
-                        units = set(g["unit"])
-                        text += f" {units.pop()}" if len(units) == 1 else " mixed"
-                    if field == "duration_h":
-                        text += f" ({int(g['steps'].mean()):,} steps)"
-                    if len(g) > 1 and field == "steps_per_s":
-                        text += f" ({len(g)} runs)"
-                row[f"{qhead} {head}"] = text
-                cells[(i, f"{qhead} {head}")] = ids(g["cell_id"]) if g is not None else ()
-                if pt is not None and paper_row and pmetric:  # one paper column per paper task
-                    pcol = f"{qhead} {PAPER_TASKS[pt]} (paper)"
-                    pv = p[
-                        (p["method"] == m)
-                        & (p["variant"] == "|".join(variants))
-                        & (p["task"] == pt)
-                        & (p["metric"] == pmetric)
-                    ]["value"]
-                    row[pcol] = f"{float(pv.iloc[0]):g}" if len(pv) else ""
-        table.append(row)
-        for head, task, pt in cols:
-            g = picked.get((i, task)) if task else None
-            ours = g is not None and len(g)
-            if paper_row and pt is not None:
-                (have if ours else miss).append(f"{head}: {label}")
-            elif ours:
-                have.append(f"{head}: {label}")
-            rec = {"model": label, "method": m, "column": head, "task": task or "", "runs": 0}
-            if ours:
-                rec.update(
-                    variant=g["variant"].iloc[0],
-                    runs=len(g),
-                    steps=float(g["steps"].mean()),
-                    steps_per_s=float(g["steps_per_s"].mean()),
-                    wall_s=float(g["wall_s"].mean()),
-                    duration_h=float(g["duration_h"].mean()),
-                    device_hours=float(g["device_hours"].mean()),
-                    unit="/".join(sorted(set(g["unit"]))),
-                    devices=int(g["devices"].max()),
-                    **{f: float(g[f].mean()) for _, f in MEASURED},
-                    device_name="; ".join(_run_devices(g)),
-                )
-            if pt is not None and paper_row:
-                pp = p[(p["method"] == m) & (p["variant"] == "|".join(variants))]
-                pp = pp[pp["task"] == pt]
-                for _, x in pp.iterrows():
-                    rec[f"paper_{x['metric']}"] = float(x["value"])
-                if len(pp):
-                    rec["paper_steps"], rec["paper_gpus"] = (
-                        int(pp["steps"].iloc[0]),
-                        int(pp["gpus"].iloc[0]),
-                    )
-            tidy.append(rec)
-    frame = pd.DataFrame(table)
-    frame.attrs.update(sources=sources, cells=cells)
-    return frame, pd.DataFrame(tidy), have, miss
+    return models, extra, picked
+
+
+def _entry(g: pd.DataFrame | None, field: str) -> str:
+    """The text of one entry: runs ``g``'s ``field`` (a mean; the device names as they are)."""
+    if g is None or not len(g):
+        return ""
+    if field == "device_name":
+        devs = _run_devices(g)
+        return devs[0] if len(devs) == 1 else "mixed: " + "; ".join(devs)
+    text = _g(g[field].mean())
+    if field == "device_hours":
+        units = set(g["unit"])
+        text += f" {units.pop()}" if len(units) == 1 else " mixed"
+    if field == "duration_h":
+        text += f" ({int(g['steps'].mean()):,} steps)"
+    if len(g) > 1 and field == "steps_per_s":
+        text += f" ({len(g)} runs)"
+    return text
+
+
+def _ours(g: pd.DataFrame) -> dict:
+    """The tidy table's fields of our runs ``g`` of one model on one task (means over runs)."""
+    return dict(
+        variant=g["variant"].iloc[0],
+        runs=len(g),
+        steps=float(g["steps"].mean()),
+        steps_per_s=float(g["steps_per_s"].mean()),
+        wall_s=float(g["wall_s"].mean()),
+        duration_h=float(g["duration_h"].mean()),
+        device_hours=float(g["device_hours"].mean()),
+        unit="/".join(sorted(set(g["unit"]))),
+        devices=int(g["devices"].max()),
+        **{f: float(g[f].mean()) for _, f in MEASURED},
+        device_name="; ".join(_run_devices(g)),
+    )
+
+
+def _paper_record(pp: pd.DataFrame) -> dict:
+    """The tidy table's paper fields of one paper row on one task (``pp``: its numbers)."""
+    rec = {f"paper_{x['metric']}": float(x["value"]) for _, x in pp.iterrows()}
+    if len(pp):
+        rec["paper_steps"], rec["paper_gpus"] = int(pp["steps"].iloc[0]), int(pp["gpus"].iloc[0])
+    return rec
 
 
 def markdown(df: pd.DataFrame, title: str) -> tuple[Doc, pd.DataFrame]:

@@ -51,6 +51,7 @@ from bench.results.schema import (
     sample_columns,
     task_columns,
 )
+from bench.usage import add_results_dir
 
 if TYPE_CHECKING:  # pandas is imported where it is used: the sweep CLI reads no DataFrame
     import pandas as pd
@@ -357,9 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     v = sub.add_parser(
         "verify", help="validate every store file (JSON, schema, checksum); list the bad ones"
     )
-    v.add_argument(
-        "--results-dir", default="results", help="results folder holding store/ (default: results)"
-    )
+    add_results_dir(v, "results folder holding store/ (default: results)", default="results")
     v.add_argument(
         "--move",
         action="store_true",

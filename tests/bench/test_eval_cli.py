@@ -13,8 +13,8 @@ import pytest
 from eval_runs import SAME_AS_EVAL, copy_runs, snapshot
 from helpers import reference_checkpoint
 
-from bench import eval as bench_eval
 from bench import records
+from bench.commands import eval as bench_eval
 from bench.config import load_sweep
 from bench.plan import plan
 from bench.results import Store

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import eval as bench_eval
 from bench import sweep as bench_sweep
+from bench.commands import eval as bench_eval
 from bench.report import main as report
 from bench.results import Store, read
 

@@ -9,7 +9,7 @@ import pytest
 from eval_runs import copy_runs, snapshot
 from helpers import reference_checkpoint
 
-from bench import generate as gen
+from bench.commands import generate as gen
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,8 @@ none goes up). A plug-in's lookup through the registry (an entry point, a name) 
 
 The layers, bottom up (docs/layers.md):
 
-0. **foundation**: files, locks, the heap, numerics, records, text tokenizers, and the cost
+0. **foundation**: files, locks, the heap, numerics, records, text tokenizers, the commands'
+   shared arguments and usage error (:mod:`bench.usage`), and the cost
    *measurement* (:mod:`bench.measure`: timers and peak-memory probes the jobs and the trainer
    use; it imports nothing of bench);
 1. **configuration**: sweep-file sections, options, plug-in discovery and the registry;
@@ -18,7 +19,8 @@ The layers, bottom up (docs/layers.md):
 7. **prediction**: the cost model, its tables and the benchmark catalogue it reads;
 8. **tools**: the benchmarks, the rehearsal, ``--status`` / ``--dry-run``;
 9. **report**: tables, figures and the page (a method package's report sections included);
-10. **commands**: the command-line entry points.
+10. **commands**: the command-line entry points (:mod:`bench.commands`; ``bench/X.py`` forwards
+    ``python -m bench.X`` to them).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ LAYERS = {
     "bench.failures": 0,
     "bench.text": 0,
     "bench.measure": 0,
+    "bench.usage": 0,
     "bench.options": 1,
     "bench.config": 1,
     "bench.plugins": 1,
@@ -70,13 +73,13 @@ LAYERS = {
     "sflm.report": 9,
     "sflm.paper_artifacts": 9,
     "sflm.paper_tables": 9,
-    "bench.sweep": 10,
+    "bench.commands": 10,
+    "bench.sweep": 10,  # bench/X.py: python -m bench.X forwards to bench.commands.X
     "bench.eval": 10,
     "bench.generate": 10,
     "bench.rescore": 10,
     "bench.samples": 10,
     "bench.lmeval": 10,
-    "bench.likelihood.command": 10,
 }
 NAMES = ("foundation", "configuration", "library", "planning", "jobs", "kinds", "execution",
          "prediction", "tools", "report", "commands")  # fmt: skip

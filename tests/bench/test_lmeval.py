@@ -452,8 +452,8 @@ def test_command_line_errors_are_one_line_exit_2(monkeypatch, capsys):
     one line on stderr, exit status 2; lm-eval sees the arguments as given."""
     import lm_eval.__main__ as cli
 
+    from bench.commands.lmeval import main
     from bench.config import ConfigError
-    from bench.lmeval.__main__ import main
 
     seen = []
 

@@ -10,8 +10,8 @@ import checkpoints_ref as R
 import pytest
 import torch
 
-from bench import generate as gen
 from bench import records, registry
+from bench.commands import generate as gen
 from bench.config import TaskConfig
 
 PAD = 10  # the sort task's 10 digits, then the reference's [PAD]

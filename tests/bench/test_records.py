@@ -12,12 +12,12 @@ import pytest
 import torch
 
 from bench import cells, records
+from bench.commands.samples import main as samples_main
 from bench.config import load_sweep
 from bench.kinds import sample as sample_kind
 from bench.plan import plan
 from bench.results import Store
 from bench.results import main as results_main
-from bench.samples import main as samples_main
 
 SUDOKU = """
 name: rec
@@ -166,7 +166,7 @@ def test_samples_cli_selects_and_filters(sudoku_run, capsys):
 
 
 def test_rescore_with_unchanged_settings_reproduces_every_value(sudoku_run, capsys):
-    from bench.rescore import main as rescore_main
+    from bench.commands.rescore import main as rescore_main
 
     rd, _ = sudoku_run
     before = sorted(p.name for p in (rd / "store").glob("*.json"))
@@ -184,7 +184,7 @@ def test_rescore_with_unchanged_settings_reproduces_every_value(sudoku_run, caps
 
 
 def test_rescore_reports_a_stored_value_that_does_not_reproduce():
-    from bench.rescore import differences
+    from bench.commands.rescore import differences
 
     stored = [{"metric": "exact_match", "value": 0.5, "n": 4, "ci_low": 0.1, "ci_high": 0.9,
                "item_outcomes": "0101", "items_key": "k"}]  # fmt: skip
@@ -217,7 +217,7 @@ def test_rescore_under_the_reference_grader_changes_only_differing_verdicts(
     The standard grader reads up to the EOS (all right); the reference grader reads the whole
     canvas, where the stray word breaks the program's last line (odd items wrong)."""
     from bench import registry
-    from bench.rescore import main as rescore_main
+    from bench.commands.rescore import main as rescore_main
 
     planted = {}
 

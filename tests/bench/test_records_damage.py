@@ -70,8 +70,8 @@ def _lines_naming(text: str, name: str) -> list[str]:
 
 
 def test_rescore_and_report_name_each_damaged_records_file(store, tmp_path, capsys):
+    from bench.commands.rescore import main as rescore_main
     from bench.report import main as report_main
-    from bench.rescore import main as rescore_main
 
     rd = tmp_path / "results"
     shutil.copytree(store, rd)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import checkpoints_ref as R
 
-from bench import generate as gen
 from bench import sweep
+from bench.commands import generate as gen
 
 SORT4 = ["--task", "sort", "--set", "task.options.n_digits=4"]
 

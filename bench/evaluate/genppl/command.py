@@ -33,9 +33,10 @@ from bench.evaluate.genppl.evaluator import (
     sample_id_limit,
 )
 from bench.evaluate.usage import PROG as EVALUATE_PROG
-from bench.evaluate.usage import UsageError, check_out_dir, read_json_lines, usage_exit
+from bench.evaluate.usage import check_out_dir, read_json_lines
 from bench.text.gpt2 import load_gpt2_tokenizer
 from bench.text.locate import hub_offline
+from bench.usage import UsageError, usage_exit
 
 CLI_HELP = "score samples (token ids or text) by a reference LM: Gen. PPL and unigram entropy"
 PROG = f"{EVALUATE_PROG} genppl"
@@ -172,47 +173,9 @@ def run(args: argparse.Namespace) -> int:
     """The ``genppl`` subcommand: 0 on success, 2 on bad input."""
     t0 = time.monotonic()
     try:
-        if args.batch_tokens < 2 or args.flush_every < 1 or args.bootstrap < 1:
-            raise UsageError("--batch-tokens must be >= 2, --flush-every and --bootstrap >= 1")
-        items = read_samples(args.samples)
-        check_out_dir("--out", args.out)
-        try:  # also for text rows: their entropy is over the samples' tokenizer ids
-            sample_tok = _load_sample_tokenizer(args.tokenizer, args.data_dir)
-        except Exception as e:
-            raise UsageError(
-                f"--tokenizer {args.tokenizer}: cannot load ({type(e).__name__}: "
-                f"{str(e).splitlines()[0][:160] if str(e) else ''})"
-            ) from None
-        limit = sample_id_limit(sample_tok)
-        for it in items:
-            s = it["sample"]
-            if not isinstance(s, str):
-                bad = next((t for t in s if not 0 <= t < limit), None)
-                if bad is not None:
-                    raise UsageError(
-                        f"{args.samples}:{it['line']}: id {bad} outside the vocabulary "
-                        f"of {args.tokenizer} {ids_note(sample_tok)}"
-                    )
-        _done_rows(args.out, None, args.mode)  # a foreign / corrupt OUT fails before loading
-        ev = GenPPL(
-            ref_model=args.ref_model,
-            sample_tokenizer=sample_tok,
-            mode=args.mode,
-            batch_tokens=args.batch_tokens,
-            device=args.device,
-            data_dir=args.data_dir,
-            max_context=args.max_context,
-            n_resamples=args.bootstrap,
-            seed=args.seed,
-            progress=not args.no_progress,
-        )
-        try:
-            ref = ev.reference()
-        except ReferenceModelError as e:
-            raise UsageError(f"--ref-model {args.ref_model}: {e}") from None
-        done = _done_rows(args.out, ref.name, args.mode)
+        items, ev, ref, done = _prepare(args)
     except UsageError as e:
-        return usage_exit(PROG, e)
+        return usage_exit(e, PROG)
     todo = [i for i in range(len(items)) if i not in done]
     print(
         f"{PROG}: {len(items)} samples ({len(done)} already in {args.out}); ref {ref.name} "
@@ -231,6 +194,58 @@ def run(args: argparse.Namespace) -> int:
                 f.write(json.dumps(row) + "\n")
             f.flush()
             os.fsync(f.fileno())
+    _summarize(args, items, ev, ref, done, t0)
+    return 0
+
+
+def _prepare(args: argparse.Namespace):
+    """(the samples, the evaluator, its reference LM, the rows already in ``--out``), checked:
+    :class:`UsageError` naming the flag, file or line, before the reference LM loads where it
+    can."""
+    if args.batch_tokens < 2 or args.flush_every < 1 or args.bootstrap < 1:
+        raise UsageError("--batch-tokens must be >= 2, --flush-every and --bootstrap >= 1")
+    items = read_samples(args.samples)
+    check_out_dir("--out", args.out)
+    try:  # also for text rows: their entropy is over the samples' tokenizer ids
+        sample_tok = _load_sample_tokenizer(args.tokenizer, args.data_dir)
+    except Exception as e:
+        raise UsageError(
+            f"--tokenizer {args.tokenizer}: cannot load ({type(e).__name__}: "
+            f"{str(e).splitlines()[0][:160] if str(e) else ''})"
+        ) from None
+    limit = sample_id_limit(sample_tok)
+    for it in items:
+        s = it["sample"]
+        if not isinstance(s, str):
+            bad = next((t for t in s if not 0 <= t < limit), None)
+            if bad is not None:
+                raise UsageError(
+                    f"{args.samples}:{it['line']}: id {bad} outside the vocabulary "
+                    f"of {args.tokenizer} {ids_note(sample_tok)}"
+                )
+    _done_rows(args.out, None, args.mode)  # a foreign / corrupt OUT fails before loading
+    ev = GenPPL(
+        ref_model=args.ref_model,
+        sample_tokenizer=sample_tok,
+        mode=args.mode,
+        batch_tokens=args.batch_tokens,
+        device=args.device,
+        data_dir=args.data_dir,
+        max_context=args.max_context,
+        n_resamples=args.bootstrap,
+        seed=args.seed,
+        progress=not args.no_progress,
+    )
+    try:
+        ref = ev.reference()
+    except ReferenceModelError as e:
+        raise UsageError(f"--ref-model {args.ref_model}: {e}") from None
+    return items, ev, ref, _done_rows(args.out, ref.name, args.mode)
+
+
+def _summarize(args, items: list[dict], ev, ref, done: dict, t0: float) -> None:
+    """Write the summary file (each label group's values, the run's throughput; the wall time
+    since ``t0``) and print one line per group and the throughput."""
     st = ev.stats
     groups: dict[str, list[dict]] = {}
     for i in range(len(items)):
@@ -268,4 +283,3 @@ def run(args: argparse.Namespace) -> int:
         f"scored {st.tokens} tokens in {st.seconds:.1f} s ({st.tokens_per_s:,.0f} tokens/s, "
         f"{torch.get_num_threads()} threads, {ref.device}); summary -> {path}"
     )
-    return 0

@@ -115,60 +115,8 @@ def render_curves(a: CurveFigure, df: pd.DataFrame, out: Path, args=None) -> lis
     fig, axes = plt.subplots(1, n, figsize=(5.0 * n, 3.8), squeeze=False, sharey=True)
     data, missing = [], []
     for ax, p in zip(axes[0], a.panels):
-        ticks = set()
-        for ser in p.series:
-            g, v = series_rows(s, ser, p.temperature)
-            if v is None:
-                missing.append(f"{p.title}: {ser.need(p.temperature)}")
-                data.append({"panel": p.title, "series": ser.label, "kind": "missing"})
-                continue
-            c = _curve(g)
-            label = ser.label + ("" if v == ser.variants[0] else f" [{ser.method}/{v}]")
-            yerr = (
-                np.array(
-                    [
-                        c["value"] - c["ci_low"].astype(float),
-                        c["ci_high"].astype(float) - c["value"],
-                    ]
-                )
-                * 100
-            )
-            ax.errorbar(
-                c["nfe"],
-                100 * c["value"],
-                yerr=np.nan_to_num(yerr),
-                marker="o",
-                ms=4,
-                capsize=2,
-                lw=1.3,
-                label=label,
-                color=color[ser.label],
-            )
-            ticks |= set(c["nfe"])
-            for _, r in c.iterrows():
-                data.append(
-                    {"panel": p.title, "series": label, "kind": "ours", "variant": v, **r.to_dict()}
-                )
-        here = [x in ("main", p.title) or p.title.startswith(f"{x}:") for x in mk["panel"]]
-        for _, m in mk[np.asarray(here, dtype=bool)].iterrows():
-            ax.axhline(100 * float(m["value"]), ls="--", lw=0.9, color="0.4")
-            ax.annotate(
-                f"paper: {m['series']} {100 * float(m['value']):.0f}%",
-                (0.02, 100 * float(m["value"])),
-                xycoords=("axes fraction", "data"),
-                fontsize=7,
-                color="0.3",
-                va="bottom",
-            )
-            data.append(
-                {
-                    "panel": p.title,
-                    "series": f"paper: {m['series']}",
-                    "kind": "paper",
-                    "value": float(m["value"]),
-                    "source": m["source"],
-                }
-            )
+        ticks = _draw_series(ax, p, s, color, data, missing)
+        _draw_marks(ax, p, mk, data)
         if ticks:
             log2_nfe_axis(ax, sorted(ticks))
         title = "" if p.title == "main" else p.title  # "main": the figure's only panel
@@ -194,6 +142,63 @@ def render_curves(a: CurveFigure, df: pd.DataFrame, out: Path, args=None) -> lis
     stem = out / a.label
     atomic.write_with(stem.with_suffix(".csv"), lambda t: pd.DataFrame(data).to_csv(t, index=False))
     return [stem.with_suffix(".csv"), *save_figure(fig, stem)]
+
+
+def _draw_series(ax, p: Panel, s: pd.DataFrame, color: dict, data: list, missing: list) -> set:
+    """Panel ``p``'s series on ``ax`` (our rows ``s``, 95 % CI error bars), each drawn point and
+    each missing series added to ``data`` (and ``missing``); the NFEs drawn."""
+    ticks = set()
+    for ser in p.series:
+        g, v = series_rows(s, ser, p.temperature)
+        if v is None:
+            missing.append(f"{p.title}: {ser.need(p.temperature)}")
+            data.append({"panel": p.title, "series": ser.label, "kind": "missing"})
+            continue
+        c = _curve(g)
+        label = ser.label + ("" if v == ser.variants[0] else f" [{ser.method}/{v}]")
+        lo, hi = c["value"] - c["ci_low"].astype(float), c["ci_high"].astype(float) - c["value"]
+        ax.errorbar(
+            c["nfe"],
+            100 * c["value"],
+            yerr=np.nan_to_num(np.array([lo, hi]) * 100),
+            marker="o",
+            ms=4,
+            capsize=2,
+            lw=1.3,
+            label=label,
+            color=color[ser.label],
+        )
+        ticks |= set(c["nfe"])
+        for _, r in c.iterrows():
+            data.append(
+                {"panel": p.title, "series": label, "kind": "ours", "variant": v, **r.to_dict()}
+            )
+    return ticks
+
+
+def _draw_marks(ax, p: Panel, mk: pd.DataFrame, data: list) -> None:
+    """The paper's text numbers ``mk`` that belong to panel ``p``, as dashed lines on ``ax``
+    (each added to ``data``)."""
+    here = [x in ("main", p.title) or p.title.startswith(f"{x}:") for x in mk["panel"]]
+    for _, m in mk[np.asarray(here, dtype=bool)].iterrows():
+        ax.axhline(100 * float(m["value"]), ls="--", lw=0.9, color="0.4")
+        ax.annotate(
+            f"paper: {m['series']} {100 * float(m['value']):.0f}%",
+            (0.02, 100 * float(m["value"])),
+            xycoords=("axes fraction", "data"),
+            fontsize=7,
+            color="0.3",
+            va="bottom",
+        )
+        data.append(
+            {
+                "panel": p.title,
+                "series": f"paper: {m['series']}",
+                "kind": "paper",
+                "value": float(m["value"]),
+                "source": m["source"],
+            }
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

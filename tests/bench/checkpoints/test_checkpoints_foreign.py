@@ -12,9 +12,9 @@ import pytest
 import torch
 from helpers import reference_checkpoint
 
-from bench import eval as bench_eval
-from bench import generate as bench_generate
 from bench.checkpoints.__main__ import main as checkpoints_main
+from bench.commands import eval as bench_eval
+from bench.commands import generate as bench_generate
 
 SORT4 = ["--task", "sort", "--set", "task.options.n_digits=4"]
 

@@ -18,11 +18,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/bench: eval_runs
 from eval_runs import SWEEP, copy_runs, snapshot  # noqa: E402
 
-from bench import eval as bench_eval  # noqa: E402
 from bench import records, registry, source_model  # noqa: E402
+from bench.commands import eval as bench_eval  # noqa: E402
+from bench.commands import likelihood as command  # noqa: E402
 from bench.config import load_sweep  # noqa: E402
-from bench.kinds.likelihood import LikelihoodCell
-from bench.likelihood import command  # noqa: E402
+from bench.kinds.likelihood import LikelihoodCell  # noqa: E402
 from bench.likelihood.cells import Settings, cell_id, run_likelihood  # noqa: E402
 from bench.likelihood.datasets import load_blocks  # noqa: E402
 from bench.likelihood.evaluate import evaluate  # noqa: E402

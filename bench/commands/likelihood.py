@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 
 from bench.config import ConfigError
+from bench.usage import usage_exit
 
 LABEL = "bench.eval"
 
@@ -181,10 +182,9 @@ def table(lp: LikelihoodPlan):
 
 def main(args, format_table) -> int:
     """``bench.eval``'s ``--likelihood`` path (``args``: its parsed arguments; ``format_table``:
-    its table printer, ``bench.eval.format_table``)."""
+    its table printer, :func:`bench.commands.eval.format_table`)."""
     if args.nfe or args.temperature or args.decoding:
-        print("error: --nfe / --temperature / --decoding: not with --likelihood", file=sys.stderr)
-        return 2
+        return usage_exit("--nfe / --temperature / --decoding: not with --likelihood")
     try:
         lp = prepare(
             args.src,
@@ -196,16 +196,14 @@ def main(args, format_table) -> int:
             sets=args.sets,
             results_dir=args.results_dir,
         )
-    except ValueError as e:  # ConfigError and CheckpointError included: one line
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except ValueError as e:  # UsageError (ConfigError, CheckpointError) included: one line
+        return usage_exit(e)
     from bench.locks import CellBusy
 
     try:
         run(lp, progress=not args.no_progress)
     except (ValueError, FileNotFoundError) as e:  # a corpus offline, a file changed, no weights
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return usage_exit(e)
     except CellBusy as e:
         print(f"error: {LABEL}: {e}", file=sys.stderr)
         return 1
