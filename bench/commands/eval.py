@@ -311,16 +311,44 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--draws", type=int, metavar="N", help="with --likelihood: Monte-Carlo draws of the bound"
     )
+    ap.add_argument(
+        "--output-lm-eval",
+        metavar="DIR",
+        help="also write the cells' results as lm-evaluation-harness result files in DIR (a new "
+        "or empty folder; docs/report.md)",
+    )
     ap.add_argument("--no-progress", action="store_true", help="no progress bars")
     return ap
 
 
+def _lm_eval_files(out_dir):
+    """The ``--output-lm-eval`` step: a function of (results folder, cells, train cells) that
+    writes their lm-eval files into ``out_dir`` (None: no such flag), or a usage error now when
+    ``out_dir`` cannot take them (before any work)."""
+    if not out_dir:
+        return None
+    from bench.report import lmeval_export
+
+    lmeval_export.check_folder(out_dir)
+
+    def write(results_dir, cells, train_cells) -> None:
+        ids = [c.id for c in cells] + [tc.id for tc in train_cells]
+        files = lmeval_export.export_cells(results_dir, ids, out_dir)
+        _say(f"{len(files)} lm-eval files in {out_dir}")
+
+    return write
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    try:
+        lm_eval_files = _lm_eval_files(args.output_lm_eval)
+    except ValueError as e:  # the folder exists and is not empty
+        return usage_exit(e)
     if args.likelihood is not None:
         from bench.commands import likelihood
 
-        return likelihood.main(args, format_table)
+        return likelihood.main(args, format_table, lm_eval_files)
     if args.draws is not None:
         return usage_exit("--draws: only with --likelihood")
     try:
@@ -349,7 +377,10 @@ def main(argv: list[str] | None = None) -> int:
     except CellBusy as e:
         print(f"error: {LABEL}: {e}", file=sys.stderr)
         return 1
-    return _print_results(ep)
+    status = _print_results(ep)
+    if status == 0 and lm_eval_files:
+        lm_eval_files(ep.results_dir, ep.sample_cells, ep.train_cells)
+    return status
 
 
 def _print_results(ep: EvalPlan) -> int:

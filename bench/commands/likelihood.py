@@ -180,9 +180,10 @@ def table(lp: LikelihoodPlan):
     return pd.DataFrame(out, columns=cols)
 
 
-def main(args, format_table) -> int:
+def main(args, format_table, lm_eval_files=None) -> int:
     """``bench.eval``'s ``--likelihood`` path (``args``: its parsed arguments; ``format_table``:
-    its table printer, :func:`bench.commands.eval.format_table`)."""
+    its table printer, :func:`bench.commands.eval.format_table`; ``lm_eval_files``: its
+    ``--output-lm-eval`` step, called with the results folder and the cells once they are done)."""
     if args.nfe or args.temperature or args.decoding:
         return usage_exit("--nfe / --temperature / --decoding: not with --likelihood")
     try:
@@ -215,4 +216,6 @@ def main(args, format_table) -> int:
         print(f"{LABEL}: {len(lp.cells) - len(df)} cells have no rows yet (being computed "
               "by another process)", file=sys.stderr)  # fmt: skip
         return 1
+    if lm_eval_files:
+        lm_eval_files(lp.results_dir, lp.cells, lp.train_cells)
     return 0

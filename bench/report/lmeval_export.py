@@ -321,13 +321,28 @@ def plan_export(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
     return {k: g for k, g in s.groupby(key, sort=True)}
 
 
+def check_folder(out_dir) -> None:
+    """ExportError unless ``out_dir`` does not exist or is an empty folder (checked before any
+    work, so a command that would fail to export computes nothing)."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise ExportError(f"{out_dir}: exists and is not an empty folder")
+
+
+def export_cells(results_dir, cell_ids, out_dir) -> list[Path]:
+    """:func:`export` of the store's rows of ``cell_ids`` (scored cells and their models)."""
+    from bench.results import Store
+
+    df = Store(results_dir).read()
+    return export(results_dir, df[df["cell_id"].isin(set(cell_ids))], out_dir)
+
+
 def export(results_dir, df: pd.DataFrame, out_dir) -> list[Path]:
     """Write every run of ``df`` (the store's rows, already selected) under ``out_dir``, which must
     not exist or be an empty folder; the files written. All of it is written in a temporary
     sibling folder renamed to ``out_dir`` at the end: a failure leaves nothing behind."""
     out_dir = Path(out_dir)
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise ExportError(f"{out_dir}: exists and is not an empty folder")
+    check_folder(out_dir)
     runs = plan_export(df)
     if not runs:
         raise ExportError(f"{results_dir}: no sample or likelihood cell matches the selection")
@@ -371,112 +386,3 @@ def _write_runs(results_dir, runs: dict, n_params: dict, root: Path) -> list[Pat
         (root / name).write_text(json.dumps(res, indent=2, ensure_ascii=False) + "\n", "utf-8")
         written.append(name)
     return written
-
-
-def in_memory(line: dict) -> dict:
-    """A sample line as lm-eval holds it before writing (``arguments`` a list of argument tuples):
-    what its W&B logger's ``log_eval_samples`` reads."""
-    args = [list(a.values()) for a in line["arguments"].values()]
-    return {**line, "arguments": args}
-
-
-def log_wandb(out_dir, init_args: dict) -> int:
-    """Log every exported run under ``out_dir`` to W&B through lm-eval's own logger
-    (``lm_eval.loggers.WandbLogger``: results table, results artifact, per-task sample tables), one
-    W&B run per results file; the number of runs logged."""
-    from lm_eval.loggers import WandbLogger
-
-    import wandb
-
-    n = 0
-    for f in sorted(Path(out_dir).glob("*/results_*.json")):
-        res = json.loads(f.read_text(encoding="utf-8"))
-        date = f.stem[len("results_") :]
-        samples = {}
-        for task in res["results"]:
-            sf = f.parent / f"samples_{task}_{date}.jsonl"
-            if sf.is_file():
-                text = sf.read_text(encoding="utf-8").splitlines()
-                samples[task] = [in_memory(json.loads(x)) for x in text]
-        run = wandb.init(**{"name": res["model_name"], "reinit": "create_new", **init_args})
-        try:
-            logger = WandbLogger()
-            logger.run = run
-            logger.post_init(res)
-            logger.log_eval_result()
-            if samples:
-                logger.post_init({**res, "results": {t: res["results"][t] for t in samples}})
-                # the sample lines score the headline metric only: the tables list what they hold
-                logger.task_configs = {
-                    t: {
-                        **res["configs"][t],
-                        "metric_list": [{"metric": m} for m in v[0]["metrics"]],
-                    }
-                    for t, v in samples.items()
-                }
-                logger.log_eval_samples(samples)
-        finally:
-            run.finish()
-        n += 1
-    return n
-
-
-def add_arguments(ap) -> None:
-    """The export's flags on a command's parser (``bench.results export``)."""
-    ap.add_argument(
-        "--lm-eval",
-        metavar="DIR",
-        required=True,
-        help="write lm-eval result files here (a new or empty folder)",
-    )
-    ap.add_argument("--results-dir", default="results", help="results folder (default: results)")
-    ap.add_argument("--task", help="only this task's cells")
-    ap.add_argument("--model", help="only this model (label, method or method/variant)")
-    ap.add_argument("--nfe", type=float, help="only cells at this NFE")
-    ap.add_argument("--temperature", type=float, help="only cells at this temperature")
-    ap.add_argument("--subset", help="only this evaluation subset")
-    ap.add_argument(
-        "--wandb",
-        metavar="PROJECT",
-        help="also log the same tables to W&B (lm-eval's W&B logger; WANDB_MODE as set)",
-    )
-
-
-def select(df: pd.DataFrame, args) -> pd.DataFrame:
-    """The rows of the cells the flags select (train rows kept: they give the parameter counts)."""
-    s = prepared(df)
-    keep = pd.Series(True, index=s.index)
-    if args.task:
-        keep &= s["task"] == args.task
-    if args.model:
-        variant = s["method"].astype(str) + "/" + s["variant"].fillna("").astype(str)
-        keep &= (s["model"] == args.model) | (s["method"] == args.model) | (variant == args.model)
-    if args.nfe is not None:
-        keep &= pd.to_numeric(s["nfe"], errors="coerce") == args.nfe
-    if args.temperature is not None:
-        keep &= (pd.to_numeric(s["temperature"], errors="coerce") - args.temperature).abs() < 1e-9
-    if args.subset:
-        keep &= s["subset"] == args.subset
-    return s[keep | s["kind"].isin(["train", "import"])]
-
-
-def run(args) -> int:
-    """``export --lm-eval DIR``: 0, or 2 with one line on a bad folder or an empty selection."""
-    import sys
-
-    from bench.results import Store
-
-    store = Store(args.results_dir)
-    if not store.dir.is_dir():
-        print(f"error: {store.dir}: no results store", file=sys.stderr)
-        return 2
-    try:
-        files = export(args.results_dir, select(store.read(), args), args.lm_eval)
-    except (ExportError, records.RecordsError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    runs = sum(f.name.startswith("results_") for f in files)
-    print(f"{args.lm_eval}: {runs} lm-eval runs, {len(files) - runs} samples files")
-    if args.wandb:
-        print(f"W&B: {log_wandb(args.lm_eval, {'project': args.wandb})} runs logged")
-    return 0

@@ -348,13 +348,17 @@ def failed_runs(results_dir: str | Path) -> list[dict]:
 # --------------------------------------------------------------------------- CLI
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, commands: dict | None = None) -> int:
     """``python -m bench.results verify [--results-dir DIR] [--move]``: exit 1 if any store file
-    is bad, 0 if none, 2 on usage errors or a missing store."""
+    is bad, 0 if none, 2 on usage errors or a missing store. ``commands``: more subcommands, name
+    -> ``(help, add_arguments(parser), run(args) -> status)``, from a layer above the store's
+    (``python -m bench.results`` adds ``export``, :mod:`bench.report.lmeval_export`)."""
     ap = argparse.ArgumentParser(
-        prog="python -m bench.results", description="Check the results store."
+        prog="python -m bench.results", description="Check the results store; export it."
     )
     sub = ap.add_subparsers(dest="command", required=True)
+    for name, (help_, add, _) in (commands or {}).items():
+        add(sub.add_parser(name, help=help_))
     v = sub.add_parser(
         "verify", help="validate every store file (JSON, schema, checksum); list the bad ones"
     )
@@ -368,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
         ),
     )
     args = ap.parse_args(argv)
+    if args.command in (commands or {}):
+        return commands[args.command][2](args)
     store = Store(args.results_dir)
     if not store.dir.is_dir():
         print(f"error: {store.dir}: no results store", file=sys.stderr)

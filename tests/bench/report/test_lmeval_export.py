@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from bench.records import read as read_records
-from bench.report.lmeval_export import ExportError, export, log_wandb
+from bench.report.lmeval_cli import log_wandb
+from bench.report.lmeval_export import ExportError, export
 from bench.results import Store
 
 SWEEP = """
@@ -198,3 +199,84 @@ def test_wandb_offline_logs_the_same_tables(exported, tmp_path, monkeypatch):
             for k, v in metrics.items():
                 if k.endswith(",none") and "_stderr" not in k:
                     assert (task, k.split(",")[0], str(v)) in logged
+
+
+def _run(*args):
+    return subprocess.run(
+        [sys.executable, "-m", *args], capture_output=True, text=True, timeout=600
+    )
+
+
+def test_results_export_command_writes_once_and_refuses_a_full_folder(store, tmp_path):
+    out = tmp_path / "cli"
+    p = _run(
+        "bench.results",
+        "export",
+        "--lm-eval",
+        str(out),
+        "--results-dir",
+        str(store),
+        "--model",
+        "mdlm",
+    )
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == f"{out}: 2 lm-eval runs, 3 samples files"
+    before = sorted((f, f.read_bytes()) for f in out.rglob("*") if f.is_file())
+    again = _run("bench.results", "export", "--lm-eval", str(out), "--results-dir", str(store))
+    assert again.returncode == 2
+    assert again.stderr.strip() == f"error: {out}: exists and is not an empty folder"
+    assert sorted((f, f.read_bytes()) for f in out.rglob("*") if f.is_file()) == before
+    none = _run(
+        "bench.results",
+        "export",
+        "--lm-eval",
+        str(tmp_path / "x"),
+        "--results-dir",
+        str(store),
+        "--task",
+        "gsm8k",
+    )
+    assert none.returncode == 2 and "no sample or likelihood cell" in none.stderr
+    assert len(none.stderr.strip().splitlines()) == 1 and not (tmp_path / "x").exists()
+
+
+def test_bench_eval_writes_the_lm_eval_files_of_its_cells(store, tmp_path):
+    run_dir = next((store / "runs").glob("mdlm-*"))
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "f").write_text("x")
+    p = _run("bench.eval", str(run_dir), "--nfe", "3", "--output-lm-eval", str(busy))
+    assert p.returncode == 2 and p.stderr.strip().endswith("exists and is not an empty folder")
+    out = tmp_path / "eval"
+    p = _run(
+        "bench.eval",
+        str(run_dir),
+        "--nfe",
+        "3",
+        "--set",
+        "sample.n_samples=16",
+        "--output-lm-eval",
+        str(out),
+        "--no-progress",
+    )
+    assert p.returncode == 0, p.stderr
+    assert "(0 computed now" in p.stdout  # the sweep's own cells, reused
+    (res,) = _results(out).values()
+    assert set(res["results"]) == {"sudoku_easy", "sudoku_hard"}
+    assert (
+        res["config"]["gen_kwargs"]["nfe"] == 3 and res["config"]["model_args"]["method"] == "mdlm"
+    )
+    p = _run(
+        "bench.eval",
+        str(run_dir),
+        "--likelihood",
+        "heldout",
+        "--limit",
+        "16",
+        "--output-lm-eval",
+        str(tmp_path / "lk"),
+        "--no-progress",
+    )
+    assert p.returncode == 0, p.stderr
+    (res,) = _results(tmp_path / "lk").values()
+    assert list(res["results"]) == ["sudoku_likelihood_heldout"]
