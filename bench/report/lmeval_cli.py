@@ -24,9 +24,8 @@ def log_wandb(out_dir, init_args: dict) -> int:
     """Log every exported run under ``out_dir`` to W&B through lm-eval's own logger
     (``lm_eval.loggers.WandbLogger``: results table, results artifact, per-task sample tables), one
     W&B run per results file; the number of runs logged."""
-    from lm_eval.loggers import WandbLogger
-
     import wandb
+    from lm_eval.loggers import WandbLogger
 
     n = 0
     for f in sorted(Path(out_dir).glob("*/results_*.json")):
@@ -38,10 +37,10 @@ def log_wandb(out_dir, init_args: dict) -> int:
             if sf.is_file():
                 text = sf.read_text(encoding="utf-8").splitlines()
                 samples[task] = [in_memory(json.loads(x)) for x in text]
-        run = wandb.init(**{"name": res["model_name"], "reinit": "create_new", **init_args})
+        if wandb.run is not None:  # one W&B run per results file, never appended to another
+            wandb.run.finish()
+        logger = WandbLogger(init_args={"name": res["model_name"], **init_args})
         try:
-            logger = WandbLogger()
-            logger.run = run
             logger.post_init(res)
             logger.log_eval_result()
             if samples:
@@ -56,7 +55,7 @@ def log_wandb(out_dir, init_args: dict) -> int:
                 }
                 logger.log_eval_samples(samples)
         finally:
-            run.finish()
+            logger.run.finish()
         n += 1
     return n
 
