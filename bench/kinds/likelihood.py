@@ -116,5 +116,58 @@ class Likelihood(CellKind):
         """The task's tokenizer (where it loads one) for a method with a bound."""
         return cost.tokenizer_s if cells and type(cost.method).bound_kind else 0.0
 
+    def rehearse(self, cells: list, ctx) -> list:
+        """The bound of the model's first likelihood cell (:func:`rehearse_cell`), for a method
+        with one."""
+        if not cells or not getattr(ctx.method, "bound_kind", ""):
+            return []
+        return [rehearse_cell(cells[0], ctx)]
+
+
+def rehearse_cell(lc: LikelihoodCell, ctx):
+    """The rehearsal's likelihood phase of ``lc`` (``ctx``: :meth:`Likelihood.rehearse`'s): one
+    call of the method's bound on blocks of the evaluated length at batch 1 and 2."""
+    import torch
+
+    from bench.method import Batch
+
+    r, m, method, backbone = ctx.r, ctx.m, ctx.method, ctx.backbone
+    dev = r.device
+    L = lc.block or int(r.task.seq_len)
+    ph = ctx.Phase(
+        m.label(),
+        "likelihood",
+        lc.label(),
+        batch=lc.batch_size,
+        note=f"blocks of {L} random ids, {lc.draws} draw(s)",
+    )
+    vocab = int(r.task.vocab_size)
+
+    def run(n: int):
+        g = torch.Generator().manual_seed(n)
+        x = torch.randint(0, vocab, (n, L), generator=g)
+        clean = torch.zeros(n, L, dtype=torch.bool)
+        batch = Batch(x, clean, ~clean).to(dev)
+
+        def call(batch=batch, n=n):
+            gen = torch.Generator(device=dev).manual_seed(0)
+            with torch.no_grad():
+                out = method.nll_bound(backbone, batch, n_draws=lc.draws, generator=gen)
+            if out.ndim != 2 or out.shape[1] != n:
+                raise ValueError(
+                    f"nll_bound returned shape {tuple(out.shape)}, expected (draws, {n})"
+                )
+            if not bool(torch.isfinite(out).all()):
+                raise FloatingPointError("non-finite bound")
+            return out
+
+        r.run_phase(ph, call, batch_note=f" (batch {n})", module=backbone)
+
+    run(1)
+    V = int(method.vocab_size)
+    r.second(ph, ctx.twin("likelihood", V), lambda: run(2), vocab=V)
+    r.check_memory(ph)
+    return ph
+
 
 KIND = Likelihood()

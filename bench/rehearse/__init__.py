@@ -64,12 +64,14 @@ everything the import path writes goes to a temp folder, removed at the end.
 The modules: :mod:`~bench.rehearse.models` (the distinct models and their twins),
 :mod:`~bench.rehearse.measuring` (a phase's seconds, peaks and extrapolation),
 :mod:`~bench.rehearse.inputs` (the items), :mod:`~bench.rehearse.rehearsal` (one plan's run),
-one module per phase (:mod:`~bench.rehearse.imported`, :mod:`~bench.rehearse.training`,
-:mod:`~bench.rehearse.sampling`, :mod:`~bench.rehearse.likelihood`,
-:mod:`~bench.rehearse.scoring`), :mod:`~bench.rehearse.output` (the table) and
+one module per phase of a model (:mod:`~bench.rehearse.imported`,
+:mod:`~bench.rehearse.training`) and of the task (:mod:`~bench.rehearse.scoring`); what a kind of
+cell tries is the kind's own (:meth:`bench.kind.CellKind.rehearse`: the sample kind's setups and
+the likelihood's bound in :mod:`bench.kinds`), :mod:`~bench.rehearse.output` (the table) and
 :mod:`~bench.rehearse.command` (the entry points).
 """
 
+from bench.kinds.sample import setup_name
 from bench.rehearse.capabilities import (
     Rehearsable,
     decoding_family,
@@ -82,7 +84,6 @@ from bench.rehearse.measuring import GB, Phase, Segments, measure
 from bench.rehearse.models import Model, architecture, model_key, models_of, twin_key
 from bench.rehearse.output import CARDS_GB, fits, model_summary, progress_line, table
 from bench.rehearse.rehearsal import Rehearsal, RehearsalFailure, Shared
-from bench.rehearse.sampling import setup_name
 from bench.rehearse.scoring import GPT2_CONFIGS
 from bench.rehearse.training import stratum_midpoints, train_batch
 

@@ -9,8 +9,7 @@ from dataclasses import dataclass, field
 import torch
 
 from bench.config import config_hash
-from bench.likelihood.kind import LikelihoodCell
-from bench.plan import Plan, SampleCell, TrainCell
+from bench.plan import Plan, TrainCell
 from bench.rehearse.capabilities import memory_neutral_options
 
 
@@ -19,9 +18,9 @@ class Model:
     """One distinct model of a plan and the cells it stands for."""
 
     cells: list[TrainCell] = field(default_factory=list)
-    #: one sample cell per distinct sampling setup (sampling options, decoding, dtype)
-    samples: list[SampleCell] = field(default_factory=list)
-    likelihood: LikelihoodCell | None = None
+    #: kind name -> the cells of that kind of every train cell it stands for, in plan order (each
+    #: kind picks what the rehearsal tries of them: :meth:`bench.kind.CellKind.rehearse`)
+    of_kind: dict[str, list] = field(default_factory=dict)
 
     @property
     def train(self) -> TrainCell:
@@ -105,19 +104,10 @@ def architecture(net: torch.nn.Module, vocab: int | None = None) -> str:
 
 
 def models_of(p: Plan) -> list[Model]:
-    """The plan's distinct models, in plan order, with their sampling setups."""
+    """The plan's distinct models, in plan order, with their cells by kind."""
     by: dict[str, Model] = {}
     for tc in p.train_cells:
         by.setdefault(model_key(tc), Model()).cells.append(tc)
-    seen: set = set()
-    for sc in p.sample_cells:
-        key = model_key(sc.train)
-        m = by[key]
-        if sc.kind == LikelihoodCell.kind:
-            m.likelihood = m.likelihood or sc
-            continue
-        setup = (key, config_hash(sc.options), sc.decoding, bool(sc.float64))
-        if setup not in seen:
-            seen.add(setup)
-            m.samples.append(sc)
+    for c in p.sample_cells:
+        by[model_key(c.train)].of_kind.setdefault(c.kind, []).append(c)
     return list(by.values())

@@ -1,7 +1,8 @@
-"""The rehearsal of one plan (:class:`Rehearsal`): each model built, then its phases (train,
-sample, likelihood; the import path for an import cell), then the task's scorer once; what the
-rehearsals of several sweeps share (:class:`Shared`) and a failure's one line
-(:class:`RehearsalFailure`)."""
+"""The rehearsal of one plan (:class:`Rehearsal`): each model built, then its phases (train, or
+the import path for an import cell; then what each kind of its cells tries,
+:meth:`bench.kind.CellKind.rehearse`: the sample kind's setups, the likelihood's bound), then the
+task's scorer once; what the rehearsals of several sweeps share (:class:`Shared`), what a kind's
+tries are given (:class:`Tryout`) and a failure's one line (:class:`RehearsalFailure`)."""
 
 from __future__ import annotations
 
@@ -13,17 +14,17 @@ from pathlib import Path
 
 import torch
 
+from bench import registry
 from bench.cell_model import cell_task, method_backbone
 from bench.config import ConfigError, config_hash
+from bench.kinds.sample import setup_name
 from bench.plan import Plan, SampleCell
-from bench.rehearse.capabilities import decoding_family
+from bench.rehearse.capabilities import decoding_family, min_nfe
 from bench.rehearse.imported import export_import_load
 from bench.rehearse.inputs import Inputs, task_inputs
-from bench.rehearse.likelihood import likelihood_phase
 from bench.rehearse.measuring import GB, Phase, measure, trim
-from bench.rehearse.models import VOCAB_TWIN_SLACK, Model
+from bench.rehearse.models import VOCAB_TWIN_SLACK, Model, architecture, twin_key
 from bench.rehearse.output import progress_line
-from bench.rehearse.sampling import sample_phase, setup_name
 from bench.rehearse.scoring import score_phase
 from bench.rehearse.training import train_phase
 
@@ -55,6 +56,33 @@ class Shared:
     def where(self, r: Rehearsal) -> str:
         """`` (sweeps/x.yaml)`` when several sweeps are rehearsed, else ""."""
         return f" ({r.source})" if len(self.sources) > 1 else ""
+
+
+@dataclass
+class Tryout:
+    """What a kind's :meth:`~bench.kind.CellKind.rehearse` is given for the cells of one model:
+    the rehearsal ``r`` (:meth:`Rehearsal.run_phase`, :meth:`~Rehearsal.second`,
+    :meth:`~Rehearsal.check_memory`, :meth:`~Rehearsal.fail`, ``device``, ``task``), the model
+    ``m``, its built ``method`` and ``backbone`` (in eval mode), the items ``inp``, the samplers'
+    shared ``cache``; the phase type ``Phase`` and the rehearsal's capability probes."""
+
+    r: Rehearsal
+    m: Model
+    method: object
+    backbone: torch.nn.Module
+    inp: Inputs
+    cache: dict = field(default_factory=dict)
+    Phase = Phase
+    min_nfe = staticmethod(min_nfe)
+
+    def twin(self, phase: str, vocab: int) -> tuple[str, str]:
+        """The key a twin of this model reuses the growth of ``phase`` under
+        (:meth:`Rehearsal.second`; ``vocab``: its classes)."""
+        return (twin_key(self.m.train, architecture(self.backbone, vocab)), phase)
+
+    def setups(self, samples: list) -> list:
+        """:meth:`Rehearsal.setups` of this model."""
+        return self.r.setups(self.m, self.method, samples)
 
 
 class Rehearsal:
@@ -167,13 +195,13 @@ class Rehearsal:
         classes (a twin of another sweep must share them)."""
         return (int(self.task.seq_len), int(self.task.vocab_size))
 
-    def setups(self, m: Model, method) -> list[SampleCell]:
-        """The sampling setups rehearsed: of each family of decodings
-        (``Rehearsable.decoding_family``: the same code, memory growing with a size such as
-        top-k's k) under the same options and dtype, the largest; then only the first with
-        ``--first-decoding``."""
+    def setups(self, m: Model, method, samples: list[SampleCell]) -> list[SampleCell]:
+        """The sampling setups rehearsed of ``samples`` (model ``m``'s, one per setup): of each
+        family of decodings (``Rehearsable.decoding_family``: the same code, memory growing with
+        a size such as top-k's k) under the same options and dtype, the largest; then only the
+        first with ``--first-decoding``."""
         best: dict[tuple, tuple[SampleCell, int]] = {}
-        for sc in m.samples:
+        for sc in samples:
             try:
                 fam, size = decoding_family(method, sc.decoding)
             except Exception:  # noqa: BLE001 - an unknown decoding fails in its sample phase
@@ -182,9 +210,9 @@ class Rehearsal:
             if key not in best or size > best[key][1]:
                 best[key] = (sc, size)
         keep = {id(sc) for sc, _ in best.values()}
-        chosen = [sc for sc in m.samples if id(sc) in keep]
+        chosen = [sc for sc in samples if id(sc) in keep]
         by: dict[str, list[str]] = {}
-        for sc in m.samples:
+        for sc in samples:
             if id(sc) in keep:
                 continue
             fam, _ = decoding_family(method, sc.decoding)
@@ -235,16 +263,17 @@ class Rehearsal:
 
             method, backbone = self.run_phase(ph, build)
         n_params = sum(p.numel() for p in backbone.parameters())
-        inp = self.inputs_for(m.samples[0].subset if m.samples else tc.groups[0])
+        # the items of the first cell that reads an evaluation subset, else the first training one
+        cells = [c for k in registry.KINDS for c in m.of_kind.get(k, [])]
+        subsets = [c.subset for c in cells if getattr(c, "subset", None) in c.train.groups]
+        inp = self.inputs_for(subsets[0] if subsets else tc.groups[0])
         if not tc.imported:
             out.append(train_phase(self, m, method, backbone, inp))
         backbone.eval()
-        cache: dict = {}
-        for sc in self.setups(m, method):
-            out.append(sample_phase(self, m, sc, method, backbone, inp, cache))
-        cache.clear()
-        if m.likelihood is not None and getattr(method, "bound_kind", ""):
-            out.append(likelihood_phase(self, m, method, backbone))
+        ctx = Tryout(self, m, method, backbone, inp)
+        for kind in registry.KINDS:  # each kind tries the model's cells of its own
+            if m.of_kind.get(kind):
+                out += registry.KINDS[kind].rehearse(m.of_kind[kind], ctx)
         count = f"{n_params / 1e6:.1f} M" if n_params >= 100_000 else f"{n_params:,}"
         out[0].note = f"{count} parameters" + (f"; {out[0].note}" if out[0].note else "")
         del method, backbone

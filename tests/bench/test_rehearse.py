@@ -15,6 +15,7 @@ from helpers import owt_corpus, reference_checkpoint, require_offline
 from bench import registry, rehearse, sweep
 from bench.cell_model import cell_task, method_backbone
 from bench.config import load_sweep
+from bench.kinds.sample import setups
 from bench.plan import plan
 
 SWEEP = """
@@ -166,7 +167,7 @@ def test_models_are_deduplicated_over_seeds_subsets_and_the_sampling_grid(tiny):
     assert [m.train.method for m in models] == ["mdlm", "ar"]
     assert [len(m.cells) for m in models] == [4, 4]
     # one setup per decoding, whatever the NFE and temperature grid
-    assert [[s.decoding for s in m.samples] for m in models] == [
+    assert [[s.decoding for s in setups(m.of_kind["sample"])] for m in models] == [
         ["ancestral"],
         ["sample", "greedy"],
     ]
