@@ -130,36 +130,51 @@ def _compute(
     tc, dataset, s: Settings, store: Store, cid: str, variant: str, progress: bool, evaluation: str
 ):
     from bench import records
-    from bench.cell_model import _device, cell_task, keep_freed_heap, method_backbone
+    from bench.cell_model import _device, cell_task, method_backbone
     from bench.evaluate.metrics import MetricValue
-    from bench.likelihood.datasets import load_blocks, parse
-    from bench.likelihood.evaluate import evaluate
-    from bench.measure import CallTimer, PeakMemory, environment, timing_calls
-    from bench.weights import load_weights
+    from bench.likelihood.datasets import parse
+    from bench.measure import environment
 
     t0 = time.perf_counter()
     spec = parse(dataset)
     task = cell_task(tc)
     method, backbone = method_backbone(tc, task)
     kind = method.bound_kind
+    row = {"variant": variant, "n_sequences": s.n_sequences, "seed": s.seed, "dataset": dataset,
+           "evaluation": evaluation}  # fmt: skip
     if not kind:  # "no bound": a row without a value, no records
         none = [MetricValue(m, None, 0) for m in NO_BOUND_METRICS]
-        rows = likelihood_rows(
-            tc,
-            task,
-            none,
-            variant=variant,
-            bound_kind="",
-            steps=None,
-            n_sequences=s.n_sequences,
-            seed=s.seed,
-            dataset=dataset,
-            wall_s=time.perf_counter() - t0,
-            cost=environment(_device()),
-            evaluation=evaluation,
-        )
+        rows = likelihood_rows(tc, task, none, bound_kind="", steps=None,
+                               wall_s=time.perf_counter() - t0, cost=environment(_device()),
+                               **row)  # fmt: skip
         store.write_cell(cid, rows)
         return
+    steps, metrics, recs, cost = _evaluate(tc, task, method, backbone, spec, s, progress)
+    common = {
+        "cell_id": cid,
+        "method": tc.method,
+        "variant": variant or tc.variant,
+        "subset": dataset,
+        "sample_seed": s.seed,  # the draws' seed (likelihood.seed)
+        "train_seed": tc.train.get("seed"),
+        "bound_kind": kind,
+    }
+    # the records first: a cell whose rows exist always has them (bench.records)
+    files = records.write(tc.results_dir, cid, [{**common, **r} for r in recs])
+    rows = likelihood_rows(tc, task, metrics, bound_kind=kind, steps=steps,
+                           wall_s=time.perf_counter() - t0, cost=cost, **row)  # fmt: skip
+    store.write_cell(cid, [{**r, **files} for r in rows])
+
+
+def _evaluate(tc, task, method, backbone, spec, s: Settings, progress: bool):
+    """The trained model's bound on the blocks of dataset ``spec`` (parsed): (its training steps,
+    the metrics, the per-sequence records, the cost columns)."""
+    from bench.cell_model import _device, keep_freed_heap
+    from bench.likelihood.datasets import load_blocks
+    from bench.likelihood.evaluate import evaluate
+    from bench.measure import CallTimer, PeakMemory, environment, timing_calls
+    from bench.weights import load_weights
+
     if not tc.weights.is_file():
         raise FileNotFoundError(f"{tc.weights}: train cell {tc.label()} has no weights")
     meta = load_weights(method, backbone, tc.weights)
@@ -200,29 +215,4 @@ def _compute(
         "peak_mem_mb": peak.peak_mb(),
         **environment(dev),
     }
-    common = {
-        "cell_id": cid,
-        "method": tc.method,
-        "variant": variant or tc.variant,
-        "subset": dataset,
-        "sample_seed": s.seed,  # the draws' seed (likelihood.seed)
-        "train_seed": tc.train.get("seed"),
-        "bound_kind": kind,
-    }
-    # the records first: a cell whose rows exist always has them (bench.records)
-    files = records.write(tc.results_dir, cid, [{**common, **r} for r in recs])
-    rows = likelihood_rows(
-        tc,
-        task,
-        metrics,
-        variant=variant,
-        bound_kind=kind,
-        steps=meta["steps"],
-        n_sequences=s.n_sequences,
-        seed=s.seed,
-        dataset=dataset,
-        wall_s=time.perf_counter() - t0,
-        cost=cost,
-        evaluation=evaluation,
-    )
-    store.write_cell(cid, [{**r, **files} for r in rows])
+    return meta["steps"], metrics, recs, cost
