@@ -1,5 +1,5 @@
 """A model's cell as objects and as the columns of its rows, shared by every kind of cell's work
-(:mod:`bench.cells`: training and sampling; :mod:`bench.likelihood.cells`): its task, its method and
+(:mod:`bench.kinds`: training, sampling, the likelihood): its task, its method and
 untrained backbone, the device (the columns every row of the model carries are
 :func:`bench.results.rows.model_columns`). Imports neither the trainer nor any kind of cell's
 work."""

@@ -106,7 +106,7 @@ class CellKind:
         raise NotImplementedError(f"cell kind {self.name!r}: run")
 
     def rehearse(self, cells: list, ctx) -> list:
-        """The rehearsal's tries of this kind's ``cells`` of one model at full size
-        (:mod:`bench.rehearse`: ``ctx`` gives the model, its backbone and the rehearsal's
-        ``phase``); none by default (the rehearsal says the kind was not tried)."""
+        """The rehearsal's tries of this kind's ``cells`` of one model at full size, as phases
+        (:mod:`bench.rehearse`; ``ctx``: a :class:`bench.rehearse.rehearsal.Tryout`, given: the
+        rehearsal, the model, its built networks and items, the phase type); none by default."""
         return []

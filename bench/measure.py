@@ -24,7 +24,8 @@ from pathlib import Path
 
 import torch
 
-#: the cost columns of a sample row (bench.cells._sample adds them; bench.results documents them)
+#: the cost columns of a sample row (bench.kinds.sample adds them; bench.results.schema documents
+#: them)
 SAMPLE_COST_COLUMNS = (
     "sample_s",  # sampling seconds of the cell, net of scoring (model load not included)
     "score_s",  # scoring seconds (sandbox, reference LM, grader), apart from sampling

@@ -1,9 +1,10 @@
 """``weights.pt``: the final weights of a model, what sampling loads.
 
 The trainer writes it when training ends (:mod:`bench.train`), the importer when it converts a
-reference checkpoint (:mod:`bench.checkpoints`); sampling (:mod:`bench.cells`), the exporter and
-``python -m bench.perf`` read it. It holds the backbone's EMA weights (the module sampling uses),
-the method's state (e.g. S-FLM's adaptive schedule), the step count and the writer's metadata.
+reference checkpoint (:mod:`bench.checkpoints`); sampling (:mod:`bench.kinds.sample`), the
+exporter and ``python -m bench.perf`` read it. It holds the backbone's EMA weights (the module
+sampling uses), the method's state (e.g. S-FLM's adaptive schedule), the step count and the
+writer's metadata.
 
 Reading or writing it imports neither Lightning nor the trainer (tests/bench/test_imports.py).
 """

@@ -2,7 +2,7 @@
 
 Task evaluators (:meth:`bench.data.base.Task.evaluate`, :mod:`bench.data.sudoku.score`,
 :mod:`bench.evaluate.gsm8k` through :class:`bench.data.program.task.ProgramTask`) return lists of
-them; :mod:`bench.cells` turns each into a row of the results store.
+them; :mod:`bench.results.rows` turns each into a row of the results store.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class MetricValue:
 
     def columns(self) -> dict:
         """Its store-row columns (``metric``, ``value``, ``n``, ``ci_low``, ``ci_high``); the
-        cell kinds (:mod:`bench.cells`, :mod:`bench.likelihood.cells`) add theirs."""
+        cell kinds (:mod:`bench.kinds`, :mod:`bench.likelihood.cells`) add theirs."""
         return {
             "metric": self.metric,
             "value": self.value,

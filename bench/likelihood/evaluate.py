@@ -45,8 +45,8 @@ METRICS = ("nll", "ppl", "bpd", "nll_mc_se", "tokens")
 
 
 def batch_seed(seed: int, start: int) -> int:
-    """The generator seed of the batch that starts at sequence ``start`` (bench.cells.batch_seed's
-    rule)."""
+    """The generator seed of the batch that starts at sequence ``start``
+    (bench.kinds.sample.batch_seed's rule)."""
     return seed * 1_000_003 + start
 
 

@@ -30,7 +30,7 @@ scaled up by the ratio when larger, :func:`architecture`):
   options: their memory differs, e.g. the S-arch's stochastic decoding against its exact one;
   of decodings that share code with memory growing in a size (``Rehearsable.decoding_family``
   such as S-FLM's top-k), the largest; ``--first-decoding``: the first setup only), through
-  :func:`bench.cells.sample_batch`, at ``nfe = 2``: a middle step and the last, whose memory
+  :func:`bench.kinds.sample.sample_batch`, at ``nfe = 2``: a middle step and the last, whose memory
   can differ (a method whose NFE is the generated length gets a prompt of all but the last 2
   positions: a prefill of L - 2 positions, then one cached call, which bounds its real peak from
   above), in the cell's dtype (``sample.float64``); the output's shape, id range and NFE count

@@ -11,9 +11,12 @@ The layers, bottom up (docs/layers.md):
 1. **configuration**: sweep-file sections, options, plug-in discovery and the registry;
 2. **library**: backbones, the method interface and the methods, tasks and their evaluators,
    weights and checkpoint formats;
-3. **planning**: a sweep becomes cells (the planner, the model sources);
-4. **jobs**: the train and sample work of a cell, the trainer, the results store;
-5. **kinds**: kinds of cells beside train and sample (the likelihood);
+3. **planning**: a sweep becomes cells (the planner, the model sources, the protocol of a kind of
+   cell);
+4. **jobs**: the job (a model, then its cells, each by its kind), the trainer, the results store
+   and every kind of row;
+5. **kinds**: the kinds of cells, one module each (train, import, sample, likelihood), and the
+   likelihood's library;
 6. **execution**: executors (local, fork server, SLURM and its sizing from a prediction given to
    it);
 7. **prediction**: the cost model, its tables and the benchmark catalogue it reads;
