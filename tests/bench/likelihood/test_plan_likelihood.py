@@ -71,3 +71,38 @@ def test_a_dataset_the_task_cannot_serve_is_refused_while_planning():
         with pytest.raises(ConfigError, match=says) as e:
             _plan(f"likelihood.datasets=[heldout, '{spec}']")
         assert "likelihood.datasets[1]" in str(e.value)
+
+
+def test_a_cell_its_own_type_without_sample_sentinels():
+    """A likelihood cell is not a sample cell: no NFE, temperature or decoding to misread."""
+    from bench.plan import SampleCell
+
+    (c, *_) = _plan("likelihood.datasets=[heldout]").cells["likelihood"]
+    assert not isinstance(c, SampleCell)
+    assert not any(hasattr(c, k) for k in ("nfe", "temperature", "decoding", "float64"))
+
+
+def test_a_cell_pickled_before_the_kinds_folder_still_runs_as_planned():
+    """A queued job pickled its likelihood cells under ``bench.likelihood.kind`` when they were
+    sample cells with sentinels (nfe 0, temperature 1, decoding "likelihood"): such a cell loads
+    as today's, names its kind, and gives the settings and id it was planned with."""
+    import copy
+    import pickle
+
+    from bench.likelihood.cells import Settings, cell_id
+
+    (c, *_) = _plan("likelihood.datasets=[heldout]", "likelihood.draws=2").cells["likelihood"]
+    old = copy.copy(c)
+    vars(old).update(nfe=0, temperature=1.0, decoding="likelihood", float64=True, sampling={},
+                     limit=None)  # fmt: skip
+    blob = pickle.dumps(old, protocol=0)
+    assert b"bench.kinds.likelihood\nLikelihoodCell" in blob
+    blob = blob.replace(
+        b"bench.kinds.likelihood\nLikelihoodCell", b"bench.likelihood.kind\nLikelihoodCell"
+    )
+    back = pickle.loads(blob)
+    assert type(back) is LikelihoodCell and back.kind == "likelihood"
+    assert (
+        Settings.of(back) == Settings.of(c)
+        and cell_id(back.train, back.subset, Settings.of(back)) == c.id
+    )
