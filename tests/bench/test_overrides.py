@@ -100,7 +100,7 @@ def test_an_override_plans_the_cells_of_the_edited_file(tmp_path):
     edited.write_text(yaml.safe_dump(data))
     written = plan(load_sweep(edited), str(edited), offline_ok=True)
     assert _ids(over) == _ids(written)
-    nfes = {c.nfe for c in over.sample_cells}
+    nfes = {c.nfe for c in over.cells["sample"]}  # a likelihood cell has no NFE
     assert 8 in nfes and not nfes & {4, 16}  # AR's cells have no NFE grid
     plain = plan(load_sweep(QUICKSTART), str(QUICKSTART), offline_ok=True)
     assert set(_ids(over)[1]) - set(_ids(plain)[1])  # new sample cells (AR's are shared)
