@@ -77,8 +77,25 @@ class Opened:
 def open_source(src: str, *, family: str | None = None) -> Opened:
     """Resolve ``src`` (downloading a hub file when needed) and read it."""
     source = resolve(src)
-    ref = read_reference(source.path, family=family)
+    ref = read_file(source.path, family=family)
     return Opened(source, ref, checked_spec(ref))
+
+
+def read_file(path: Path, *, family: str | None = None) -> RefFile:
+    """A reference-format file (:func:`bench.checkpoints.reference.read`) or a Hugging
+    Face-format folder of a method's authors (:func:`bench.checkpoints.hf.read`)."""
+    from bench.checkpoints import hf
+
+    if hf.is_folder(path):
+        return hf.read(path, family=family)
+    return read_reference(path, family=family)
+
+
+def is_model_folder(src: str | Path) -> bool:
+    """A folder :func:`convert` wrote (not an ``hf://`` source, not a Hugging Face folder)."""
+    from bench.checkpoints import hf
+
+    return not str(src).startswith("hf://") and Path(src).is_dir() and not hf.is_folder(src)
 
 
 def checked_spec(ref: RefFile) -> Spec:
@@ -108,7 +125,7 @@ def plan_spec(src: str, *, family: str | None = None) -> tuple[Spec, Source]:
     hub's metadata (None offline)."""
     from bench.checkpoints import catalogue
 
-    if not src.startswith("hf://") and Path(src).is_dir():  # a folder convert wrote
+    if is_model_folder(src):  # a folder convert wrote
         meta = read_model_json(Path(src))
         sp = Spec(meta["family"], meta["method"], dict(meta["options"]), {},
                   dict(meta["backbone"]), int(meta["vocab_size"]), meta.get("seq_len"))  # fmt: skip
@@ -125,7 +142,7 @@ def plan_spec(src: str, *, family: str | None = None) -> tuple[Spec, Source]:
         if family is not None and family != sp.family:
             raise CheckpointError(f"{src}: is a {sp.family} checkpoint, not {family} (forced)")
         return dataclasses.replace(sp, options=dict(sp.options), choices=dict(sp.choices)), source
-    return checked_spec(read_reference(source.path, family=family)), source
+    return checked_spec(read_file(source.path, family=family)), source
 
 
 def resolve_options(sp: Spec, requested: dict | None, *, where: str = "options") -> dict:
@@ -232,9 +249,8 @@ def load(
     """Load ``src``: a reference-format file (local or ``hf://``) or a model folder written by
     :func:`convert`. ``options``: choices among those the file allows (e.g. S-FLM
     ``adaptive=True`` for the fitted schedule) and free options (sampling-only ones)."""
-    p = Path(src)
-    if not src.startswith("hf://") and p.is_dir():
-        return _load_folder(p, device)
+    if is_model_folder(src):
+        return _load_folder(Path(src), device)
     op = open_source(src, family=family)
     for w in op.ref.warnings:
         print(f"warning: {w}", flush=True)
