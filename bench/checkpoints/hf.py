@@ -20,7 +20,6 @@ mapping, ``inspect``, ``convert``, a sweep's ``checkpoint:`` entry, ``bench.eval
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +67,11 @@ def is_folder(path: str | Path) -> bool:
     """A local folder in the Hugging Face format (``config.json``, not a converted model folder)."""
     p = Path(path)
     return p.is_dir() and (p / CONFIG).is_file() and not (p / "model.json").exists()
+
+
+def is_hub_source(src: str) -> bool:
+    """An ``hf://<owner>/<repo>`` repository or a local Hugging Face-format folder."""
+    return is_repo(src) or (not src.startswith(HF_PREFIX) and is_folder(src))
 
 
 def _hint(repo: str, rev: str | None) -> str:
@@ -320,8 +324,3 @@ def write_folder(backbone: torch.nn.Module, model_type: str, out: Path, **config
 def model_type_of(method: str) -> str | None:
     """The first ``model_type`` method ``method``'s authors publish (None: none)."""
     return next((mt for mt, (m, _) in formats().items() if m == method), None)
-
-
-def parameters(ref) -> int:
-    """Parameter count of a Hugging Face-format file's backbone (no rotary buffer)."""
-    return sum(math.prod(v.shape) for k, v in ref.weights.items() if not DROPPED.search(k))

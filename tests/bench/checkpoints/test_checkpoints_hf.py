@@ -340,3 +340,37 @@ def test_hub_repo_in_the_cache_is_read_offline_and_no_code_is_fetched(
     info = json.loads(out)
     assert info["source"] == "hf://kuleshov-group/mdlm-owt" and info["family"] == "mdlm"
     assert info["sha256"] == hf.file_sha256(mdlm_dir / "model.safetensors")
+
+
+def test_rehearsal_writes_random_weights_in_the_published_format(
+    mdlm_dir, duo_dir, tmp_path, capsys, monkeypatch
+):
+    """An import cell of a Hugging Face-format source is rehearsed with a random folder of the
+    same format (config.json + model.safetensors), imported and loaded as the jobs do."""
+    import tempfile
+
+    rd = tmp_path / "results"
+    path = tmp_path / "r.yaml"
+    path.write_text(
+        f"name: r\nresults_dir: {rd}\n"
+        "task: {name: sort, n_train: 64, options: {n_digits: 4}}\n"
+        "sample: {nfe: [2], temperature: [1.0], n_samples: 8, batch_size: 8}\n"
+        "likelihood: {datasets: [heldout], batch_size: 4}\n"
+        "executor: {kind: debug}\nmethods:\n"
+        f"  - {{method: mdlm, checkpoint: {mdlm_dir}}}\n"
+        f"  - {{method: duo, checkpoint: {duo_dir}}}\n"
+    )
+    monkeypatch.setenv("SFLM_BENCH_DATA", str(tmp_path / "cache"))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    written = []
+    real = hf.write_folder
+    monkeypatch.setattr(hf, "write_folder", lambda *a, **k: written.append(a[1]) or real(*a, **k))
+    assert sweep.main([str(path), "--rehearse"]) == 0, capsys.readouterr().err
+    out, _ = capsys.readouterr()
+    phases = [ln.split("|")[2].strip() for ln in out.splitlines() if ln.startswith("| ")]
+    assert phases.count("export") == phases.count("import") == phases.count("load") == 2
+    assert phases.count("likelihood") == 2  # both have a bound
+    assert written == ["mdlm", "duo"]  # the published format, not the reference .ckpt
+    assert not rd.exists() and not list(scratch.glob("sflm-rehearse-*"))
