@@ -6,7 +6,9 @@ and export a model trained here back into the reference format.
     python -m bench.checkpoints convert SRC --out DIR [--family F] [--option key=value ...]
     python -m bench.checkpoints export RUN_DIR --out FILE
 
-``SRC`` is a local file or ``hf://jdeschena/s-flm/<path>`` (see :mod:`bench.checkpoints.source`).
+``SRC`` is a local file or ``hf://jdeschena/s-flm/<path>`` (see :mod:`bench.checkpoints.source`),
+or a method's authors' Hugging Face-format repository ``hf://<owner>/<repo>`` / a local folder of
+its ``config.json`` + ``model.safetensors`` (:mod:`bench.checkpoints.hf`; their code never runs).
 In Python, :func:`load` returns the method (options set from the file) and its backbone holding
 the EMA weights. A sweep uses a file with ``checkpoint: SRC`` in a method entry (an import cell
 instead of a train cell; :mod:`bench.plan`). docs/checkpoints.md lists the 15 released files.
