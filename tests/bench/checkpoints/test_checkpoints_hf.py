@@ -198,6 +198,17 @@ def test_generate_accepts_a_published_folder(mdlm_dir, tmp_path, capsys):
     assert out.out.splitlines()[-1].startswith("nfe: ")
 
 
+def test_eval_scores_a_published_folder(mdlm_dir, tmp_path, capsys):
+    from bench import eval as ev
+
+    rd = tmp_path / "results"
+    argv = [str(mdlm_dir), *SORT4, "--likelihood", "heldout", "--limit", "4", "--results-dir"]
+    rc = ev.main([*argv, str(rd)])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    assert "heldout" in out.out and "<=" in out.out  # MDLM: an upper bound
+
+
 def test_a_sweep_checkpoint_entry_plans_a_published_folder(mdlm_dir, tmp_path, capsys):
     f = tmp_path / "s.yaml"
     f.write_text(
