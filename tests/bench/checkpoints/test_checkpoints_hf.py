@@ -385,3 +385,20 @@ def test_rehearsal_writes_random_weights_in_the_published_format(
     assert phases.count("likelihood") == 2  # both have a bound
     assert written == ["mdlm", "duo"]  # the published format, not the reference .ckpt
     assert not rd.exists() and not list(scratch.glob("sflm-rehearse-*"))
+
+
+def test_the_field_weights_sweep_plans_and_prices_offline(tmp_path, capsys, monkeypatch):
+    """sweeps/field_weights.yaml: the three hub repositories planned from the catalogue (not
+    fetched, hub offline), every corpus in both layouts, the predicted GPU-hours printed."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    path = Path(__file__).resolve().parents[3] / "sweeps" / "field_weights.yaml"
+    assert sweep.main([str(path), "--dry-run", "--results-dir", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert ": 3 import cells, 79 sample cells (51 of them likelihood cells)" in out, out
+    assert "predicted cost:" in out and "GPU-hours" in out
+    from bench.config import load_sweep
+
+    ds = load_sweep(path).likelihood.datasets
+    corpora = {d.partition("@")[0] for d in ds if "@" in d}
+    assert len(corpora) == 8 and all({f"{c}@wrapped", f"{c}@padded"} <= set(ds) for c in corpora)
