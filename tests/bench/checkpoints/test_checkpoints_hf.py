@@ -395,7 +395,7 @@ def test_the_field_weights_sweep_plans_and_prices_offline(tmp_path, capsys, monk
     path = Path(__file__).resolve().parents[3] / "sweeps" / "field_weights.yaml"
     assert sweep.main([str(path), "--dry-run", "--results-dir", str(tmp_path / "r")]) == 0
     out = capsys.readouterr().out
-    assert ": 3 import cells, 79 sample cells (51 of them likelihood cells)" in out, out
+    assert ": 3 import cells, 28 sample cells, 51 likelihood cells" in out, out
     assert "predicted cost:" in out and "GPU-hours" in out
     from bench.config import load_sweep
 
