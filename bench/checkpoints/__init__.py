@@ -31,7 +31,8 @@ from bench.checkpoints.mapping import Spec, fit_problem, our_state
 from bench.checkpoints.mapping import spec as reference_spec
 from bench.checkpoints.reference import RefFile
 from bench.checkpoints.reference import read as read_reference
-from bench.checkpoints.source import CheckpointError, Source, resolve
+from bench.checkpoints.source import CheckpointError, Source
+from bench.checkpoints.source import resolve as resolve_file
 from bench.config import BackboneConfig, ConfigError, canonical
 
 __all__ = [
@@ -74,6 +75,19 @@ class Opened:
     source: Source
     ref: RefFile
     spec: Spec
+
+
+def resolve(src: str, *, fetch: bool = True, hash_file: bool = True) -> Source:
+    """Where ``src`` is: a method's authors' Hugging Face-format repository or folder
+    (:mod:`bench.checkpoints.hf`), else a reference-format file or hub file
+    (:func:`bench.checkpoints.source.resolve`)."""
+    from bench.checkpoints import hf
+
+    if hf.is_repo(src):
+        return hf.resolve_repo(src, fetch=fetch, hash_file=hash_file)
+    if not src.startswith("hf://") and hf.is_folder(Path(src).expanduser()):
+        return hf.local_source(src)
+    return resolve_file(src, fetch=fetch, hash_file=hash_file)
 
 
 def open_source(src: str, *, family: str | None = None) -> Opened:

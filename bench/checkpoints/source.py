@@ -139,14 +139,8 @@ def resolve(src: str, *, fetch: bool = True, hash_file: bool = True) -> Source:
     """Resolve ``src``. ``fetch``: download a hub file not in the cache (else its path stays
     None). Raises :class:`CheckpointError` for a missing local file, and for a hub file that is
     needed (``fetch``) but neither cached nor reachable (naming the command that fetches it)."""
-    from bench.checkpoints import hf  # the authors' Hugging Face-format repositories
-
-    if hf.is_repo(src):
-        return hf.resolve_repo(src, fetch=fetch, hash_file=hash_file)
     if not src.startswith(HF_PREFIX):
         path = Path(src).expanduser()
-        if hf.is_folder(path):
-            return hf.local_source(src)
         if not path.is_file():
             raise CheckpointError(f"{src}: no such file")
         return Source(src, path, file_sha256(path) if hash_file else None)
