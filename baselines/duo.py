@@ -92,7 +92,7 @@ from bench.method import (
 )
 from bench.numerics import log_linear_alpha, log_linear_dalpha, sigma_of_alpha
 from bench.options import option
-from bench.reference_format import ReferenceFamily, ReferenceFormat
+from bench.reference_format import HubFormat, ReferenceFamily, ReferenceFormat
 
 #: loss_type -> whether the NELBO drops its first term (the reference's ``loss_type=low_var``)
 LOW_VAR = {"elbo": False, "low_var": True}
@@ -254,6 +254,20 @@ class DuoReference(ReferenceFormat):
         ),
     )
     pad_is_class = True
+    #: s-sahoo/duo and s-sahoo/duo-distilled (DUOConfig: model_type "duo"; the HF DIT's keys
+    #: under ``backbone.``; no time_conditioning field: duo configs/algo/duo_base.yaml says
+    #: True, and the harness samples both with algo=duo_base; ``causal: true`` would be an AR
+    #: model; ``var_min`` is a training setting)
+    hub_formats = (
+        HubFormat(
+            "duo",
+            family="duo",
+            classes=(("AutoConfig", "DUOConfig"), ("AutoModelForMaskedLM", "DUO")),
+            fixed=(("causal", False),),
+            ignored=("var_min",),
+            algo=(("name", "duo_base"), ("time_conditioning", True)),
+        ),
+    )
 
     def options_from(self, ref, family):
         tc = bool(ref.num("algo.time_conditioning", True))

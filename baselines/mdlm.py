@@ -55,7 +55,7 @@ from bench.method import (
 )
 from bench.numerics import log_linear_alpha, log_linear_dalpha, sigma_of_alpha
 from bench.options import option
-from bench.reference_format import ReferenceFamily, ReferenceFormat
+from bench.reference_format import HubFormat, ReferenceFamily, ReferenceFormat
 
 NEG_INF = -1e6
 
@@ -145,6 +145,18 @@ class MDLMReference(ReferenceFormat):
             mask_rows=1,
             kept_mask_rows=(1, 1),
             vocab_in_hparams=True,
+        ),
+    )
+    #: kuleshov-group/mdlm-owt (hub config.json: model_type "mdlm", auto_map to
+    #: configuration_mdlm.MDLMConfig / modeling_mdlm.MDLM; the DIT's keys under ``backbone.``;
+    #: mdlm diffusion.py zeroes sigma unless time_conditioning)
+    hub_formats = (
+        HubFormat(
+            "mdlm",
+            family="mdlm",
+            classes=(("AutoConfig", "MDLMConfig"), ("AutoModelForMaskedLM", "MDLM")),
+            fields=("time_conditioning",),
+            algo=(("name", "mdlm"), ("time_conditioning", False)),
         ),
     )
 

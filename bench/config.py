@@ -253,8 +253,9 @@ class MethodEntry:
     train: dict[str, Any] = option(factory=dict, help="per-method train overrides (e.g. lr)")
     checkpoint: str = option(
         "",
-        help="import this checkpoint instead of training (a reference-format file or "
-        "hf://jdeschena/s-flm/<path>; bench.checkpoints): options and backbone come from the file",
+        help="import this checkpoint instead of training (a reference-format file, "
+        "hf://jdeschena/s-flm/<path>, or an authors' Hugging Face repository hf://<owner>/<repo>; "
+        "bench.checkpoints): options and backbone come from the file",
     )
     family: str = option(
         "",

@@ -67,6 +67,36 @@ class ReferenceFamily:
     vocab_in_hparams: bool = False
 
 
+@dataclass(frozen=True)
+class HubFormat:
+    """A Hugging Face-format repository a method's authors publish (``config.json`` with
+    ``model_type`` and ``auto_map`` naming the authors' modelling code, ``model.safetensors``),
+    read without running that code (:mod:`bench.checkpoints.hf`, docs/checkpoints.md).
+
+    Attributes:
+        model_type: ``config.json``'s ``model_type``.
+        family: the :class:`ReferenceFamily` (of the same method) the weights map onto: the same
+            backbone keys under ``backbone.``.
+        classes: ``auto_map`` entry -> the class name it must name (``AutoConfig`` ->
+            ``MDLMConfig``); the module part is not checked (the code is never imported).
+        fields: the configuration class's own ``config.json`` keys the mapping reads (sizes,
+            ``time_conditioning``), beside the generic ones of every ``PretrainedConfig``.
+        fixed: ``config.json`` values the mapping requires (key, value): any other value is an
+            error (e.g. a causal variant that is another model).
+        ignored: keys the file has that change nothing at sampling (training-only settings).
+        algo: the ``algo`` config section the reference harness ran these weights with
+            (``name``, ``time_conditioning`` when ``config.json`` does not say it).
+    """
+
+    model_type: str
+    family: str
+    classes: tuple[tuple[str, str], ...]
+    fields: tuple[str, ...] = ()
+    fixed: tuple[tuple[str, Any], ...] = ()
+    ignored: tuple[str, ...] = ()
+    algo: tuple[tuple[str, Any], ...] = ()
+
+
 class ReferenceFormat:
     """A method's mapping from and to the reference format. Subclass it in the method's module,
     set :attr:`families` (and :attr:`pad_is_class`), override the hooks whose default does not
@@ -77,6 +107,8 @@ class ReferenceFormat:
     #: True when the reference's ``[PAD]`` token is one of this method's classes: a file may then
     #: have one class more than the task it is sampled on (OWT: 50,258 for GPT-2's 50,257 ids)
     pad_is_class: bool = False
+    #: the Hugging Face-format repositories of this method's authors (:class:`HubFormat`)
+    hub_formats: tuple[HubFormat, ...] = ()
 
     def family_for(self, options: Any) -> ReferenceFamily:
         """Export: the family a model with these options (its ``Options``) is written as."""

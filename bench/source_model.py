@@ -10,7 +10,9 @@
 - a **model folder** written by ``python -m bench.checkpoints convert`` (``model.json`` +
   ``weights.pt``);
 - a **reference-format file** (the S-FLM paper's harness: ``*.ckpt``) or ``hf://<repo>/<path>``
-  (:mod:`bench.checkpoints.source`).
+  (:mod:`bench.checkpoints.source`);
+- a method's authors' **Hugging Face-format** repository, ``hf://<owner>/<repo>``, or a local
+  folder of its ``config.json`` + ``model.safetensors`` (:mod:`bench.checkpoints.hf`).
 
 The last two are imported as a sweep imports ``checkpoint:`` entries (:mod:`bench.plan`: method,
 options, backbone and vocabulary from the file; the task from ``--task`` and ``--set task...``).
@@ -79,11 +81,12 @@ def resolve_source(src: str) -> Source:
             if missing:
                 raise ConfigError(f"{src}: cell.json is not a train cell (no {missing[0]!r})")
             return Source(src, "run", run_dir, cell)
-        if (p / "model.json").is_file():
+        if (p / "model.json").is_file() or (p / "config.json").is_file():  # converted; HF format
             return Source(src, "checkpoint")
         raise ConfigError(
             f"{src}: neither a run folder (no cell.json) nor a model folder from "
-            "bench.checkpoints convert (no model.json)"
+            "bench.checkpoints convert (no model.json) nor a Hugging Face-format one "
+            "(no config.json)"
         )
     if p.is_file():
         return Source(src, "checkpoint")

@@ -6,7 +6,9 @@ and export a model trained here back into the reference format.
     python -m bench.checkpoints convert SRC --out DIR [--family F] [--option key=value ...]
     python -m bench.checkpoints export RUN_DIR --out FILE
 
-``SRC`` is a local file or ``hf://jdeschena/s-flm/<path>`` (see :mod:`bench.checkpoints.source`).
+``SRC`` is a local file or ``hf://jdeschena/s-flm/<path>`` (see :mod:`bench.checkpoints.source`),
+or a method's authors' Hugging Face-format repository ``hf://<owner>/<repo>`` / a local folder of
+its ``config.json`` + ``model.safetensors`` (:mod:`bench.checkpoints.hf`; their code never runs).
 In Python, :func:`load` returns the method (options set from the file) and its backbone holding
 the EMA weights. A sweep uses a file with ``checkpoint: SRC`` in a method entry (an import cell
 instead of a train cell; :mod:`bench.plan`). docs/checkpoints.md lists the 15 released files.
@@ -29,7 +31,8 @@ from bench.checkpoints.mapping import Spec, fit_problem, our_state
 from bench.checkpoints.mapping import spec as reference_spec
 from bench.checkpoints.reference import RefFile
 from bench.checkpoints.reference import read as read_reference
-from bench.checkpoints.source import CheckpointError, Source, resolve
+from bench.checkpoints.source import CheckpointError, Source
+from bench.checkpoints.source import resolve as resolve_file
 from bench.config import BackboneConfig, ConfigError, canonical
 
 __all__ = [
@@ -74,11 +77,41 @@ class Opened:
     spec: Spec
 
 
+def resolve(src: str, *, fetch: bool = True, hash_file: bool = True) -> Source:
+    """Where ``src`` is: a method's authors' Hugging Face-format repository or folder
+    (:mod:`bench.checkpoints.hf`), else a reference-format file or hub file
+    (:func:`bench.checkpoints.source.resolve`)."""
+    from bench.checkpoints import hf
+
+    if hf.is_repo(src):
+        return hf.resolve_repo(src, fetch=fetch, hash_file=hash_file)
+    if not src.startswith("hf://") and hf.is_folder(Path(src).expanduser()):
+        return hf.local_source(src)
+    return resolve_file(src, fetch=fetch, hash_file=hash_file)
+
+
 def open_source(src: str, *, family: str | None = None) -> Opened:
     """Resolve ``src`` (downloading a hub file when needed) and read it."""
     source = resolve(src)
-    ref = read_reference(source.path, family=family)
+    ref = read_file(source.path, family=family)
     return Opened(source, ref, checked_spec(ref))
+
+
+def read_file(path: Path, *, family: str | None = None) -> RefFile:
+    """A reference-format file (:func:`bench.checkpoints.reference.read`) or a Hugging
+    Face-format folder of a method's authors (:func:`bench.checkpoints.hf.read`)."""
+    from bench.checkpoints import hf
+
+    if hf.is_folder(path):
+        return hf.read(path, family=family)
+    return read_reference(path, family=family)
+
+
+def is_model_folder(src: str | Path) -> bool:
+    """A folder :func:`convert` wrote (not an ``hf://`` source, not a Hugging Face folder)."""
+    from bench.checkpoints import hf
+
+    return not str(src).startswith("hf://") and Path(src).is_dir() and not hf.is_folder(src)
 
 
 def checked_spec(ref: RefFile) -> Spec:
@@ -108,7 +141,7 @@ def plan_spec(src: str, *, family: str | None = None) -> tuple[Spec, Source]:
     hub's metadata (None offline)."""
     from bench.checkpoints import catalogue
 
-    if not src.startswith("hf://") and Path(src).is_dir():  # a folder convert wrote
+    if is_model_folder(src):  # a folder convert wrote
         meta = read_model_json(Path(src))
         sp = Spec(meta["family"], meta["method"], dict(meta["options"]), {},
                   dict(meta["backbone"]), int(meta["vocab_size"]), meta.get("seq_len"))  # fmt: skip
@@ -125,7 +158,7 @@ def plan_spec(src: str, *, family: str | None = None) -> tuple[Spec, Source]:
         if family is not None and family != sp.family:
             raise CheckpointError(f"{src}: is a {sp.family} checkpoint, not {family} (forced)")
         return dataclasses.replace(sp, options=dict(sp.options), choices=dict(sp.choices)), source
-    return checked_spec(read_reference(source.path, family=family)), source
+    return checked_spec(read_file(source.path, family=family)), source
 
 
 def resolve_options(sp: Spec, requested: dict | None, *, where: str = "options") -> dict:
@@ -232,9 +265,8 @@ def load(
     """Load ``src``: a reference-format file (local or ``hf://``) or a model folder written by
     :func:`convert`. ``options``: choices among those the file allows (e.g. S-FLM
     ``adaptive=True`` for the fitted schedule) and free options (sampling-only ones)."""
-    p = Path(src)
-    if not src.startswith("hf://") and p.is_dir():
-        return _load_folder(p, device)
+    if is_model_folder(src):
+        return _load_folder(Path(src), device)
     op = open_source(src, family=family)
     for w in op.ref.warnings:
         print(f"warning: {w}", flush=True)

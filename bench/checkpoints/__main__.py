@@ -62,7 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m bench.checkpoints",
         description="Inspect, convert and export checkpoints in the S-FLM reference format "
-        "(SRC: a file or hf://jdeschena/s-flm/<path>)",
+        "(SRC: a file or hf://jdeschena/s-flm/<path>), and read the methods' authors' Hugging "
+        "Face-format repositories (SRC: hf://<owner>/<repo>, e.g. hf://kuleshov-group/mdlm-owt, "
+        "or a folder of its config.json + model.safetensors; their code is never run)",
     )
     sub = ap.add_subparsers(dest="cmd", required=True)
     fam = {"help": "force the family (one the registered methods declare: their "

@@ -129,8 +129,55 @@ RELEASED: dict[str, tuple[str, Spec]] = {
 }
 
 
+#: the methods' own authors' Hugging Face-format repositories (bench.checkpoints.hf): the hub
+#: config.json of kuleshov-group/mdlm-owt (50,258 rows = GPT-2 + mask, time_conditioning false);
+#: s-sahoo/duo and duo-distilled: DUOConfig's defaults and the Duo harness's OWT setup (GPT-2 +
+#: [PAD] = 50,258 classes, algo duo_base: time-conditioned), checked against the files when read
+_HUB_NOTE = "planned from the catalogue: the file is not in the Hugging Face cache"
+HUB: dict[str, tuple[str, Spec]] = {
+    "kuleshov-group/mdlm-owt": (
+        "owt",
+        _spec(
+            "mdlm",
+            "mdlm",
+            {"time_conditioning": False, "eps": _EPS},
+            _OWT_V,
+            1024,
+            notes=[_HUB_NOTE],
+        ),
+    ),  # fmt: skip
+    "s-sahoo/duo": (
+        "owt",
+        _spec(
+            "duo",
+            "duo",
+            {"time_conditioning": True, "eps": _EPS},
+            _OWT_V + 1,
+            1024,
+            notes=[_HUB_NOTE],
+        ),
+    ),  # fmt: skip
+    "s-sahoo/duo-distilled": (
+        "owt",
+        _spec(
+            "duo",
+            "duo",
+            {"time_conditioning": True, "eps": _EPS},
+            _OWT_V + 1,
+            1024,
+            notes=[_HUB_NOTE],
+        ),
+    ),  # fmt: skip
+}
+
+
 def released(src: str) -> tuple[str, Spec] | None:
-    """The catalogue entry of ``hf://jdeschena/s-flm/<path>[@rev]`` (None for other sources)."""
+    """The catalogue entry of ``hf://jdeschena/s-flm/<path>[@rev]`` or of one of the authors'
+    repositories ``hf://<owner>/<repo>[@rev]`` (:data:`HUB`); None for other sources."""
+    from bench.checkpoints import hf
+
+    if hf.is_repo(src):
+        return HUB.get(src[len("hf://") :].split("@", 1)[0].strip("/"))
     prefix = f"hf://{RELEASE_REPO}/"
     if not src.startswith(prefix):
         return None

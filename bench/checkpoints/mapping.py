@@ -87,8 +87,14 @@ def spec(ref: RefFile) -> Spec:
         backbone=backbone,
         vocab_size=vocab,
         seq_len=length if isinstance(length, int) else None,
-        notes=notes + list(ref.warnings),
+        notes=notes + _hub_notes(ref) + list(ref.warnings),
     )
+
+
+def _hub_notes(ref: RefFile) -> list[str]:
+    from bench.checkpoints import hf
+
+    return hf.notes(ref) if ref.repo == "hf" else []
 
 
 def _ours(ref: RefFile, vocab: int) -> dict[str, torch.Tensor]:

@@ -48,7 +48,8 @@ _OUTPUT = ("output_layer.linear.weight", "lm_head.weight")
 _MLP_IN = ("blocks.0.mlp.0.weight", "blocks.0.c_fc.weight")
 #: the config schemas of the two codebases whose files are read (``RefFile.repo``) -> who wrote
 #: the file, in words: the S-FLM paper's harness and the FLM repository (david3684/flm)
-SCHEMAS = {"s-flm": "S-FLM harness", "flm": "FLM repository"}
+SCHEMAS = {"s-flm": "S-FLM harness", "flm": "FLM repository",
+           "hf": "the authors' Hugging Face repository (bench.checkpoints.hf)"}  # fmt: skip
 
 
 def __getattr__(name: str) -> Any:
@@ -199,15 +200,14 @@ def _schema(config: dict) -> str:
         and algo.get("backbone") == "dit"
         and (isinstance(model, dict) and model.get("type") == "ddit")
     )
-    harness, flm_repo = SCHEMAS  # the order of the table above
+    harness, flm_repo = list(SCHEMAS)[:2]  # the order of the table above
     return flm_repo if flm_schema else harness
 
 
-def read(path: str | Path, *, family: str | None = None) -> RefFile:
-    """Read a reference checkpoint (memory-mapped, no code from the file runs). ``family`` forces
-    the family when the config cannot say it; one that contradicts the file is an error."""
-    path = Path(path)
-    ckpt, replaced = _torch_load(path)
+def _state_dict(path: Path, ckpt: dict) -> dict:
+    """The checkpoint's ``state_dict`` (torch.compile's infix and distillation teachers left
+    out), its read entries checked to be tensors, and the types of ``ema`` / ``global_step`` /
+    ``epoch`` checked."""
     missing = [k for k in _REQUIRED_KEYS if k not in ckpt]
     if missing:
         raise CheckpointError(f"{path}: not a Lightning checkpoint (no {missing[0]!r} key)")
@@ -227,79 +227,88 @@ def read(path: str | Path, *, family: str | None = None) -> RefFile:
         if v is not None and not isinstance(v, kind):
             words = "a mapping" if kind is Mapping else "an integer"
             raise CheckpointError(f"{path}: {key} is {what(v)}, not {words}")
+    if not any(k.startswith("backbone.") for k in sd):
+        raise CheckpointError(f"{path}: no backbone.* weights in state_dict")
+    return sd
+
+
+def _hyper_parameters(path: Path, ckpt: dict) -> tuple[Mapping, dict]:
+    """(``hyper_parameters`` as plain values, its ``config`` as a dict; {} when unreadable).
+    A call of a function outside the allow-list is never a config."""
     hp = ckpt.get("hyper_parameters") or {}
     raw_config = hp.get("config") if isinstance(hp, Mapping) else None
     hp = hp if isinstance(hp, Mapping) else plain(hp)
     for name, v in (("hyper_parameters", hp), ("hyper_parameters['config']", raw_config)):
-        said = foreign(v)  # a call of a function outside the allow-list is never a config
+        said = foreign(v)
         if said and said.startswith(("a call of", "the function")):
             raise CheckpointError(f"{path}: {name} is {said}, not a config")
     config = plain(hp.get("config")) if isinstance(hp, Mapping) else None
-    config = config if isinstance(config, dict) else {}
-    keys = set(sd)
-    extra = [k for k in sd if "." not in k]
-    if not any(k.startswith("backbone.") for k in keys):
-        raise CheckpointError(f"{path}: no backbone.* weights in state_dict")
-    repo = _schema(config)
+    return hp, config if isinstance(config, dict) else {}
+
+
+def _family(path: Path, keys: set[str], config: dict, repo: str, forced: str | None) -> str:
+    """The file's family (:func:`bench.checkpoints.families.detect`), or ``forced`` when it
+    agrees; a file no family fits, or several, is a :class:`CheckpointError`."""
     fam = families.detect(keys, config, repo)
-    if family is not None:
+    if forced is not None:
         known = families.names()
-        if family not in known:
+        if forced not in known:
             raise CheckpointError(
-                f"--family: unknown family {family!r} (known: {', '.join(known)})"
+                f"--family: unknown family {forced!r} (known: {', '.join(known)})"
             )
-        if fam and fam != family:
+        if fam and fam != forced:
             raise CheckpointError(
-                f"{path}: the file is a {fam} checkpoint, not {family} (forced family)"
+                f"{path}: the file is a {fam} checkpoint, not {forced} (forced family)"
             )
-        fam = family
-    if not fam:
-        tied = families.ambiguous(keys)
-        if not tied:
-            raise CheckpointError(
-                f"{path}: its keys fit none of the known families ({', '.join(families.names())})"
-            )
+        return forced
+    if fam:
+        return fam
+    tied = families.ambiguous(keys)
+    if not tied:
         raise CheckpointError(
-            f"{path}: {', '.join(tied)} checkpoints have the same keys and config.algo.name is "
-            "unreadable; say which with --family (or family= in Python)"
+            f"{path}: its keys fit none of the known families ({', '.join(families.names())})"
         )
-    backbone = [(k[len("backbone.") :], v) for k, v in sd.items() if k.startswith("backbone.")]
-    params = [(k, v) for k, v in backbone if not DROPPED.search(k)]
+    raise CheckpointError(
+        f"{path}: {', '.join(tied)} checkpoints have the same keys and config.algo.name is "
+        "unreadable; say which with --family (or family= in Python)"
+    )
+
+
+def _ema(path: Path, ckpt: dict, params: list) -> tuple[dict, list[str], bool]:
+    """(the EMA weights paired with the parameters by position, warnings, whether the file has
+    EMA weights); without them the raw weights, with a warning."""
     ema = ckpt.get("ema")
     shadow = ema.get("shadow_params") if isinstance(ema, Mapping) else None
-    if shadow is not None and not isinstance(shadow, list | tuple):
+    if shadow is None:
+        return dict(params), [
+            f"{path}: no EMA weights in the file; using the raw (non-averaged) weights, which "
+            "are not what the reference evaluates"
+        ], False  # fmt: skip
+    if not isinstance(shadow, list | tuple):
         raise CheckpointError(
             f"{path}: ema['shadow_params'] is {what(shadow)}, not a list of tensors"
         )
-    warnings = []
-    if shadow is None:
-        warnings.append(
-            f"{path}: no EMA weights in the file; using the raw (non-averaged) weights, which are "
-            "not what the reference evaluates"
+    if len(shadow) != len(params):
+        raise CheckpointError(
+            f"{path}: {len(shadow)} EMA tensors for {len(params)} backbone parameters "
+            "(EMA is matched by position)"
         )
-        weights = dict(params)
-    else:
-        shadow = list(shadow)
-        if len(shadow) != len(params):
+    weights = {}
+    for i, ((k, v), s) in enumerate(zip(params, shadow)):
+        if not isinstance(s, torch.Tensor):
+            raise CheckpointError(f"{path}: ema['shadow_params'][{i}] is {what(s)}, not a tensor")
+        if tuple(s.shape) != tuple(v.shape):
             raise CheckpointError(
-                f"{path}: {len(shadow)} EMA tensors for {len(params)} backbone parameters "
-                "(EMA is matched by position)"
+                f"{path}: EMA tensor {i} has shape {tuple(s.shape)}, parameter backbone.{k} "
+                f"has {tuple(v.shape)}"
             )
-        weights = {}
-        for i, ((k, v), s) in enumerate(zip(params, shadow)):
-            if not isinstance(s, torch.Tensor):
-                raise CheckpointError(
-                    f"{path}: ema['shadow_params'][{i}] is {what(s)}, not a tensor"
-                )
-            if tuple(s.shape) != tuple(v.shape):
-                raise CheckpointError(
-                    f"{path}: EMA tensor {i} has shape {tuple(s.shape)}, parameter backbone.{k} "
-                    f"has {tuple(v.shape)}"
-                )
-            weights[k] = s
-    noise = {k[len("noise.") :]: v for k, v in sd.items() if k.startswith("noise.")}
-    embed_name = families.entry(fam).family.embed
-    # the tensors the sizes are read from (RefFile.d_model, vocab_rows, out_rows, mlp_ratio)
+        weights[k] = s
+    return weights, [], True
+
+
+def _check_size_tensors(path: Path, weights: dict, fam: str, embed_name: str) -> None:
+    """The tensors the sizes are read from (``RefFile.d_model``, ``vocab_rows``, ``out_rows``,
+    ``mlp_ratio``) are there and are matrices."""
     for part, names in (
         ("input embedding", (embed_name,)),
         ("output layer", _OUTPUT),
@@ -312,8 +321,23 @@ def read(path: str | Path, *, family: str | None = None) -> RefFile:
             raise CheckpointError(
                 f"{path}: backbone.{name} has shape {tuple(weights[name].shape)}, not a matrix"
             )
-    step = ckpt.get("global_step")
-    epoch = ckpt.get("epoch")
+
+
+def read(path: str | Path, *, family: str | None = None) -> RefFile:
+    """Read a reference checkpoint (memory-mapped, no code from the file runs). ``family`` forces
+    the family when the config cannot say it; one that contradicts the file is an error."""
+    path = Path(path)
+    ckpt, replaced = _torch_load(path)
+    sd = _state_dict(path, ckpt)
+    hp, config = _hyper_parameters(path, ckpt)
+    repo = _schema(config)
+    fam = _family(path, set(sd), config, repo, family)
+    backbone = [(k[len("backbone.") :], v) for k, v in sd.items() if k.startswith("backbone.")]
+    params = [(k, v) for k, v in backbone if not DROPPED.search(k)]
+    weights, warnings, has_ema = _ema(path, ckpt, params)
+    embed_name = families.entry(fam).family.embed
+    _check_size_tensors(path, weights, fam, embed_name)
+    step, epoch = ckpt.get("global_step"), ckpt.get("epoch")
     return RefFile(
         path=path,
         family=fam,
@@ -321,12 +345,12 @@ def read(path: str | Path, *, family: str | None = None) -> RefFile:
         config=config,
         global_step=int(step) if isinstance(step, int) else None,
         epoch=int(epoch) if isinstance(epoch, int) else None,
-        has_ema=shadow is not None,
+        has_ema=has_ema,
         weights=weights,
         raw=dict(params),
-        noise=noise,
-        extra_keys=extra,
-        replaced=[r for r in replaced],
+        noise={k[len("noise.") :]: v for k, v in sd.items() if k.startswith("noise.")},
+        extra_keys=[k for k in sd if "." not in k],
+        replaced=list(replaced),
         warnings=warnings,
         embed_name=embed_name,
         ours=hp.get("sflm_bench") if isinstance(hp.get("sflm_bench"), dict) else None,

@@ -98,11 +98,11 @@ def _model(src: str, *, task: str | None, sets: list[str], results_dir: str | No
     p = sm.build_plan(data, LABEL)
     tc = p.train_cells[0]
     t = registry.make_task(tc.task_config())
-    from bench.checkpoints import plan_spec
+    from bench.checkpoints import is_model_folder, plan_spec
 
     sp, _ = plan_spec(src, family=tc.source.get("forced"))
     positions = max(t.seq_len, sp.seq_len or 0)
-    if Path(src).is_dir():  # a converted model folder
+    if is_model_folder(src):  # a converted model folder
         return _Model(tc, t, positions, Path(src) / "weights.pt")
     if tc.weights.is_file():  # imported by bench.eval or a sweep already
         return _Model(tc, t, positions, tc.weights)

@@ -23,12 +23,18 @@ def convert(tc: TrainCell, store, rebuild: bool) -> None:
     """Convert ``tc``'s checkpoint into its run folder and record its rows (unless ``rebuild``).
     The file must be the one planned (same sha256) and still give the planned options."""
     from bench.cell_model import cell_task
-    from bench.checkpoints import CheckpointError, open_source, resolve_options, write_model
+    from bench.checkpoints import (
+        CheckpointError,
+        is_model_folder,
+        open_source,
+        resolve_options,
+        write_model,
+    )
 
     task = cell_task(tc)
     src = tc.source
     t0 = time.perf_counter()
-    if Path(src["checkpoint"]).is_dir():  # a model folder written by bench.checkpoints convert
+    if is_model_folder(src["checkpoint"]):  # a model folder written by bench.checkpoints convert
         meta = _copy_folder(tc)
     else:
         op = open_source(src["checkpoint"], family=src.get("forced"))

@@ -50,6 +50,14 @@ class Spec:
     kind: str
     text: str
     path: str = ""
+    #: a zero-shot corpus's own layout (``<corpus>@wrapped`` / ``@padded``), overriding the
+    #: section's ``wrap`` for it, so one sweep evaluates both (mdlm#29: the cause of most
+    #: zero-shot disagreements); None: the section's
+    wrap: bool | None = None
+
+
+#: ``<corpus>@<layout>``: the layout of one zero-shot corpus
+LAYOUTS = {"wrapped": True, "padded": False}
 
 
 def parse(spec: str) -> Spec:
@@ -62,8 +70,12 @@ def parse(spec: str) -> Spec:
         return Spec(spec, spec)
     if spec in CORPORA:
         return Spec("zeroshot", spec)
+    name, _, lay = spec.partition("@")
+    if name in CORPORA and lay in LAYOUTS:
+        return Spec("zeroshot", spec, wrap=LAYOUTS[lay])
     raise ConfigError(
-        f"likelihood dataset {spec!r}: unknown (known: {', '.join(NAMES)}, text:PATH)"
+        f"likelihood dataset {spec!r}: unknown (known: {', '.join(NAMES)}, text:PATH; a corpus "
+        f"may name its layout: <corpus>@{'|'.join(LAYOUTS)})"
     )
 
 
@@ -126,7 +138,7 @@ def load_blocks(
     elif sp.kind == "text":
         data = _text(task, sp, L, wrap)
     else:
-        data = _zeroshot(task, sp, L, wrap)
+        data = _zeroshot(task, sp, L, wrap if sp.wrap is None else sp.wrap)
     if n and len(data) > n:
         data = data.subset(range(n))
     if len(data) == 0:
@@ -174,7 +186,8 @@ def _zeroshot(task, sp: Spec, L: int, wrap: bool) -> TaskData:
 
     tok = task.tokenizer
     specials = layout.special_ids(task)
-    c = CORPORA[sp.text]
+    name = sp.text.partition("@")[0]  # the corpus of ``<corpus>@<layout>``
+    c = CORPORA[name]
     key = {
         "v": LAYOUT_VERSION,
         "corpus": [c.path, c.config, c.split, c.column, c.detok],
@@ -185,7 +198,7 @@ def _zeroshot(task, sp: Spec, L: int, wrap: bool) -> TaskData:
     }
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     lay = "wrapped" if wrap else "padded"
-    dest = data_cache_root(task.cfg.data_dir) / "likelihood" / f"{sp.text}-{lay}-L{L}-{digest}.npz"
+    dest = data_cache_root(task.cfg.data_dir) / "likelihood" / f"{name}-{lay}-L{L}-{digest}.npz"
 
     def check(p: Path):
         if not p.is_file():
@@ -201,7 +214,7 @@ def _zeroshot(task, sp: Spec, L: int, wrap: bool) -> TaskData:
     def build(tmp: Path) -> None:
         from bench.likelihood.zeroshot import documents
 
-        texts = documents(sp.text)
+        texts = documents(name)
         tok.model_max_length = 1 << 40  # whole documents: no length warning
         docs = [list(ids) for ids in tok(texts, add_special_tokens=False)["input_ids"]]
         data = _lay_out(docs, L, wrap, specials)

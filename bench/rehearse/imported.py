@@ -34,11 +34,17 @@ def _sha_memo(folder: Path):
 
 def _export_random(tc: TrainCell, task, out: Path) -> None:
     """A random model with ``tc``'s facts, written to ``out`` in the reference format without our
-    own record (:func:`bench.checkpoints.export.export_model`), as the released files are."""
+    own record (:func:`bench.checkpoints.export.export_model`), as the released files are; for
+    an authors' Hugging Face-format repository, a folder in that format
+    (:func:`bench.checkpoints.hf.write_folder`)."""
+    from bench.checkpoints import hf
     from bench.checkpoints.export import export_model
 
     torch.manual_seed(0)
     method, backbone = method_backbone(tc, task)
+    if hf.is_hub_source(tc.source["checkpoint"]):  # an authors' Hugging Face-format repository
+        hf.write_folder(backbone, hf.model_type_of(tc.method), out, model_length=task.seq_len)
+        return
     facts = {
         "method": tc.method,
         "options": canonical(dataclasses.asdict(method.opts)),
@@ -69,7 +75,7 @@ def export_import_load(r, m: Model, out: list[Phase]):
     out.append(ph)
     with _sha_memo(r.tmp):
         r.run_phase(ph, lambda: run_train(cell, progress=False), device="cpu")
-    ckpt.unlink(missing_ok=True)
+    shutil.rmtree(ckpt) if ckpt.is_dir() else ckpt.unlink(missing_ok=True)
     ph = Phase(label, "load", tc.label(), note="weights.pt as a sampling job loads it")
     out.append(ph)
 

@@ -27,6 +27,7 @@ from bench.report import (
     cost,
     curves,
     differences,
+    field,
     likelihood,
     program,
     samplers,
@@ -48,6 +49,7 @@ BUILTIN: tuple[ReportItem, ...] = (
     *samplers.ITEMS,  # <task>_samplers.md (each method's best sampler against the paper's)
     *samples_view.ITEMS,  # <task>_samples.md (the records behind the headline cells)
     *likelihood.ITEMS,  # likelihood.md (held-out NLL / PPL per model and dataset)
+    *field.ITEMS,  # field_weights.md (the authors' published weights against their papers)
     *program.ITEMS,  # the program kind (GSM8K, its stand-in)
     *frontier.ITEMS,  # the frontier kind (OWT)
     *artifacts.ITEMS,  # the paper's labels

@@ -157,6 +157,22 @@ def test_zeroshot_is_detokenised_wrapped_and_cached(monkeypatch, tmp_path):
     assert calls == ["ag_news", "ag_news"]
 
 
+def test_a_corpus_may_name_its_layout(monkeypatch, tmp_path):
+    """``<corpus>@padded`` / ``@wrapped`` overrides the section's ``wrap`` for that corpus (one
+    sweep evaluates both layouts; the spec, hence the rows' subset and the cell id, says which)."""
+    monkeypatch.setattr(zeroshot, "documents", lambda name: ["a b c", "d e f g h", "i"])
+    task = WordTask(tmp_path)
+    wrapped = lds.load_blocks(task, "ag_news")
+    padded = lds.load_blocks(task, "ag_news@padded")  # the section says wrap: true
+    assert torch.equal(padded.x, lds.load_blocks(task, "ag_news", wrap=False).x)
+    assert not torch.equal(padded.x[:2], wrapped.x) and padded.x.shape[0] == 3  # one per document
+    assert torch.equal(lds.load_blocks(task, "ag_news@wrapped", wrap=False).x, wrapped.x)
+    assert lds.parse("ptb@padded").wrap is False and lds.parse("ptb").wrap is None
+    for bad in ("ptb@unwrapped", "owt-valid@padded", "nope@padded"):
+        with pytest.raises(ConfigError, match="<corpus>@wrapped|padded"):
+            lds.parse(bad)
+
+
 def test_detokenizers_undo_the_corpora_spacing():
     assert detok.wikitext(" = = Title = = \n 1 @,@ 000 km , the game 's") == (
         " == Title ==\n1,000 km, the game's"
