@@ -64,6 +64,7 @@ from baselines.duo_loss import (  # noqa: F401 (udlm_nelbo*: the objective's pub
     udlm_nelbo_fused,
     udlm_nelbo_reference,
 )
+from baselines.duo_reference import DuoReference
 from baselines.duo_samplers import (  # noqa: F401 (the posteriors' and schedules' public names)
     DECODINGS,
     PSI_OPTIONS,
@@ -92,7 +93,6 @@ from bench.method import (
 )
 from bench.numerics import log_linear_alpha, log_linear_dalpha, sigma_of_alpha
 from bench.options import option
-from bench.reference_format import HubFormat, ReferenceFamily, ReferenceFormat
 
 #: loss_type -> whether the NELBO drops its first term (the reference's ``loss_type=low_var``)
 LOW_VAR = {"elbo": False, "low_var": True}
@@ -237,52 +237,6 @@ class DuoOptions(CategoricalSampling):
 
 
 # --------------------------------------------------------------------------- the method
-
-
-class DuoReference(ReferenceFormat):
-    """Duo files (s-flm ``algo.DUO_BASE`` on the ``DIT``): no mask class; the reference's [PAD]
-    is a class of the model and of its uniform prior (OWT: 50,258 classes for GPT-2's 50,257
-    ids); ``time_conditioning`` and ``noise.eps`` from the config."""
-
-    families = (
-        ReferenceFamily(
-            "duo",
-            model_type="dit",
-            algo="duo_base",
-            algo_names=("duo", "duo_base", "udlm"),
-            requires=("backbone.vocab_embed.embedding", "backbone.sigma_map.mlp.0.weight"),
-        ),
-    )
-    pad_is_class = True
-    #: s-sahoo/duo and s-sahoo/duo-distilled (DUOConfig: model_type "duo"; the HF DIT's keys
-    #: under ``backbone.``; no time_conditioning field: duo configs/algo/duo_base.yaml says
-    #: True, and the harness samples both with algo=duo_base; ``causal: true`` would be an AR
-    #: model; ``var_min`` is a training setting)
-    hub_formats = (
-        HubFormat(
-            "duo",
-            family="duo",
-            classes=(("AutoConfig", "DUOConfig"), ("AutoModelForMaskedLM", "DUO")),
-            fixed=(("causal", False),),
-            ignored=("var_min",),
-            algo=(("name", "duo_base"), ("time_conditioning", True)),
-        ),
-    )
-
-    def options_from(self, ref, family):
-        tc = bool(ref.num("algo.time_conditioning", True))
-        return {"time_conditioning": tc, "eps": float(ref.num("noise.eps", 1e-3))}, {}, []
-
-    def export_config(self, family, method) -> dict:
-        o = method.opts
-        return {
-            "algo": {
-                "diffusion_type": "uniform",
-                "time_conditioning": o.time_conditioning,
-                "loss_type": o.loss_type,
-            },
-            "noise": {"eps": o.eps},
-        }
 
 
 class Duo(Method):
