@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from helpers import LEARN_TARGET, make_method, make_model, sort8_outcomes
 from torch import nn
 
-from baselines.mdlm import CONFIDENCE_ORDERS, MDLM, REMDM
+from baselines.mdlm import CONFIDENCE_ORDERS, MDLM, PARALLEL, REMDM
 from bench.config import ConfigError
 from bench.data.toy import sort_data
 
@@ -287,10 +287,17 @@ def reference_llada(logits, prompt, gen_length, block_length, steps, T, g):
         for i in range(steps):
             out.append(x.clone())
             mask_index = x == V
-            # add_gumbel_noise: float64, logits.exp() / (-log u) ** T
-            l64 = lg.to(torch.float64)
-            noise = torch.rand(l64.shape, generator=g, dtype=torch.float64)
-            x0 = torch.argmax(l64.exp() / (-torch.log(noise)) ** T, dim=-1)
+            # add_gumbel_noise draws x0 ~ softmax(logits / T) everywhere; only the masked
+            # positions of the block are ever kept, so the sampler draws only there, by the
+            # inverse CDF (the same law: test_draws_follow_the_law): transcribed so that the
+            # rule below sees the sampler's x0
+            cand = mask_index.clone()
+            cand[:, end:] = False
+            x0 = torch.zeros_like(x)
+            w = lg[cand] / T
+            cdf = (w - w.amax(-1, keepdim=True)).exp().cumsum(-1, dtype=torch.float64)
+            u = torch.rand((len(cdf), 1), generator=g, dtype=torch.float64) * cdf[:, -1:]
+            x0[cand] = torch.searchsorted(cdf, u, right=True).squeeze(-1)
             p = F.softmax(lg, dim=-1)
             x0_p = torch.gather(p, -1, x0[..., None]).squeeze(-1)
             x0_p[:, end:] = -torch.inf
@@ -513,7 +520,7 @@ def test_cached_calls_every_step_when_time_conditioned():
     g = torch.Generator().manual_seed(4)
     got = method.sample(net, prompt, pmask, nfe=nfe, decoding="cached", generator=g)
     assert torch.equal(got, want) and method.nfe_counter == nfe
-    assert "cached" in MDLM.call_skipping and len(MDLM.call_skipping) == 1
+    assert set(MDLM.call_skipping) == {"cached", *PARALLEL}
 
 
 # -- every decoding --------------------------------------------------------------------------
