@@ -19,7 +19,9 @@ from helpers import make_method, make_model, sort_train_config, train_sort_mdlm
 from scipy.stats import chisquare
 from torch import nn
 
+import baselines.duo as duo
 import baselines.mdlm_samplers as ms
+from baselines.duo import uniform_posterior_probs
 from bench.data.toy import sort_data
 
 torch.set_num_threads(1)
@@ -32,10 +34,10 @@ class TableNet(nn.Module):
     """A network whose logits (n, L, V + 1) depend on the whole canvas: one random row per
     canvas state ((V + 1)^L of them), so the order of reveals matters to the law."""
 
-    def __init__(self, seed=0, scale=1.5):
+    def __init__(self, seed=0, scale=1.5, out=V + 1):
         super().__init__()
         g = torch.Generator().manual_seed(seed)
-        self.table = torch.randn((V + 1) ** L, L, V + 1, generator=g) * scale
+        self.table = torch.randn((V + 1) ** L, L, out, generator=g) * scale
 
     def code(self, x):
         return (x * (V + 1) ** torch.arange(L)).sum(-1)
@@ -201,6 +203,63 @@ def test_a_wrong_draw_fails_the_law(decoding, monkeypatch):
     else:
         law = confidence_law(net, X0_ALL, 3, T, low_confidence)
     assert fit_p(counts, law) < 1e-6
+
+
+def duo_law(m, net, nfe, temperature, greedy=False) -> dict:
+    """Duo's ancestral sampler step by step: x_1 uniform over V^L, then at each step every
+    position draws x_s from the uniform-state posterior q(x_s | x_t, x_hat = p_theta(x_t)) (Duo
+    eq. 5: :func:`uniform_posterior_probs`, the dense formula), the last step to alpha_s = 1
+    (``greedy``: argmax p_theta there)."""
+    ts = torch.linspace(1.0, 1e-5, nfe + 1, dtype=torch.float64)
+    law = {x: V**-L for x in itertools.product(range(V), repeat=L)}
+    for k in range(nfe):
+        last = k == nfe - 1
+        a_t = m.alpha(ts[k]).reshape(1, 1).expand(1, L)
+        a_s = torch.ones_like(a_t) if last else m.alpha(ts[k + 1]).reshape(1, 1).expand(1, L)
+        new: dict = {}
+        for x, px in law.items():
+            xh = probs(net, x, temperature)
+            if last and greedy:
+                y = tuple(int(v) for v in xh.argmax(-1))
+                new[y] = new.get(y, 0.0) + px
+                continue
+            q = uniform_posterior_probs(xh[None], torch.tensor([x]), a_s, a_t)[0]
+            for y in itertools.product(range(V), repeat=L):
+                p = px * math.prod(float(q[i, y[i]]) for i in range(L))
+                new[y] = new.get(y, 0.0) + p
+        law = new
+    return law
+
+
+def duo_draws(nfe, net, decoding="ancestral", seed=0):
+    m = make_method("duo", {}, V, L)
+    prompt = torch.zeros(N_DRAWS, L, dtype=torch.long)
+    pmask = torch.zeros(N_DRAWS, L, dtype=torch.bool)
+    g = torch.Generator().manual_seed(seed)
+    out = m.sample(net, prompt, pmask, nfe=nfe, temperature=T, decoding=decoding, generator=g)
+    assert m.nfe_counter == nfe
+    counts: dict = {}
+    for row in out.tolist():
+        counts[tuple(row)] = counts.get(tuple(row), 0) + 1
+    return m, counts
+
+
+@pytest.mark.parametrize("decoding,nfe", [("ancestral", 2), ("ancestral", 3), ("greedy", 2)])
+def test_duo_draws_follow_the_posterior(decoding, nfe):
+    """Duo's steps (x_hat drawn only where the threshold picks it) follow Duo eq. 5 step by
+    step: the final canvas's law by enumeration, chi-square over N_DRAWS draws."""
+    net = TableNet(seed=3, out=V)
+    m, counts = duo_draws(nfe, net, decoding)
+    assert fit_p(counts, duo_law(m, net, nfe, T, greedy=decoding == "greedy")) > 1e-3
+
+
+def test_duo_wrong_temperature_fails_the_law(monkeypatch):
+    """The Duo law test rejects a step that forgets the temperature (p < 1e-6)."""
+    net = TableNet(seed=3, out=V)
+    real = duo.psi_step
+    monkeypatch.setattr(duo, "psi_step", lambda *a: real(*a[:7], 1.0, *a[8:]))
+    m, counts = duo_draws(3, net)
+    assert fit_p(counts, duo_law(m, net, 3, T)) < 1e-6
 
 
 # -- the parallel rules -------------------------------------------------------------------------
