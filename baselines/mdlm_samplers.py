@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 
 from bench.decoding import Decoding
-from bench.method import categorical_draw, gumbel_argmax
+from bench.method import categorical_draw
 
 #: the sampling options every categorical draw reads (bench.method.filter_logits)
 FILTERS = ("top_k", "top_p")
@@ -273,8 +273,7 @@ class ReMDM(Decoding):
             last = k == nfe - 1
             a_t, a_s, sigma = self.step(m, float(ts[k]), float(ts[k + 1]), last)
             alpha_in = m.alpha(ts[k]).expand(n).float()  # the network's t: the grid's
-            logp = m.log_probs(backbone, x, alpha_in, temperature, count=True)
-            p = torch.softmax(m.filtered(logp).double(), -1)  # p_x0 (after top-k / top-p)
+            raw = m.call(backbone, x, m.sigma(alpha_in))
             is_mask = x == m.mask_id
             if self.by_confidence:
                 # eta_conf = softmax(confident_score) over the row; 0 on masked positions
@@ -282,21 +281,28 @@ class ReMDM(Decoding):
                 sig = torch.where(is_mask, 0.0, weight) * sigma
             else:
                 sig = torch.full((n, L), sigma, device=dev, dtype=torch.float64)
-            sig = torch.where(generated, sig, 0.0)[..., None]  # the prompt stays
-            # q_xs (decoded): p_x0 (1 - sigma), [MASK] sigma; q_xs_2 (masked): p_x0 (alpha_s -
-            # (1 - sigma) alpha_t) / (1 - alpha_t), [MASK] (1 - alpha_s - sigma alpha_t) /
-            # (1 - alpha_t); as one (n, L, V + 1) buffer: p_x0 times a per-position coefficient
-            masked = is_mask[..., None]
-            coef = torch.where(masked, (a_s - (1 - sig) * a_t) / (1 - a_t), 1 - sig)
-            q = p * coef
-            q_mask = torch.where(masked, (1 - a_s - sig * a_t) / (1 - a_t), sig)
-            q[..., m.mask_id] = q_mask[..., 0]
-            xs = gumbel_argmax(q.clamp_min_(0.0).log_(), generator, float64)
+            sig = torch.where(generated, sig, 0.0)  # the prompt stays
+            # q_xs (decoded): p_x0 (1 - sigma), [MASK] sigma (p_x0 one-hot on the token: kept);
+            # q_xs_2 (masked): p_x0 (alpha_s - (1 - sigma) alpha_t) / (1 - alpha_t), [MASK]
+            # (1 - alpha_s - sigma alpha_t) / (1 - alpha_t). p_x0 sums to 1, so [MASK] or not is
+            # drawn first, by one uniform against the two weights, and a token of p_x0 only
+            # where a masked position is revealed (the same law)
+            w_tok = torch.where(is_mask, (a_s - (1 - sig) * a_t) / (1 - a_t), 1 - sig)
+            w_mask = torch.where(is_mask, (1 - a_s - sig * a_t) / (1 - a_t), sig)
+            w_tok, w_mask = w_tok.clamp_min(0.0), w_mask.clamp_min(0.0)
+            u = torch.rand(x.shape, generator=generator, device=dev, dtype=torch.float64)
+            to_mask = u < w_mask / (w_tok + w_mask)
+            reveal = is_mask & ~to_mask
+            rows = m.filtered(token_logits(m, raw, reveal, temperature))
+            draw = categorical_draw(rows, generator, float64)
+            xs = torch.where(to_mask, m.mask_id, x)
+            xs[reveal] = draw
             if self.by_confidence:
                 # conf of a newly decoded token = -p_x0(token); a remasked one gets -inf
-                drawn = p.gather(-1, xs[..., None]).squeeze(-1)
-                conf = torch.where(is_mask & (xs != m.mask_id), -drawn, conf)
-                conf = torch.where(~is_mask & (xs == m.mask_id), -torch.inf, conf)
+                drawn = torch.softmax(rows.double(), -1).gather(-1, draw[:, None]).squeeze(-1)
+                conf = conf.clone()
+                conf[reveal] = -drawn
+                conf = torch.where(~is_mask & to_mask, -torch.inf, conf)
             x = xs
         return x
 
@@ -339,7 +345,8 @@ _ANCESTRAL_COST = (
     "a float64 cumulative sum over (R, V+1), one uniform each (R over a run: the generated length)"
 )
 _REMDM_COST = (
-    "a float64 softmax and the q_sigma table over (B, L, V+1), its log, the Gumbel-max draw"
+    "O(B L) for the q_sigma weights and a (B, L) uniform; at the R positions it reveals, the "
+    "draw over (R, V+1) as `ancestral`'s"
 )
 _BLOCKED = (*FILTERS, "block_length")
 

@@ -190,6 +190,45 @@ def test_draws_follow_the_law(decoding, nfe, x0, law):
     assert fit_p(counts, law(net, x0, nfe)) > 1e-3
 
 
+def remdm_law(m, net, x0, nfe, decoding, temperature) -> dict:
+    """ReMDM's q_sigma step by step (kuleshov-group/remdm ``_ddpm_caching_update``: q_xs for a
+    decoded token, keep 1 - sigma / [MASK] sigma; q_xs_2 for a masked one, token v
+    p_theta(v) (a_s - (1 - sigma) a_t) / (1 - a_t) / [MASK] (1 - a_s - sigma a_t) / (1 - a_t)),
+    on the schedule's (alpha_t, alpha_s, sigma) (``MDLM.remdm_step``)."""
+    ts = torch.linspace(1.0, 1e-5, nfe + 1, dtype=torch.float64).tolist()
+    law = {tuple(x0): 1.0}
+    for k in range(nfe):
+        a_t, a_s, sg = m.remdm_step(decoding, ts[k], ts[k + 1], k == nfe - 1)
+        new: dict = {}
+        for x, px in law.items():
+            q = probs(net, x, temperature)
+            opts = []
+            for i in range(L):
+                if x[i] != V:
+                    opts.append([(x[i], 1 - sg), (V, sg)])
+                else:
+                    tok = (a_s - (1 - sg) * a_t) / (1 - a_t)
+                    opts.append([(V, (1 - a_s - sg * a_t) / (1 - a_t))]
+                                + [(v, tok * float(q[i, v])) for v in range(V)])  # fmt: skip
+            for combo in itertools.product(*opts):
+                y = tuple(c[0] for c in combo)
+                new[y] = new.get(y, 0.0) + px * math.prod(max(c[1], 0.0) for c in combo)
+        law = new
+    return law
+
+
+REMDM_LAWS = [("remdm-cap", {"remdm_eta": 0.5}, 3), ("remdm-loop", {"remdm_eta": 0.1}, 3)]
+
+
+@pytest.mark.parametrize("decoding,options,nfe", REMDM_LAWS)
+def test_remdm_draws_follow_the_law(decoding, options, nfe):
+    """ReMDM ([MASK] or not first, a token only where revealed) follows q_sigma step by step."""
+    net = TableNet(seed=4)
+    counts, calls = draws(decoding, nfe, net, X0_ALL, options)
+    m = make_method("mdlm", options, V, L)
+    assert calls == nfe and fit_p(counts, remdm_law(m, net, X0_ALL, nfe, decoding, T)) > 1e-3
+
+
 @pytest.mark.parametrize("decoding", ["ancestral", "confidence"])
 def test_a_wrong_draw_fails_the_law(decoding, monkeypatch):
     """The test has the power to see a wrong law: the same draws with the temperature left out
