@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from bench.decoding import Decoding
-from bench.method import gumbel_argmax
+from bench.method import categorical_draw
 
 
 @dataclass
@@ -63,10 +63,13 @@ class CachedDecoding(Decoding):
         n, L = x.shape
         sigma_c = s_lo.expand(n)  # the network sees the *next* level (`_continuous_step*`)
         h = m.net_input(r.e_hat, r.m_hat, x, cache, clean, sigma_c)
-        logp = m._log_probs(r.backbone, h, t, n, r.temperature, r.float64)
-        x_hat = torch.where(
-            clean, x, gumbel_argmax(m.filtered(logp), r.generator, r.float64)
-        )  # one-sample estimate
+        raw = m.call(r.backbone, h, m.time_input(t).expand(n))
+        # one-sample estimate x_hat ~ p_theta where not clean (a clean token keeps its id, so
+        # only those positions draw: the same law; float64 inverse CDF, no (B, L, V) table)
+        rows = raw[~clean].float()
+        rows = rows / r.temperature if r.temperature != 1.0 else rows
+        x_hat = x.clone()
+        x_hat[~clean] = categorical_draw(m.filtered(rows), r.generator, r.float64)
         # `_continuous_step_cache`:
         #   e <- e - dt_sigma * (e - Ehat[x_hat]) / sigma_{k+1}^2 * step_size
         cache = cache - m.opts.step_size * (s_hi - s_lo) * (cache - r.e_hat_s[x_hat]) / s_lo**2
@@ -144,11 +147,16 @@ class NoCacheDecoding(ContinuousDecoding):
         """`_discrete_step`: draw from [p (t - s), s] over V + 1 classes (last = stay masked);
         a non-mask draw reveals the position with that token; clean positions keep theirs."""
         s = (t - dt).clamp_min(0.0)  # s < 0 on the last step when nfe < 100: unmask everything
-        q = torch.cat([p * (t - s), s.to(p.dtype).expand(*p.shape[:-1], 1)], dim=-1)
-        draw = gumbel_argmax(torch.log(q), generator, float64)
+        # the class of [p (t - s), s] (p sums to 1): [MASK] w.p. s / t, else a token of p; so
+        # the hit is drawn first and the token only where a position not clean is hit (the
+        # same law; a clean position keeps its token whatever it draws)
+        u = torch.rand(p.shape[:-1], generator=generator, device=p.device, dtype=torch.float64)
+        hit = u < float((t - s) / t)
         old = z.argmax(-1)
-        hit = draw != m.vocab_size
-        tokens = torch.where(clean, old, torch.where(hit, draw, old))
+        draw = old.clone()
+        where = hit & ~clean
+        draw[where] = categorical_draw(torch.log(p[where]), generator, float64)
+        tokens = torch.where(clean, old, draw)
         new_clean = clean | hit
         z = torch.where(new_clean[..., None], F.one_hot(tokens, m.vocab_size).to(z.dtype), z)
         return z, new_clean, tokens
@@ -159,13 +167,14 @@ _GRID = ("use_percentile_scheduling", "sigma_min", "sigma_max")
 #: CANDI's decodings: the hybrid model's (the first the default), then the pure-Gaussian one's
 DECODINGS: dict[str, Decoding] = {
     "cached": CachedDecoding(
-        summary="one categorical sample x_hat ~ p_theta (float64 Gumbel-max); the embedding "
+        summary="one categorical sample x_hat ~ p_theta (float64 inverse CDF); the embedding "
         "cache e <- e - step_size (sigma_k - sigma_{k+1}) (e - Ehat[x_hat]) / sigma_{k+1}^2; "
         "every non-clean token set to x_hat, clean w.p. (t - s)/t, s = t - dt (log-linear "
         "unmasking), clean tokens frozen; output: the tokens after nfe steps",
         reference="CANDI (Pynadath et al. 2025), the paper's default; candi-diffusion "
         "`algo.py::generate_samples_cache`, `_continuous_step_cache`, `_discrete_step_optimized`",
-        cost="a float64 Gumbel-max draw over (B, L, V), a (B, L, d) cache update",
+        cost="a float64 inverse-CDF draw over the (R, V) positions not clean, a (B, L, d) cache "
+        "update",
         options=("step_size", *_GRID, "top_k", "top_p"),
     ),
     "nocache": NoCacheDecoding(
@@ -173,7 +182,8 @@ DECODINGS: dict[str, Decoding] = {
         "draw over [p (t - s), s] (a non-mask draw reveals the position); output: argmax of x",
         reference="candi-diffusion `algo.py::generate_samples_nocache`, `_continuous_step`, "
         "`_discrete_step`",
-        cost="(B, L, V) softmax, x @ Ehat, the continuous step and a Gumbel-max over V + 1",
+        cost="(B, L, V) softmax, x @ Ehat, the continuous step; a (B, L) uniform and a draw "
+        "over (R, V) at the R positions it hits",
         options=(*_GRID, "top_k", "top_p"),
     ),
     "continuous": ContinuousDecoding(

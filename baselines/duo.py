@@ -72,6 +72,7 @@ from baselines.duo_samplers import (  # noqa: F401 (the posteriors' and schedule
     psi_mode,
     psi_posterior_probs,
     psi_profile,
+    psi_step,
     psi_times,
     sample_psi_posterior,
     sample_uniform_posterior,
@@ -439,22 +440,16 @@ class Duo(Method):
             last = k == nfe - 1
             alpha_t = self.alpha(ts[k]).expand(n)
             alpha_s = torch.ones_like(alpha_t) if last else self.alpha(ts[k + 1]).expand(n)
-            logits = self.call(backbone, x, self.sigma(alpha_t).float()).float() / temperature
-            log_p = torch.log_softmax(logits.to(torch.float64) if float64 else logits, dim=-1)
-            if self.filtering:
-                # top-k / top-p on x_hat = p_theta (duo trainer_base.py:594-597, which does not
-                # renormalise; here x_hat is renormalised over the kept classes)
-                log_p = torch.log_softmax(self.filtered(log_p), dim=-1)
+            raw = self.call(backbone, x, self.sigma(alpha_t).float())
             if last and dec.greedy_tail:
-                x_new = log_p.argmax(-1)  # duo generate_samples: noise_removal == 'greedy'
+                x_new = raw.argmax(-1)  # duo generate_samples: noise_removal == 'greedy'
             else:
                 # duo trainer_base.py::_psi_update (kappa 1: the ancestral posterior, Duo eq. 5).
                 # The last step (alpha_s = 1) is the noise removal: q_xs = q_x0 = the PC part
                 # there, the mix is q_x0 whatever kappa; it takes kappa = 1 (the reference's
                 # ancestral noise removal)
                 kappa = 1.0 if last else kappas[k]
-                x_new = sample_psi_posterior(
-                    log_p, x, alpha_s[:, None], alpha_t[:, None], kappa, generator, float64
-                )
+                x_new = psi_step(self, raw, x, ~prompt_mask, alpha_s[:, None], alpha_t[:, None],
+                                 kappa, temperature, generator, float64)  # fmt: skip
             x = torch.where(prompt_mask, prompt, x_new)
         return x

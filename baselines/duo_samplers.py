@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from bench.decoding import Decoding
-from bench.method import gumbel_argmax
+from bench.method import categorical_draw
 
 # --------------------------------------------------------------------------- the posterior
 
@@ -62,7 +62,8 @@ def sample_uniform_posterior(
     so one uniform threshold per position picks the component (S-FLM
     `samplers.py::sample_uniform_posterior`, priority uniform > x_t > x_hat). alpha_s = 1 gives
     the final (noise-removal) step: keep x_t with mass V a_t x_hat[x_t] / den, else draw x_hat.
-    The only (B, L, V) work is the Gumbel-max draw from x_hat. The Psi-posterior at kappa = 1
+    The only (B, L, V) work is x_hat[x_t]; x_hat is drawn where it is picked. The
+    Psi-posterior at kappa = 1
     (:func:`sample_psi_posterior`, whose masses are these to the last bit).
     """
     return sample_psi_posterior(log_p, x_t, alpha_s, alpha_t, 1.0, generator, float64)
@@ -75,17 +76,45 @@ def _draw_unif_keep_or_xhat(
     m_keep: Tensor,
     generator: torch.Generator | None,
     float64: bool,
+    free: Tensor | None = None,
 ) -> Tensor:
     """One draw per position from the mixture "uniform over V" (mass ``m_unif``), "x_t itself"
     (``m_keep``), "a draw of x_hat = softmax(log_p)" (the rest), by one uniform threshold u per
-    position (priority uniform > x_t > x_hat). Random draws, in order: the (B, L, V) Gumbel-max of
-    x_hat, the (B, L) thresholds, the (B, L) uniform ids."""
+    position (priority uniform > x_t > x_hat). x_hat is drawn only where u picks it (and
+    ``free``, (B, L) bool, allows: elsewhere x_t stays, for the caller to overwrite): the
+    component is chosen before the token, the same law. Random draws, in order: the (B, L)
+    thresholds, the (B, L) uniform ids, then one inverse-CDF uniform per x_hat draw
+    (:func:`bench.method.categorical_draw`, float64 unless ``float64`` is off)."""
     V = log_p.shape[-1]
-    draw = gumbel_argmax(log_p, generator, float64)
     u = torch.rand(x_t.shape, generator=generator, device=x_t.device, dtype=m_unif.dtype)
     unif = torch.randint(0, V, x_t.shape, generator=generator, device=x_t.device)
-    out = torch.where(u < (m_unif + m_keep).clamp(max=1.0), x_t, draw)
+    take = u >= (m_unif + m_keep).clamp(max=1.0)
+    if free is not None:
+        take &= free
+    out = x_t.clone()
+    out[take] = categorical_draw(log_p[take], generator, float64)
     return torch.where(u < m_unif, unif, out)
+
+
+def psi_step(m, raw, x_t, free, alpha_s, alpha_t, kappa, temperature, generator, float64):
+    """One Psi-posterior step (:func:`sample_psi_posterior`) from the network's raw output
+    ``raw`` (B, L, V): x_hat = softmax(raw / T) (after top-k / top-p, renormalised), its mass at
+    x_t from one float32 logsumexp per position (the masses then in float64), and the draw of
+    x_hat only at the positions ``free`` (B, L) bool whose threshold picks it. No (B, L, V)
+    float64 table: the float64 is in the draws' cumulative sums (the float32 Gumbel bias)."""
+    logits = raw.float()
+    logits = logits / temperature if temperature != 1.0 else logits
+    if m.filtering:
+        # top-k / top-p on x_hat = p_theta (duo trainer_base.py:594-597, which does not
+        # renormalise; here x_hat is renormalised over the kept classes)
+        logits = m.filtered(logits)
+    V = logits.shape[-1]
+    dtype = torch.float64 if float64 else torch.float32
+    lse = logits.logsumexp(-1)
+    p_xt = (logits.gather(-1, x_t[..., None]).squeeze(-1) - lse).to(dtype).exp()
+    m_unif, m_keep = psi_posterior_masses(p_xt, alpha_s.to(dtype), alpha_t.to(dtype), kappa, V)
+    m_unif, m_keep = m_unif.clamp(0.0, 1.0), m_keep.clamp(0.0, 1.0)
+    return _draw_unif_keep_or_xhat(logits, x_t, m_unif, m_keep, generator, float64, free)
 
 
 # --------------------------------------------------------------------------- Psi-samplers
@@ -379,7 +408,10 @@ PSI_OPTIONS = (
     "psi_high_frac",
     "psi_middle_frac",
 )
-_DRAW = "a float64 Gumbel-max draw from p_theta over (B, L, V), two (B, L) uniforms"
+_DRAW = (
+    "a float32 logsumexp over (B, L, V) (x_hat at x_t), two (B, L) uniforms; at the R positions "
+    "that draw x_hat, a float64 inverse-CDF draw over (R, V)"
+)
 
 #: Duo's decodings, the first the default
 DECODINGS: dict[str, Decoding] = {

@@ -17,10 +17,11 @@ row, the reference evaluation's antithetic t on [1e-3, 1], float64.
 
 Samplers: the decodings of :mod:`baselines.mdlm_samplers` (one object each, in its table
 ``DECODINGS``; docs/methods/mdlm.md lists each with its source, cost and options), all with
-exactly ``nfe`` backbone calls except ``cached`` (at most ``nfe``). ``block_length`` (an option;
-0 = off): semi-autoregressive decoding (LLaDA's ``block_length``): the generated positions, in
-order, split into blocks decoded left to right, the calls split over the blocks as evenly as
-possible (:meth:`MDLM.blocks`); for every decoding but ReMDM's.
+exactly ``nfe`` backbone calls except ``cached``, ``threshold``, ``factor`` (at most
+``nfe``; the last two count each row's calls in :attr:`MDLM.row_calls`). ``block_length`` (an
+option; 0 = off): semi-autoregressive decoding (LLaDA's ``block_length``): the generated
+positions, in order, split into blocks decoded left to right, the calls split over the blocks
+as evenly as possible (:meth:`MDLM.blocks`); for every decoding but ReMDM's.
 Departures: the time grid and alpha_t, alpha_s are float64 (reference: model dtype), so the
 reveal probabilities are exact; ``loss_type="low_var"`` applies whenever ``loss`` runs (the
 reference switches back to the NELBO outside training; here ``loss`` is only the training
@@ -77,6 +78,21 @@ class MDLMOptions(CategoricalSampling):
         "NFE split over the blocks as evenly as possible (nfe >= blocks); ancestral, greedy, "
         "cached and the confidence orders; 0 = off (one block: the whole canvas)",
     )
+    tau: float = option(
+        0.9,
+        gt=0.0,
+        le=1.0,
+        omit_default=True,
+        help="threshold decoding: reveal every masked position of the block whose confidence "
+        "p_theta(draw) is >= tau, at least one (Fast-dLLM threshold, its default 0.9)",
+    )
+    factor: float = option(
+        1.0,
+        gt=0.0,
+        omit_default=True,
+        help="factor decoding: reveal the n most confident, n the most ranks r with confidence "
+        ">= 1 - factor/(r + 1) (ZHZisZZ/dllm fastdllm factor, its default 1.0)",
+    )
     remdm_eta: float | None = option(
         None,
         ge=0.0,
@@ -127,7 +143,13 @@ LOSS_KINDS = {"elbo": LOSS_NELBO, "low_var": LOSS_CE}
 #: the ReMDM decodings (kuleshov-group/remdm ``sampling.sampler``)
 REMDM = tuple(n for n, d in DECODINGS.items() if isinstance(d, ReMDM))
 #: the confidence-ordered decodings: LLaDA low_confidence, Dream topk_margin and entropy
-CONFIDENCE_ORDERS = tuple(n for n, d in DECODINGS.items() if isinstance(d, ConfidenceOrder))
+CONFIDENCE_ORDERS = tuple(
+    n for n, d in DECODINGS.items() if isinstance(d, ConfidenceOrder) and not d.call_skipping
+)
+#: the parallel (confidence-threshold) decodings: Fast-dLLM threshold, dllm factor
+PARALLEL = tuple(
+    n for n, d in DECODINGS.items() if isinstance(d, ConfidenceOrder) and d.call_skipping
+)
 
 
 class MDLMReference(ReferenceFormat):
@@ -191,6 +213,8 @@ class MDLM(Method):
     sampling_options = (
         *CATEGORICAL_SAMPLING,
         "block_length",
+        "tau",
+        "factor",
         "remdm_eta",
         "remdm_t_on",
         "remdm_t_off",
@@ -210,6 +234,14 @@ class MDLM(Method):
     def __init__(self, options, vocab_size: int, seq_len: int):
         super().__init__(options, vocab_size, seq_len)
         self.mask_id = vocab_size
+        #: (n,) backbone calls each row of the last sample needed (``call_skipping`` decodings;
+        #: a row's calls while its current block held a mask), None before
+        self.row_calls: Tensor | None = None
+
+    def count_row_calls(self, live: Tensor) -> None:
+        """One call for the rows ``live`` (n,) bool of the sample under way."""
+        if self.row_calls is not None:
+            self.row_calls += live.to(self.row_calls.device)
 
     def build_backbone(self, cfg: BackboneConfig):
         return build_dit(cfg, self.vocab_size + 1, self.vocab_size + 1)
@@ -357,6 +389,7 @@ class MDLM(Method):
         name = self.resolve_decoding(decoding)
         x = torch.where(prompt_mask, prompt, torch.full_like(prompt, self.mask_id))
         self._check_blocks(name)  # ReMDM: one block, the whole canvas
+        self.row_calls = torch.zeros(x.shape[0], dtype=torch.long)
         for block, calls in self.blocks(~prompt_mask, nfe):  # checked before the first call
             x = self.DECODINGS[name].run(
                 self, backbone, x, block, calls, temperature, float64, generator

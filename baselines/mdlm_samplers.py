@@ -7,7 +7,8 @@ noise-removal call: every last step reveals what is left.
 
 - :class:`Ancestral` (``ancestral``, ``greedy``, ``cached``) over t_k = linspace(1, 1e-5,
   nfe + 1): each masked token is revealed with probability (alpha_s - alpha_t) / (1 - alpha_t)
-  and drawn from p_theta (float64 Gumbel-max); revealed tokens are frozen. The last step has
+  and drawn from p_theta, only where revealed (float64 inverse CDF, :func:`draw_tokens`);
+  revealed tokens are frozen. The last step has
   alpha_s = 1: ``ancestral`` samples every remaining mask, ``greedy`` takes the argmax.
   ``cached``: MDLM's cache (kuleshov-group/mdlm ``diffusion.py::_sample``, ``ddpm_cache``): after
   a step that changed no token of the batch the next step reuses p_theta instead of calling the
@@ -17,7 +18,9 @@ noise-removal call: every last step reveals what is left.
   k most confident, k the even split of the masked count over the steps
   (``get_num_transfer_tokens``); the score: p(drawn token) (LLaDA), top-1 minus top-2
   probability or the negative entropy (Dream ``generation_utils.py::sample_tokens``,
-  ``topk_margin`` / ``entropy``).
+  ``topk_margin`` / ``entropy``). ``threshold`` / ``factor``: Fast-dLLM's parallel decoding
+  (every position over tau; dllm's factor rule) with that split as the floor, a block stopping
+  when it has no mask left (at most ``nfe`` calls).
 - :class:`ReMDM` (``remdm-cap`` / ``remdm-rescale`` / ``remdm-conf``) and :class:`ReMDMLoop`
   (``remdm-loop``): ReMDM remasking (Wang et al. 2025; kuleshov-group/remdm
   ``diffusion.py::_ddpm_caching_update``): a decoded token is remasked with probability sigma_t,
@@ -34,7 +37,7 @@ import torch
 from torch import Tensor
 
 from bench.decoding import Decoding
-from bench.method import gumbel_argmax
+from bench.method import categorical_draw
 
 #: the sampling options every categorical draw reads (bench.method.filter_logits)
 FILTERS = ("top_k", "top_p")
@@ -59,63 +62,117 @@ class Ancestral(Decoding):
             last = k == nfe - 1
             alpha_t = m.alpha(ts[k]).expand(n)
             alpha_s = torch.ones_like(alpha_t) if last else m.alpha(ts[k + 1]).expand(n)
-            if cached is None:
-                logp = m.log_probs(backbone, x, alpha_t.float(), temperature, count=True)
-            else:
-                logp = cached
+            raw = cached
+            if raw is None:
+                raw = m.call(backbone, x, m.sigma(alpha_t.float()))
+                m.count_row_calls(torch.ones(n, dtype=torch.bool))
             is_mask = (x == m.mask_id) & block
-            if last and self.greedy_tail:
-                draw = logp.argmax(-1)
-            else:
-                # top-k / top-p on p_theta (duo trainer_base.py:594-597, there without
-                # renormalising; here the draw is from p_theta renormalised over the kept classes)
-                draw = gumbel_argmax(m.filtered(logp), generator, float64)
-            # absorbing posterior q(z_s | z_t = m, x): reveal w.p.
-            # (alpha_s - alpha_t) / (1 - alpha_t)
+            # absorbing posterior q(z_s | z_t = m, x): reveal w.p. (alpha_s - alpha_t) /
+            # (1 - alpha_t), independently of the token, which is then drawn from p_theta; so
+            # the positions are chosen first and the draw is made only where one is revealed
+            # (the first-hitting order of Zheng et al. 2024: the same law)
             p_reveal = ((alpha_s - alpha_t) / (1 - alpha_t))[:, None]
             u = torch.rand(x.shape, generator=generator, device=dev, dtype=torch.float64)
             reveal = is_mask & (u < p_reveal)
-            x = torch.where(reveal, draw, x)
+            greedy = last and self.greedy_tail
+            x = x.clone()
+            x[reveal] = draw_tokens(m, raw, reveal, temperature, float64, generator, greedy)
             # MDLM's cache (kuleshov-group/mdlm diffusion.py::_sample, ddpm_cache): p_theta is
             # reused while no token of the batch changed, unless the network sees t
             keep = self.cache and not m.opts.time_conditioning
-            cached = logp if keep and not bool(reveal.any()) else None
+            cached = raw if keep and not bool(reveal.any()) else None
         return x
 
 
-def p_theta_score(m, raw, x, logp, draw, temperature) -> Tensor:
+def token_logits(m, raw: Tensor, where: Tensor, temperature: float) -> Tensor:
+    """(R, V+1) float32 logits of p_theta at the R positions ``where`` (n, L) bool: the raw
+    output over T (reference `TrainerBase.forward`, before SUBS), the [MASK] class at -inf (SUBS
+    zero masking; the carry-over rows are never asked for)."""
+    rows = raw[where].float()
+    rows = rows / temperature if temperature != 1.0 else rows.clone()
+    rows[:, m.mask_id] = -torch.inf
+    return rows
+
+
+def draw_tokens(m, raw, where, temperature, float64, generator, greedy=False) -> Tensor:
+    """(R,) tokens drawn from p_theta (after top-k / top-p) at the positions ``where``, one
+    inverse-CDF uniform each (:func:`bench.method.categorical_draw`; float64 cumulative sums
+    unless ``float64`` is off); ``greedy``: the argmax."""
+    rows = token_logits(m, raw, where, temperature)
+    if greedy:
+        return rows.argmax(-1)
+    # top-k / top-p on p_theta (duo trainer_base.py:594-597, there without renormalising; here
+    # the draw is from p_theta renormalised over the kept classes)
+    return categorical_draw(m.filtered(rows), generator, float64)
+
+
+def p_theta_score(m, raw, where, rows, frows, draw, temperature) -> Tensor:
     """LLaDA's low_confidence: p_theta(draw) at T = 1 without filters (generate.py:
-    ``p = F.softmax(logits)``, ``x0_p = p[x0]``)."""
-    logp1 = logp if temperature == 1.0 else m.subs_log_probs(raw, x, 1.0)
-    return logp1.double().gather(-1, draw[..., None]).squeeze(-1).exp()
+    ``p = F.softmax(logits)``, ``x0_p = p[x0]``), in float64 as Fast-dLLM's
+    ``get_transfer_index`` (``F.softmax(logits.to(torch.float64))``), so that a confidence on a
+    threshold falls on the side the reference puts it."""
+    r1 = rows if temperature == 1.0 else token_logits(m, raw, where, 1.0)
+    return torch.softmax(r1.double(), -1).gather(-1, draw[:, None]).squeeze(-1)
 
 
-def margin_score(m, raw, x, logp, draw, temperature) -> Tensor:
+def margin_score(m, raw, where, rows, frows, draw, temperature) -> Tensor:
     """Dream ``generation_utils.py::sample_tokens`` ``margin_confidence`` on the draw's
-    distribution (temperature, then top-k / top-p): top-1 minus top-2 probability."""
-    probs = torch.softmax(m.filtered(logp).double(), -1)
-    top = probs.topk(2, dim=-1).values  # Dream: sorted_probs[:, 0] - sorted_probs[:, 1]
-    return top[..., 0] - top[..., 1]
+    distribution (temperature, then top-k / top-p): top-1 minus top-2 probability (Dream:
+    ``sorted_probs[:, 0] - sorted_probs[:, 1]``), as exp(l_1 - lse) - exp(l_2 - lse)."""
+    top = frows.topk(min(2, frows.shape[-1]), dim=-1).values.double()
+    lse = frows.logsumexp(-1, keepdim=True).double()
+    p = (top - lse).exp()
+    return p[:, 0] - p[:, 1]
 
 
-def neg_entropy_score(m, raw, x, logp, draw, temperature) -> Tensor:
-    """Dream ``sample_tokens`` ``neg_entropy`` on the draw's distribution: sum p log(p + 1e-10)."""
-    probs = torch.softmax(m.filtered(logp).double(), -1)
-    return (probs * torch.log(probs + 1e-10)).sum(-1)  # Dream neg_entropy, epsilon 1e-10
+def neg_entropy_score(m, raw, where, rows, frows, draw, temperature) -> Tensor:
+    """Dream ``sample_tokens`` ``neg_entropy`` on the draw's distribution: sum p log(p + 1e-10),
+    in the logits' float32 (Dream: the model's dtype)."""
+    probs = torch.softmax(frows, -1)
+    return (probs * torch.log(probs + 1e-10)).sum(-1).double()  # Dream neg_entropy, eps 1e-10
+
+
+def no_extra(conf: Tensor, opts) -> Tensor:
+    """The plain confidence orders reveal the schedule's count only."""
+    return torch.zeros(conf.shape[0], dtype=torch.long, device=conf.device)
+
+
+def over_threshold(conf: Tensor, opts) -> Tensor:
+    """Fast-dLLM's threshold rule (NVlabs/Fast-dLLM llada/generate.py::get_transfer_index with
+    ``threshold``; ZHZisZZ/dllm fastdllm/llada/sampler.py ``_get_transfer_index`` threshold
+    mode): every masked position with confidence >= tau, at least one (the most confident)."""
+    count = (conf >= opts.tau).sum(-1)
+    return torch.where(torch.isfinite(conf).any(-1), count.clamp_min(1), 0)
+
+
+def factor_count(conf: Tensor, opts) -> Tensor:
+    """ZHZisZZ/dllm's factor rule (fastdllm/llada/sampler.py ``_get_transfer_index``, dynamic
+    mode): confidences sorted descending, rank r (1-based) accepted when c_(r) >= 1 - f/(r + 1),
+    rank 1 always; the count accepted (a prefix: c falls and the bound rises with r)."""
+    vals = conf.sort(dim=-1, descending=True).values
+    r = torch.arange(1, conf.shape[-1] + 1, device=conf.device, dtype=torch.float64)
+    bound = 1.0 - opts.factor / (r + 1.0)
+    bound[0] = -1.0
+    return (vals >= bound).sum(-1)
 
 
 @dataclass(frozen=True, kw_only=True)
 class ConfidenceOrder(Decoding):
     """``nfe`` steps of confidence-ordered unmasking over the masked positions of ``block``
     (ML-GSAI/LLaDA generate.py::generate, ``remasking='low_confidence'``): each step draws every
-    position from p_theta at the temperature (float64 Gumbel-max, LLaDA's ``add_gumbel_noise``)
-    and reveals the k masked positions of the block with the highest ``score`` (n, L) float64,
-    k the block's masked count split evenly over the steps. The network's time input (used only
-    when time-conditioned) follows t_k = linspace(1, 1e-5, nfe + 1), the expected masked
-    fraction of the even split."""
+    masked position of the block from p_theta at the temperature (LLaDA's ``add_gumbel_noise``;
+    here one float64 inverse-CDF uniform per position, the same law; the others' draws are never
+    kept, so they are not made) and reveals the k with the highest ``score`` (float64), k the
+    block's masked count split evenly over the steps. ``extra(conf, opts)``: a parallel rule's
+    count (threshold, factor); a step reveals max(it, k), so the block ends within its calls,
+    and a block with no mask left makes no more calls (``call_skipping``). The network's time
+    input (used only when time-conditioned) follows t_k = linspace(1, 1e-5, nfe + 1), the
+    expected masked fraction of the even split."""
 
-    #: (m, raw, x, logp, draw, temperature) -> (n, L) float64 confidence (higher: revealed first)
+    #: (m, raw, where, rows, frows, draw, temperature) -> (R,) float64 confidence of the R
+    #: positions ``where``; ``rows``: their logits at T, ``frows``: filtered (higher: first)
     score: Callable[..., Tensor]
+    extra: Callable[[Tensor, object], Tensor] = no_extra
     blocks: ClassVar[bool] = True
 
     def run(self, m, backbone, x, block, nfe, temperature, float64, generator) -> Tensor:
@@ -126,21 +183,34 @@ class ConfidenceOrder(Decoding):
         masked = ((x == m.mask_id) & block).sum(-1)
         base, extra = masked // nfe, masked % nfe
         ts = torch.linspace(1.0, 1e-5, nfe + 1, device=dev, dtype=torch.float64)
-        places = torch.arange(L, device=dev).expand(n, L)
         for k in range(nfe):
-            n_reveal = base + (k < extra)
+            where = (x == m.mask_id) & block
+            live = where.any(-1)
+            if self.call_skipping and not bool(live.any()):
+                break  # Fast-dLLM: the block is done, the next one starts
             alpha_t = m.alpha(ts[k]).expand(n)
             raw = m.call(backbone, x, m.sigma(alpha_t.float()))
-            logp = m.subs_log_probs(raw, x, temperature)
-            draw = gumbel_argmax(m.filtered(logp), generator, float64)
-            conf = self.score(m, raw, x, logp, draw, temperature)
+            m.count_row_calls(live)
+            rows = token_logits(m, raw, where, temperature)
+            frows = m.filtered(rows)
+            draw = categorical_draw(frows, generator, float64)
             # LLaDA: confidence -inf off the masked positions of the current block
-            conf = torch.where((x == m.mask_id) & block, conf, -torch.inf)
-            # LLaDA: topk(confidence[j], k=num_transfer_tokens[j, i]) per row
-            order = conf.argsort(dim=-1, descending=True, stable=True)
-            rank = torch.empty_like(order).scatter_(-1, order, places)
-            x = torch.where(rank < n_reveal[:, None], draw, x)
+            conf = torch.full((n, L), -torch.inf, device=dev, dtype=torch.float64)
+            conf[where] = self.score(m, raw, where, rows, frows, draw, temperature)
+            tokens = torch.zeros_like(x)
+            tokens[where] = draw
+            x = torch.where(where & self.chosen(conf, base + (k < extra), m.opts), tokens, x)
         return x
+
+    def chosen(self, conf: Tensor, floor: Tensor, opts) -> Tensor:
+        """(n, L) bool: the n most confident positions of each row, n = max(``floor``, the
+        rule's count); ``conf`` -inf off the candidates. LLaDA: topk(confidence[j],
+        k=num_transfer_tokens[j, i]) per row; ties: the lower position first."""
+        n_reveal = torch.maximum(floor, self.extra(conf, opts))
+        order = conf.argsort(dim=-1, descending=True, stable=True)
+        places = torch.arange(conf.shape[-1], device=conf.device).expand_as(order)
+        rank = torch.empty_like(order).scatter_(-1, order, places)
+        return rank < n_reveal[:, None]
 
 
 def capped_sigma(eta: float, ratio: float) -> float:
@@ -203,8 +273,7 @@ class ReMDM(Decoding):
             last = k == nfe - 1
             a_t, a_s, sigma = self.step(m, float(ts[k]), float(ts[k + 1]), last)
             alpha_in = m.alpha(ts[k]).expand(n).float()  # the network's t: the grid's
-            logp = m.log_probs(backbone, x, alpha_in, temperature, count=True)
-            p = torch.softmax(m.filtered(logp).double(), -1)  # p_x0 (after top-k / top-p)
+            raw = m.call(backbone, x, m.sigma(alpha_in))
             is_mask = x == m.mask_id
             if self.by_confidence:
                 # eta_conf = softmax(confident_score) over the row; 0 on masked positions
@@ -212,21 +281,28 @@ class ReMDM(Decoding):
                 sig = torch.where(is_mask, 0.0, weight) * sigma
             else:
                 sig = torch.full((n, L), sigma, device=dev, dtype=torch.float64)
-            sig = torch.where(generated, sig, 0.0)[..., None]  # the prompt stays
-            # q_xs (decoded): p_x0 (1 - sigma), [MASK] sigma; q_xs_2 (masked): p_x0 (alpha_s -
-            # (1 - sigma) alpha_t) / (1 - alpha_t), [MASK] (1 - alpha_s - sigma alpha_t) /
-            # (1 - alpha_t); as one (n, L, V + 1) buffer: p_x0 times a per-position coefficient
-            masked = is_mask[..., None]
-            coef = torch.where(masked, (a_s - (1 - sig) * a_t) / (1 - a_t), 1 - sig)
-            q = p * coef
-            q_mask = torch.where(masked, (1 - a_s - sig * a_t) / (1 - a_t), sig)
-            q[..., m.mask_id] = q_mask[..., 0]
-            xs = gumbel_argmax(q.clamp_min_(0.0).log_(), generator, float64)
+            sig = torch.where(generated, sig, 0.0)  # the prompt stays
+            # q_xs (decoded): p_x0 (1 - sigma), [MASK] sigma (p_x0 one-hot on the token: kept);
+            # q_xs_2 (masked): p_x0 (alpha_s - (1 - sigma) alpha_t) / (1 - alpha_t), [MASK]
+            # (1 - alpha_s - sigma alpha_t) / (1 - alpha_t). p_x0 sums to 1, so [MASK] or not is
+            # drawn first, by one uniform against the two weights, and a token of p_x0 only
+            # where a masked position is revealed (the same law)
+            w_tok = torch.where(is_mask, (a_s - (1 - sig) * a_t) / (1 - a_t), 1 - sig)
+            w_mask = torch.where(is_mask, (1 - a_s - sig * a_t) / (1 - a_t), sig)
+            w_tok, w_mask = w_tok.clamp_min(0.0), w_mask.clamp_min(0.0)
+            u = torch.rand(x.shape, generator=generator, device=dev, dtype=torch.float64)
+            to_mask = u < w_mask / (w_tok + w_mask)
+            reveal = is_mask & ~to_mask
+            rows = m.filtered(token_logits(m, raw, reveal, temperature))
+            draw = categorical_draw(rows, generator, float64)
+            xs = torch.where(to_mask, m.mask_id, x)
+            xs[reveal] = draw
             if self.by_confidence:
                 # conf of a newly decoded token = -p_x0(token); a remasked one gets -inf
-                drawn = p.gather(-1, xs[..., None]).squeeze(-1)
-                conf = torch.where(is_mask & (xs != m.mask_id), -drawn, conf)
-                conf = torch.where(~is_mask & (xs == m.mask_id), -torch.inf, conf)
+                drawn = torch.softmax(rows.double(), -1).gather(-1, draw[:, None]).squeeze(-1)
+                conf = conf.clone()
+                conf[reveal] = -drawn
+                conf = torch.where(~is_mask & to_mask, -torch.inf, conf)
             x = xs
         return x
 
@@ -264,9 +340,13 @@ class ReMDMLoop(ReMDM):
         return (a_t, 1.0, 0.0) if last else (a_t, a_s, sigma)
 
 
-_ANCESTRAL_COST = "a float64 Gumbel-max draw over (B, L, V+1), a (B, L) uniform"
+_ANCESTRAL_COST = (
+    "a (B, L) uniform; at the R positions it reveals, the float32 exponentials of p_theta and "
+    "a float64 cumulative sum over (R, V+1), one uniform each (R over a run: the generated length)"
+)
 _REMDM_COST = (
-    "a float64 softmax and the q_sigma table over (B, L, V+1), its log, the Gumbel-max draw"
+    "O(B L) for the q_sigma weights and a (B, L) uniform; at the R positions it reveals, the "
+    "draw over (R, V+1) as `ancestral`'s"
 )
 _BLOCKED = (*FILTERS, "block_length")
 
@@ -305,22 +385,48 @@ DECODINGS: dict[str, Decoding] = {
         "p_theta(draw) at T = 1, unfiltered",
         reference="LLaDA (Nie et al. 2025); ML-GSAI/LLaDA `generate.py::generate` "
         "(`remasking='low_confidence'`, `add_gumbel_noise`, `get_num_transfer_tokens`)",
-        cost="the draw, a log-softmax at T = 1 when T != 1, a (B, L) sort",
+        cost="at the M masked positions of the block: the draw over (M, V+1), a logsumexp (and "
+        "logits at T = 1 when T != 1), a (B, L) sort",
         options=_BLOCKED,
+    ),
+    "threshold": ConfidenceOrder(
+        score=p_theta_score,
+        extra=over_threshold,
+        call_skipping=True,
+        calls_note="a block stops when it has no mask left",
+        summary="as `confidence`; a step reveals every masked position of the block with "
+        "p_theta(draw) >= `tau`, at least one, and at least `confidence`'s count (the budget)",
+        reference="Fast-dLLM (Wu et al. 2025) parallel decoding; NVlabs/Fast-dLLM "
+        "`llada/generate.py::get_transfer_index` (`threshold`), ZHZisZZ/dllm "
+        "`pipelines/fastdllm/llada/sampler.py::_get_transfer_index`",
+        cost="as `confidence`, a (B, L) count over tau",
+        options=(*_BLOCKED, "tau"),
+    ),
+    "factor": ConfidenceOrder(
+        score=p_theta_score,
+        extra=factor_count,
+        call_skipping=True,
+        calls_note="a block stops when it has no mask left",
+        summary="as `threshold`; the n most confident revealed, n the most ranks r with "
+        "c_(r) >= 1 - `factor`/(r + 1) (rank 1 always)",
+        reference="Fast-dLLM's factor rule; ZHZisZZ/dllm "
+        "`pipelines/fastdllm/llada/sampler.py::_get_transfer_index` (`factor`)",
+        cost="as `confidence`, a (B, L) sort",
+        options=(*_BLOCKED, "factor"),
     ),
     "margin": ConfidenceOrder(
         score=margin_score,
         summary="as `confidence`, confidence = top-1 minus top-2 probability",
         reference="Dream (Ye et al. 2025); `generation_utils.py::sample_tokens` "
         "(`margin_confidence`, alg `topk_margin`)",
-        cost="the draw, a float64 softmax and top-2 over (B, L, V+1), a sort",
+        cost="as `confidence`, a top-2 and a logsumexp over (M, V+1)",
         options=_BLOCKED,
     ),
     "entropy": ConfidenceOrder(
         score=neg_entropy_score,
         summary="as `confidence`, confidence = sum p log(p + 1e-10) (negative entropy)",
         reference="Dream; `sample_tokens` (`neg_entropy`, alg `entropy`)",
-        cost="the draw, a float64 softmax, log and sum over (B, L, V+1), a sort",
+        cost="as `confidence`, a float32 softmax, log and sum over (M, V+1)",
         options=_BLOCKED,
     ),
     "remdm-cap": ReMDM(

@@ -23,7 +23,9 @@ A record is a flat JSON object. Common fields (every task; :func:`item_records`)
   batch's items (the records of a cell sum to its rows' ``sample_s``; None for a batch resumed
   from a file written before batches recorded their seconds), and ``device_name``, the machine
   that sampled (:func:`bench.measure.environment`); records written as a cell is sampled
-  (not those :mod:`bench.rescore` writes).
+  (not those :mod:`bench.rescore` writes); ``calls``: the backbone calls the item needed (the
+  budget ``nfe`` for a fixed-call decoding; fewer for one that stops a row early, MDLM's
+  ``threshold`` / ``factor``), where the batch file knows them.
 
 A task adds its own fields, or replaces a common one, through one hook,
 :meth:`bench.data.base.Task.record_fields` (Sudoku: givens, solution, the model's grid, the wrong
@@ -134,6 +136,8 @@ def item_records(task, cell, samples, data, metrics, *, nfe, cost=None) -> list[
         if cost is not None:
             rec["sample_s"] = cost["sample_s"][i]
             rec["device_name"] = cost["device_name"]
+            if cost.get("calls") is not None:
+                rec["calls"] = cost["calls"][i]  # backbone calls the item needed
         rec.update(_plain(extra[i]))
         out.append(rec)
     return out

@@ -37,10 +37,11 @@ DECODINGS: dict[str, SphereDecoding] = {
     ),
     "stochastic": SphereDecoding(
         velocity="stochastic",
-        summary="v = log_z(e_hat_x), x ~ softmax(logits / T) (one Gumbel-max draw); the same step",
+        summary="v = log_z(e_hat_x), x ~ softmax(logits / T) (one float64 inverse-CDF draw); "
+        "the same step",
         reference="paper Alg. Stochastic sampling; reference `SFMSampler` stochastic velocity",
         calls_note=_STEP,
-        cost="the softmax over V, one Gumbel-max draw, one log map",
+        cost="exp(l - max) over V, a float64 cumulative sum, one uniform, one log map",
         options=("final_decode",),
     ),
     "top1": SphereDecoding(

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from bench.method import gumbel_argmax
+from bench.method import categorical_draw
 from sflm.decodings import DECODINGS
 from sflm.geometry import EPS, exp_map, log_map, normalize, uniform_sphere
 
@@ -42,9 +42,9 @@ def _omega_over_sin(c: Tensor, eps: float) -> Tensor:
     return w.masked_fill_(near_zero, 1.0)
 
 
-#: float (rows, V) buffers of the exact velocity's workspace (probabilities, cosines, sin w,
-#: w / sin w): bytes per row = 4 V itemsize
-WORKSPACE_BUFFERS = 4
+#: float (rows, V) buffers of the exact velocity's workspace (probabilities, cosines then
+#: w / sin w in place, sin w): bytes per row = 3 V itemsize
+WORKSPACE_BUFFERS = 3
 #: CPU: the workspace may use this fraction of MemAvailable; CUDA: of the free device memory
 WORKSPACE_FRACTION = {"cpu": 0.25, "cuda": 0.5}
 #: upper bound on the workspace (bytes) whatever the free memory: larger chunks are not faster
@@ -147,7 +147,7 @@ def exact_velocity(
     Et = embeddings.T
     for a in range(0, n, step):
         m = min(step, n - a)
-        p, c, s, w = ws[0, :m], ws[1, :m], ws[2, :m], ws[3, :m]
+        p, c, s = ws[0, :m], ws[1, :m], ws[2, :m]
         zc = zf[a : a + m]
         if logits and src.dtype == z.dtype:  # softmax(logits / T), no staging copy
             if temperature != 1.0:
@@ -165,7 +165,8 @@ def exact_velocity(
         # floor is the reference's (``omega / sin(omega).clamp(min=eps)``) at c -> -1, and at
         # c -> 1 it gives atan2(eps, c) / eps = 1 - O(eps^2), the limit 1 without a mask
         torch.addcmul(one, c, c, value=-1.0, out=s).clamp_min_(eps * eps).sqrt_()
-        torch.atan2(s, c, out=w)
+        # w over C in place: C is not read again (the tangent part below uses z . y)
+        w = torch.atan2(s, c, out=c)
         w.div_(s).mul_(p)  # p_v S_v
         # sum_v p_v S_v (e_v - C_v z) = y - (z . y) z with y = (p S) E, since
         # sum_v p_v S_v C_v = z . y: one (rows, d) product instead of a (rows, V) reduction
@@ -183,9 +184,10 @@ def stochastic_velocity(
     generator: torch.Generator | None = None,
     float64: bool = True,
 ) -> Tensor:
-    """log_z(e_hat_{x^}) with x^ ~ softmax(logits) (Gumbel-max; paper Alg.
-    "Stochastic sampling")."""
-    idx = gumbel_argmax(logits, generator, float64)
+    """log_z(e_hat_{x^}) with x^ ~ softmax(logits) (paper Alg. "Stochastic sampling"; the
+    float64 inverse CDF of :func:`bench.method.categorical_draw`, one uniform per position: the
+    same law as the Gumbel-max, without its (B, L, V) float64 noise)."""
+    idx = categorical_draw(logits, generator, float64)
     return log_map(z, embeddings[idx].to(z.dtype))
 
 
@@ -297,7 +299,7 @@ def _exact_step(z, raw, E, k, temperature, generator, float64, work: Work) -> Te
 
 
 def _stochastic_step(z, raw, E, k, temperature, generator, float64, work: Work) -> Tensor:
-    logits = raw.to(z.dtype) / temperature
+    logits = raw.float() / temperature if temperature != 1.0 else raw
     return stochastic_velocity(z, logits, E, generator=generator, float64=float64)
 
 
@@ -316,9 +318,9 @@ def _final_argmax(raw: Tensor, temperature: float, generator, float64: bool) -> 
 
 
 def _final_sample(raw: Tensor, temperature: float, generator, float64: bool) -> Tensor:
-    """Reference ``ancestral``: a draw from softmax(logits / T)."""
-    dtype = torch.float64 if float64 else torch.float32
-    return gumbel_argmax(raw.to(dtype) / temperature, generator, float64)
+    """Reference ``ancestral``: a draw from softmax(logits / T) (float64 inverse CDF)."""
+    logits = raw.float() / temperature if temperature != 1.0 else raw
+    return categorical_draw(logits, generator, float64)
 
 
 #: ``final_decode`` -> the last call's decode

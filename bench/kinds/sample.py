@@ -35,7 +35,7 @@ from bench.plan import EntryModel, SampleCell, TrainCell
 SAMPLER_BUFFERS = {"sflm": {"float64": 4.2, "float32": 2.8}, "*": {"float64": 3.0, "float32": 3.0}}
 #: what a batch file records about its batch's cost, beside its ids and NFE (None in a file
 #: written before they were recorded)
-_BATCH_COST = ("sample_s", "network_s", "calls", "peak_mem_mb")
+_BATCH_COST = ("sample_s", "network_s", "calls", "peak_mem_mb", "row_calls")
 
 # --------------------------------------------------------------------------- planning
 
@@ -221,6 +221,7 @@ def _batches(c: SampleCell, sampler, backbone, data, dev, progress: bool):
             # it made are the cost columns' network_calls
             skips = sampler.resolve_decoding(c.decoding) in sampler.call_skipping
             nfe_used = c.nfe if skips else sampler.nfe_counter
+            cost["row_calls"] = item_calls(sampler, skips, len(ids))
             atomic_torch_save({"ids": ids, "nfe": nfe_used, **cost}, path)
             outs.append(ids)
             costs.append(cost)
@@ -255,9 +256,12 @@ def _score(c: SampleCell, task, sampler, data, sampled, env, steps, store, t0: f
         for b, ids in zip(costs, outs)
         for _ in range(len(ids))
     ]
+    calls = None
+    if all(b.get("row_calls") is not None for b in costs):
+        calls = [k for b in costs for k in b["row_calls"]]
     recs = records.item_records(
         task, c, samples, data, metrics, nfe=nfe_used,
-        cost={"sample_s": per_item, "device_name": env["device_name"]},
+        cost={"sample_s": per_item, "device_name": env["device_name"], "calls": calls},
     )  # fmt: skip
     peaks = [b["peak_mem_mb"] for b in costs if b["peak_mem_mb"] is not None]
     cost_cols = {
@@ -267,6 +271,7 @@ def _score(c: SampleCell, task, sampler, data, sampled, env, steps, store, t0: f
             generated=int((~data.clean_mask.bool()).sum()),
         ),
         "peak_mem_mb": max(peaks) if peaks else None,
+        **calls_columns(calls),
         **env,
     }
     times = {"score_s": time.perf_counter() - t1, **cost_cols}
@@ -283,6 +288,25 @@ def _score(c: SampleCell, task, sampler, data, sampled, env, steps, store, t0: f
     # the records first: a cell whose rows exist always has them (bench.records)
     files = records.write(c.train.results_dir, c.id, recs)
     store.write_cell(c.id, [{**r, **files, **times, **rows.limit_column(c)} for r in out])
+
+
+def item_calls(sampler, skips: bool, n: int) -> list[int] | None:
+    """Each item's backbone calls in the batch just sampled: the calls made (a fixed-call
+    decoding's), or for a call-skipping one the calls its row needed (``row_calls``, which a
+    sampler with per-row counts sets: MDLM's threshold decodings stop a row's block when it has
+    no mask left, while the batch calls on for the others); None where not known."""
+    if not skips:
+        return [sampler.nfe_counter] * n
+    rows = getattr(sampler, "row_calls", None)
+    return None if rows is None or len(rows) != n else [int(k) for k in rows]
+
+
+def calls_columns(calls: list | None) -> dict:
+    """``calls_mean`` / ``calls_max``: the backbone calls per item over the cell (None when an
+    item's are not known)."""
+    if not calls or any(k is None for k in calls):
+        return {"calls_mean": None, "calls_max": None}
+    return {"calls_mean": sum(calls) / len(calls), "calls_max": max(calls)}
 
 
 def _total(costs: list[dict], key: str):

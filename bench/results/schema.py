@@ -74,6 +74,8 @@ COLUMNS = [
     # what a cell cost (bench.measure: SAMPLE_ / TRAIN_ / LIKELIHOOD_COST_COLUMNS)
     "network_s",
     "network_calls",
+    "calls_mean",
+    "calls_max",
     "forward_equivalents",
     "tokens_per_s",
     "seconds_per_sample",
@@ -153,8 +155,10 @@ COLUMNS = [
 #:
 #:   - sample rows: ``network_s`` (of ``sample_s``, the seconds inside the backbone calls the
 #:     sampler counts as NFE; CUDA events on a GPU), ``network_calls`` (those calls, all
-#:     batches), ``forward_equivalents`` (``sample_s / network_s``: the sampler's own work per
-#:     call in bare forwards, 1.0 for none), ``tokens_per_s`` (generated positions, those the
+#:     batches), ``calls_mean`` / ``calls_max`` (the calls per item, over the items: the
+#:     budget ``nfe`` for a fixed-call decoding; a threshold decoding's rows need fewer, and
+#:     each item's are its record's ``calls``), ``forward_equivalents`` (``sample_s /
+#:     network_s``: the sampler's own work per call in bare forwards, 1.0 for none), ``tokens_per_s`` (generated positions, those the
 #:     prompt mask does not give, summed over the items, per sampling second),
 #:     ``seconds_per_sample`` (``sample_s`` / items), ``peak_mem_mb`` (the peak while sampling:
 #:     CUDA max allocated, or the CPU process's resident peak, reset when a process begins the

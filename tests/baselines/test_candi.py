@@ -12,7 +12,7 @@ from torch import nn
 
 from baselines.candi import CANDI, CANDIOptions, error_rate
 from bench.config import BackboneConfig, ConfigError, build
-from bench.method import Batch, gumbel_argmax
+from bench.method import Batch
 
 torch.set_num_threads(1)
 
@@ -373,12 +373,19 @@ def test_loss_equals_reference_replay(pure):
     assert ours == pytest.approx(ref, rel=1e-5)
 
 
+def _inverse_cdf(lp, g):
+    """One draw per row of softmax(lp): a float64 uniform against the float64 cumulative sum."""
+    cdf = (lp - lp.amax(-1, keepdim=True)).exp().cumsum(-1, dtype=torch.float64)
+    u = torch.rand((len(cdf), 1), generator=g, dtype=torch.float64) * cdf[:, -1:]
+    return torch.searchsorted(cdf, u, right=True).squeeze(-1)
+
+
 @pytest.mark.parametrize(
     "decoding,nfe,temperature",
     [("cached", 7, 1.0), ("cached", 120, 0.7), ("nocache", 7, 0.7), ("continuous", 7, 1.0)],
 )
 def test_sampler_equals_reference_replay(decoding, nfe, temperature):
-    """Replaying the reference sampler with the same random draws (Gaussian prior, Gumbel-max
+    """Replaying the reference sampler with the same random draws (Gaussian prior, inverse-CDF
     categorical draws, unmasking uniforms, in this order) reproduces every step's state."""
     V, L, n = 12, 16, 4
     m = make_method(CANDI, {"pure_gaussian": decoding == "continuous"}, V, seq_len=L)
@@ -416,7 +423,10 @@ def test_sampler_equals_reference_replay(decoding, nfe, temperature):
             t = ts[k]
             if decoding == "cached":
                 lp, _ = _ref_logp(net, cache, x, clean, sig[k + 1], t, temperature, 0.5, n)
-                x0_hat = gumbel_argmax(lp, g)
+                # x0_hat ~ p_theta where not clean (the clean keep x below), by the sampler's
+                # inverse-CDF draw (its law: tests/baselines/test_sampler_laws.py)
+                x0_hat = x.clone()
+                x0_hat[~clean] = _inverse_cdf(lp[~clean], g)
                 cache = cache - (sig[k] - sig[k + 1]) * (cache - e_hat[x0_hat]) / sig[k + 1] ** 2
                 unmask = torch.rand(n, L, generator=g, dtype=torch.float64) < dt / t
                 x, clean = torch.where(clean, x, x0_hat), clean | unmask
@@ -429,13 +439,14 @@ def test_sampler_equals_reference_replay(decoding, nfe, temperature):
             p = lp.exp()
             x = x - (sig[k] - sig[k + 1]) * (x - p) / sig[k + 1] ** 2
             if decoding == "nocache":
-                s = t - dt
-                draw = gumbel_argmax(
-                    torch.log(torch.cat([p * (t - s), s.clamp_min(0).expand(n, L, 1)], -1)), g
-                )
+                s = (t - dt).clamp_min(0)
+                # the class of [p (t - s), s]: not [MASK] w.p. (t - s) / t, then a token of p
+                hit = torch.rand(n, L, generator=g, dtype=torch.float64) < (t - s) / t
+                draw = torch.full((n, L), V)
+                draw[hit & ~clean] = _inverse_cdf(torch.log(p[hit & ~clean]), g)
                 old = x.argmax(-1)
                 tok = torch.where(clean | (draw == V), old, draw)
-                clean = clean | (draw != V)
+                clean = clean | hit
                 x = torch.where(clean[..., None], nn.functional.one_hot(tok, V).double(), x)
             x = torch.where(pm[..., None], onehot_p, x)
             assert torch.equal(clean, states[k].clean), k

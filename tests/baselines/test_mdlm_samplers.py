@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from helpers import LEARN_TARGET, make_method, make_model, sort8_outcomes
 from torch import nn
 
-from baselines.mdlm import CONFIDENCE_ORDERS, MDLM, REMDM
+from baselines.mdlm import CONFIDENCE_ORDERS, MDLM, PARALLEL, REMDM
 from bench.config import ConfigError
 from bench.data.toy import sort_data
 
@@ -92,11 +92,21 @@ def subs_p(logits, x, T):
     return torch.where((x == V)[..., None], p, F.one_hot(x, V + 1).double())
 
 
-def sample_categorical(probs, g):
-    """kuleshov-group/remdm diffusion.py::_sample_categorical: argmax p / (1e-10 - log(u +
-    1e-10)), u uniform (drawn from g in float64, one (n, L, V + 1) block per step)."""
-    u = torch.rand(probs.shape, generator=g, dtype=torch.float64)
-    return (probs / (1e-10 - (u + 1e-10).log())).argmax(-1)
+def sample_categorical(probs, g, x):
+    """A draw of kuleshov-group/remdm diffusion.py::_sample_categorical's class (argmax p /
+    Exp(1): a class of p over V + 1), in the sampler's order (the same law: test_remdm_law):
+    [MASK] or not by one float64 uniform per position against its share of the mass, then a
+    token by the inverse CDF of p's token part at the masked positions of ``x`` left unmasked
+    (a decoded position's token part is one-hot on its token: kept)."""
+    share = probs[..., V] / probs.sum(-1)
+    u = torch.rand(share.shape, generator=g, dtype=torch.float64)
+    out = torch.where(u < share, V, x)
+    tok = (u >= share) & (x == V)
+    w = probs[tok][:, :V]
+    cdf = w.cumsum(-1, dtype=torch.float64)
+    v = torch.rand((len(cdf), 1), generator=g, dtype=torch.float64) * cdf[:, -1:]
+    out[tok] = torch.searchsorted(cdf, v, right=True).squeeze(-1)
+    return out
 
 
 def reference_remdm(logits, n, L, nfe, sampler, eta, T, g, t_on=0.55, t_off=0.05, a_on=0.9):
@@ -124,7 +134,7 @@ def reference_remdm(logits, n, L, nfe, sampler, eta, T, g, t_on=0.55, t_off=0.05
                 mc_s = 0.0 if last else mc_s
                 q_xs = p_x0 * (mc_t - mc_s)  # "use MDLM"
                 q_xs[..., V] = mc_s
-                _x = sample_categorical(q_xs, g)
+                _x = sample_categorical(q_xs, g, x)
                 xs = torch.where(copy_flag, x, _x)
             else:  # "use ReMDM"
                 sigma = eta
@@ -132,7 +142,7 @@ def reference_remdm(logits, n, L, nfe, sampler, eta, T, g, t_on=0.55, t_off=0.05
                 q_xs[..., V] = sigma
                 q_xs_2 = p_x0 * ((a_on - (1 - sigma) * a_on) / (1 - a_on))
                 q_xs_2[..., V] = (1 - a_on - a_on * sigma) / (1 - a_on)
-                xs = sample_categorical(torch.where(copy_flag[..., None], q_xs, q_xs_2), g)
+                xs = sample_categorical(torch.where(copy_flag[..., None], q_xs, q_xs_2), g, x)
             out.append(xs)
             x = xs
             continue
@@ -153,7 +163,7 @@ def reference_remdm(logits, n, L, nfe, sampler, eta, T, g, t_on=0.55, t_off=0.05
         q_xs[..., V] = sig_m
         q_xs_2 = p_x0 * ((alpha_s - (1 - sigma) * alpha_t) / (1 - alpha_t))
         q_xs_2[..., V] = (1 - alpha_s - sig_m * alpha_t) / (1 - alpha_t)
-        xs = sample_categorical(torch.where(copy_flag[..., None], q_xs, q_xs_2), g)
+        xs = sample_categorical(torch.where(copy_flag[..., None], q_xs, q_xs_2), g, x)
         if sampler == "remdm-conf":  # update conf
             unmask = (x == V) & (xs != V)
             conf_values = -p_x0.gather(-1, xs[..., None]).squeeze(-1)
@@ -287,10 +297,17 @@ def reference_llada(logits, prompt, gen_length, block_length, steps, T, g):
         for i in range(steps):
             out.append(x.clone())
             mask_index = x == V
-            # add_gumbel_noise: float64, logits.exp() / (-log u) ** T
-            l64 = lg.to(torch.float64)
-            noise = torch.rand(l64.shape, generator=g, dtype=torch.float64)
-            x0 = torch.argmax(l64.exp() / (-torch.log(noise)) ** T, dim=-1)
+            # add_gumbel_noise draws x0 ~ softmax(logits / T) everywhere; only the masked
+            # positions of the block are ever kept, so the sampler draws only there, by the
+            # inverse CDF (the same law: test_draws_follow_the_law): transcribed so that the
+            # rule below sees the sampler's x0
+            cand = mask_index.clone()
+            cand[:, end:] = False
+            x0 = torch.zeros_like(x)
+            w = lg[cand] / T
+            cdf = (w - w.amax(-1, keepdim=True)).exp().cumsum(-1, dtype=torch.float64)
+            u = torch.rand((len(cdf), 1), generator=g, dtype=torch.float64) * cdf[:, -1:]
+            x0[cand] = torch.searchsorted(cdf, u, right=True).squeeze(-1)
             p = F.softmax(lg, dim=-1)
             x0_p = torch.gather(p, -1, x0[..., None]).squeeze(-1)
             x0_p[:, end:] = -torch.inf
@@ -513,7 +530,7 @@ def test_cached_calls_every_step_when_time_conditioned():
     g = torch.Generator().manual_seed(4)
     got = method.sample(net, prompt, pmask, nfe=nfe, decoding="cached", generator=g)
     assert torch.equal(got, want) and method.nfe_counter == nfe
-    assert "cached" in MDLM.call_skipping and len(MDLM.call_skipping) == 1
+    assert set(MDLM.call_skipping) == {"cached", *PARALLEL}
 
 
 # -- every decoding --------------------------------------------------------------------------

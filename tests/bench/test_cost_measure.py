@@ -265,3 +265,28 @@ def test_likelihood_rows_carry_what_the_bound_cost(fresh):
     assert r["tokens_per_s"] == pytest.approx(tokens / r["eval_s"])
     assert r["peak_mem_mb"] > 0 and r["device_name"].startswith("cpu: ")
     assert results_main(["verify", "--results-dir", str(rd)]) == 0
+
+
+def test_a_threshold_cell_records_the_calls_each_item_needed(fresh):
+    """MDLM's ``threshold`` at tau 0.05 on a barely trained model (every p_theta near 1/10)
+    reveals each row's block in one call: each record's ``calls`` is 1, the rows' ``calls_mean``
+    / ``calls_max`` 1, ``network_calls`` one per batch, ``nfe`` the budget; ``confidence`` on the
+    same model spends its budget on every item."""
+    tc, _, rd = fresh
+    path = rd.parent / "threshold.yaml"
+    text = SWEEP.format(rd=rd).replace("temperature: [1.0]", "temperature: [1.0], decoding: "
+                                       "[threshold, confidence]")  # fmt: skip
+    path.write_text(text.replace("{method: mdlm}", "{method: mdlm, options: {tau: 0.05}}"))
+    p = plan(load_sweep(path), str(path))
+    (tc2,) = p.train_cells
+    assert tc2.id == tc.id  # tau is a sampling option: the same trained model
+    got = {}
+    for c in p.samples_of(tc2):
+        assert cells.run_samples([c], progress=False) == 1
+        row = _row(rd, c)
+        got[c.decoding] = row, [r["calls"] for r in _records(rd, row)]
+    row, calls = got["threshold"]
+    assert calls == [1] * 8 and row["calls_mean"] == 1 and row["calls_max"] == 1
+    assert row["network_calls"] == 2 and row["nfe"] == 2
+    row, calls = got["confidence"]
+    assert calls == [2] * 8 and row["calls_mean"] == 2 and row["network_calls"] == 4

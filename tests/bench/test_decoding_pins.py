@@ -30,6 +30,8 @@ CASES = [
     ("mdlm", {"block_length": 3, "top_k": 3}, "confidence"),
     ("mdlm", {"time_conditioning": True}, "cached"),
     ("mdlm", {"top_p": 0.8, "remdm_eta": 0.01}, "remdm-cap"),
+    ("mdlm", {"tau": 0.3}, "threshold"),
+    ("mdlm", {"block_length": 3, "factor": 2.0}, "factor"),
     *[("duo", {}, d) for d in ("ancestral", "greedy", "psi", "psi-greedy")],
     (
         "duo",

@@ -68,6 +68,19 @@ BAD = [
         "methods: [{method: mdlm, options: {block_length: 2}}]",
         "methods[0]: options.block_length: remdm-loop decodes the whole canvas",
     ),
+    # MDLM's parallel decodings: tau in (0, 1], factor > 0 (the options' own bounds)
+    (
+        "methods: [{method: mdlm, options: {tau: 1.5}, decoding: [threshold]}]",
+        "methods[0].options.tau: must be <= 1.0, got 1.5",
+    ),
+    (
+        "methods: [{method: mdlm, options: {tau: 0.0}, decoding: [threshold]}]",
+        "methods[0].options.tau: must be > 0.0, got 0.0",
+    ),
+    (
+        "methods: [{method: mdlm, options: {factor: -1.0}, decoding: [factor]}]",
+        "methods[0].options.factor: must be > 0.0",
+    ),
     # Duo's curriculum solves its gamma range from the alpha span when training starts
     (
         "methods: [{method: duo, options: {curriculum_end: 10, curriculum_alpha_min: 1.0e-12}}]",

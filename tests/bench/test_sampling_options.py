@@ -148,6 +148,8 @@ _LATER_OPTIONS = {
         "top_p",
         "top_k",
         "block_length",
+        "tau",
+        "factor",
         "remdm_eta",
         "remdm_t_on",
         "remdm_t_off",

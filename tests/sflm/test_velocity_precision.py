@@ -109,7 +109,7 @@ def test_softmax_from_the_logits_is_the_staged_one_bit_for_bit(dtype, temperatur
         ref = _staged_velocity(z, lg, E, temperature, chunk=16)
         v = exact_velocity(z, lg, E, logits=True, temperature=temperature, chunk=16)
         assert torch.equal(v, ref)
-        ws = velocity_workspace(40, 211, dtype, z.device, budget=16 * 211 * 4 * 8)
+        ws = velocity_workspace(40, 211, dtype, z.device, budget=16 * 211 * WORKSPACE_BUFFERS * 8)
         assert ws.shape == (WORKSPACE_BUFFERS, 16 if dtype == torch.float64 else 20, 211)
         ws = ws[:, :16]  # chunks of 16 rows, as the oracle's
         for _ in range(2):  # the same workspace twice: nothing carried over

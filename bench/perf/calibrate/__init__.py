@@ -26,6 +26,8 @@ the threads' spin-waits: calibrate those on an idle machine). What it measures:
   the hub is unreachable and ``HF_HUB_OFFLINE`` is unset, each load waits out its retries),
   ``--calib-genppl`` (the Gen. PPL reference LM: load and tokens/s).
 
+``--calib-vocab V`` moves the large-vocabulary factor shape to |V| = V (its L and batch kept).
+
 ``--calib-quick`` (tests): tiny shapes, one run each, no trainer, job, disk or sandbox
 measurement (those sections keep the shipped entry's values).
 
@@ -121,6 +123,13 @@ def add_arguments(group) -> None:
         "--calib-genppl", action="store_true", help="calibrate: time the Gen. PPL reference LM"
     )
     group.add_argument(
+        "--calib-vocab",
+        type=int,
+        default=0,
+        help="calibrate: the large-vocabulary factor shape's |V| (default: the device's, CPU "
+        "8,192; e.g. 50257 to price the sampling calls at GPT-2's)",
+    )
+    group.add_argument(
         "--calib-force",
         action="store_true",
         help="calibrate: write the table even on a busy machine or with noisy timings",
@@ -141,6 +150,11 @@ def run(model_list, args, device) -> list[dict]:
     kind = args.calib_kind or table.kind_of(name)
     threads = torch.get_num_threads() if device.type == "cpu" else 0
     shapes = SHAPES["quick" if args.calib_quick else device.type]
+    if getattr(args, "calib_vocab", 0):
+        if args.calib_vocab < 2:
+            raise ConfigError("--calib-vocab: must be >= 2")
+        size, _, L, B = shapes["large"]
+        shapes = {**shapes, "large": (size, args.calib_vocab, L, B)}
     if args.calib_reps < 1:
         raise ConfigError("--calib-reps: must be >= 1")
     if args.calib_quick:

@@ -180,3 +180,19 @@ def test_dry_run_names_the_built_in_table_when_none_is_calibrated(tmp_path, caps
     assert "measured: training from the paper's table" in line
     line = _dry_run(tmp_path, capsys, "cpu")
     assert "shipped cpu table" in line and "measured: 2026-11-27 (idle)" in line
+
+
+def test_calib_vocab_moves_the_large_factor_shape(tmp_path, monkeypatch, capsys):
+    """--calib-vocab V: the method factors' large shape at |V| = V (its L and batch kept); a
+    |V| below 2 is one error line, exit 2, nothing measured."""
+    seen = {}
+    _stub_measurements(monkeypatch, {}, 0.1, 0.1)
+    monkeypatch.setattr(C, "_method_factors", lambda ml, shapes, *a: seen.update(shapes) or {})
+    d = tmp_path / "cal"
+    assert perf.main([*ARGV, "--calib-dir", str(d), "--calib-vocab", "50257"]) == 0
+    size, _, L, B = C.SHAPES["quick"]["large"]
+    assert seen["large"] == (size, 50257, L, B) and seen["small"] == C.SHAPES["quick"]["small"]
+    assert C.SHAPES["quick"]["large"][1] != 50257  # the table itself is untouched
+    capsys.readouterr()
+    assert perf.main([*ARGV, "--calib-dir", str(d), "--calib-vocab", "1"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "error: --calib-vocab: must be >= 2"
