@@ -173,6 +173,9 @@ class Task:
         - ``scorer``: ``"sandbox"`` (each item's program runs in the GSM8K sandbox),
           ``"genppl"`` (a reference LM scores each sample, ``seq_len`` tokens), or ``"light"``
           (the default: scoring costs little per item);
+        - ``scorer_passes``: reference-LM passes over ``seq_len`` tokens per sample of a
+          ``"genppl"`` scorer; default 1 (OWT with MAUVE: 3, the sample's Gen. PPL, its
+          features and its reference's);
         - ``tokenizer``: True when each phase of a job (training, sampling, likelihood) loads a
           hub tokenizer (the task builds it on first use); default False;
         - ``prepare_s`` / ``prepare_tokenizer_loads``: what the first job of a sweep spends

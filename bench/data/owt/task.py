@@ -223,11 +223,14 @@ class OWTTask(Task):
         offline reference LM folder when it is the one scored with) the first job also builds
         them: its tokenising workers load the tokenizer once per split, tokenising the stand-in
         takes about 15 s and converting the SmolLM2 GGUF about 35 s
-        (docs/measurements/owt_smoke.md); OpenWebText itself is not estimated."""
+        (docs/measurements/owt_smoke.md); OpenWebText itself is not estimated. MAUVE
+        (``mauve``) runs the reference LM twice more per sample (its k-means is not counted)."""
         from bench.text.locate import data_cache_root
         from bench.text.reference_lm import smollm2_folder_path
 
         out = {"prompt_tokens": 1, "scorer": "genppl", "tokenizer": True}
+        if self.opts.mauve:  # the sample's Gen. PPL, then its and its reference's features
+            out["scorer_passes"] = 3
         root = data_cache_root(self.cfg.data_dir) / "owt"
         prepare, loads = 0.0, 0
         if self.opts.corpus and not any(root.glob(f"{self.label}-train-L{self.seq_len}-*.json")):
