@@ -180,6 +180,8 @@ def frontier_cells(task: str, df: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     s = with_cost(s, df)
     keys = ["recipe_id", "method", "variant", "decoding", "nfe", "temperature", "seed", "subset"]
+    if "scorer" in s:  # a re-scored cell (bench.rescore) is another evaluation: its own row
+        keys.append("scorer")
     out = []
     for _, g in s.groupby(keys, dropna=False, sort=False):
         m = {r["metric"]: r for _, r in g.iterrows()}

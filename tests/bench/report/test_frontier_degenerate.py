@@ -290,3 +290,22 @@ def test_cells_with_mauve_show_it_beside_gen_ppl_and_stay_flagged(tmp_path):
     assert "0.930 [0.920, 0.940] (0.010)" in md
     _store(tmp_path / "st2")  # the same shape without MAUVE rows
     assert F.MAUVE_COL not in _report(tmp_path / "plain", tmp_path / "st2")
+
+
+def test_a_rescored_cell_is_its_own_row(tmp_path):
+    """A cell re-scored by bench.rescore (its rows carry ``scorer``, e.g. with MAUVE added) is
+    another evaluation of the model: its own row and label, its values never mixed into the
+    sampled cell's."""
+    s = Store(tmp_path / "st")
+    s.write_cell("m", _rows("mdlm", "default", 4, 1.0, 3.6, 2500.0, frac=0.0))
+    sc = {"scorer": '{"mauve":true}', "rescored_from": "m"}
+    again = [{**r, **sc} for r in _rows("mdlm", "default", 4, 1.0, 3.6, 2500.0, frac=0.0)]
+    again.append({**again[0], "metric": "mauve", "value": 0.2, "ci_low": 0.1, "ci_high": 0.3})
+    s.write_cell("m2", again)
+    s.write_cell("data", _rows("data", "data", None, None, 3.74, 169.0, frac=0.0))
+    c = FD.frontier_cells("owt", read(tmp_path / "st"))
+    models = c[~c["is_data"]]
+    assert len(models) == 2 and sorted(models["cells"]) == [("m",), ("m2",)]
+    assert models.set_index("cells")["MAUVE"].isna().to_dict() == {("m",): True, ("m2",): False}
+    md = _report(tmp_path, tmp_path / "st")
+    assert "| mdlm [scored mauve=True] default | 4 | 1 |" in md and "| mdlm default | 4 | 1 |" in md
