@@ -188,10 +188,10 @@ methods: [{{method: mdlm}}]
 @pytest.mark.slow  # trains and samples a tiny OWT model: about 30 s on 2 cores
 def test_rescore_recomputes_mauve_from_the_records(mauve_owt, tmp_path, capsys):
     from bench import cells, records
+    from bench.commands.rescore import main as rescore_main
     from bench.config import load_sweep
     from bench.data.owt.task import OWTTask
     from bench.plan import plan
-    from bench.rescore import main as rescore_main
     from bench.results import Store
 
     corpus, data_dir, ref = mauve_owt
