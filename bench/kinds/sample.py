@@ -474,8 +474,8 @@ class Sample(CellKind):
         score = sc["cell_s"] + n * sc["item_s"]
         if scorer == "sandbox":
             score += n * sc["sandbox_cpu_s"] / max(1, cost.cores)
-        elif scorer == "genppl":
-            score += n * L / sc["genppl_tokens_per_s"]
+        elif scorer == "genppl":  # scorer_passes: MAUVE's features of samples and references
+            score += cost.profile.get("scorer_passes", 1) * n * L / sc["genppl_tokens_per_s"]
         parts = {"network": network, "score": score}
         peak = _sampler_peak(cost, B, dtype, cached)
         return cost.prediction(c.id, self.name, network + score, peak, parts,

@@ -107,6 +107,12 @@ BAD = [
     ),
     # OWT's stand-in corpus (bench.data.owt.blocks.file_documents, when the data is prepared)
     ("task: {name: owt, options: {corpus: corpus.csv}}", "task.options.corpus: 'corpus.csv'"),
+    # MAUVE compares free text with held-out text (bench/evaluate/mauve_score.py): OWT only
+    ("task: {name: sort, options: {mauve: true}}", "task.options.mauve: MAUVE compares free"),
+    (
+        "task: {name: sudoku, grid: 4, data_dir: DD, options: {mauve_seeds: 3}}",
+        "task.options.mauve_seeds: MAUVE compares free text",
+    ),
 ]
 
 

@@ -180,6 +180,10 @@ def test_rescore_with_unchanged_settings_reproduces_every_value(sudoku_run, caps
     assert rescore_main(["--results-dir", str(rd), "--set", "task.options.generator=foo"]) == 2
     err = capsys.readouterr().err.strip()
     assert "task.options.generator" in err and len(err.splitlines()) == 1, err
+    # MAUVE needs free text (bench.evaluate.mauve_score): refused on Sudoku, one line
+    assert rescore_main(["--results-dir", str(rd), "--set", "task.options.mauve=true"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "task.options.mauve: MAUVE" in err and len(err.splitlines()) == 1, err
     assert sorted(p.name for p in (rd / "store").glob("*.json")) == before
 
 

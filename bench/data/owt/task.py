@@ -115,6 +115,13 @@ class OWTOptions(Options):
     )
     ref_batch_tokens: int = option(8192, ge=2, help="tokens per reference-LM forward batch")
     bootstrap: int = option(1000, gt=0, help="bootstrap resamples for the CIs")
+    mauve: bool = option(
+        False, help="also MAUVE against held-out text (bench.evaluate.mauve_score; the mauve extra)"
+    )
+    mauve_featurizer: str = option(
+        "", help="MAUVE's featurizer LM: '' = the Gen. PPL reference LM; else a ref_model name"
+    )
+    mauve_seeds: int = option(5, gt=0, help="k-means seeds of MAUVE (25, 26, ...): mean, sd, CI")
 
 
 # --------------------------------------------------------------------------- documents
@@ -154,6 +161,7 @@ class OWTTask(Task):
     headline_metric = "gen_ppl"
     secondary_metrics = ("gen_ppl_pooled", "entropy")
     report_kind = "frontier"
+    free_text = True  # unconditional text: MAUVE against held-out text (task.options.mauve)
     Options = OWTOptions
     opts: OWTOptions
 
@@ -171,6 +179,7 @@ class OWTTask(Task):
         self._tok = tokenizer
         self._splits: dict[str, BlockFile] = {}
         self._genppl = None
+        self._featurizer = None  # MAUVE's featurizer LM (bench.evaluate.mauve_score), when on
         self.last_rows: list[dict] = []
 
     @staticmethod
@@ -199,7 +208,11 @@ class OWTTask(Task):
         ref = (
             self._genppl.ref.name if self._genppl is not None and self._genppl.ref else o.ref_model
         )
-        return f"corpus={self.label}; L={self.seq_len}; ref={ref}; eot={o.gen_ppl_mode}"
+        out = f"corpus={self.label}; L={self.seq_len}; ref={ref}; eot={o.gen_ppl_mode}"
+        if o.mauve:  # the featurizer, as loaded (else as asked for; '' = the reference LM's)
+            feat = self._featurizer.name if self._featurizer is not None else o.mauve_featurizer
+            out += f"; mauve={feat or ref}"
+        return out
 
     def groups(self) -> list[str]:
         return [self.label]
@@ -210,11 +223,14 @@ class OWTTask(Task):
         offline reference LM folder when it is the one scored with) the first job also builds
         them: its tokenising workers load the tokenizer once per split, tokenising the stand-in
         takes about 15 s and converting the SmolLM2 GGUF about 35 s
-        (docs/measurements/owt_smoke.md); OpenWebText itself is not estimated."""
+        (docs/measurements/owt_smoke.md); OpenWebText itself is not estimated. MAUVE
+        (``mauve``) runs the reference LM twice more per sample (its k-means is not counted)."""
         from bench.text.locate import data_cache_root
         from bench.text.reference_lm import smollm2_folder_path
 
         out = {"prompt_tokens": 1, "scorer": "genppl", "tokenizer": True}
+        if self.opts.mauve:  # the sample's Gen. PPL, then its and its reference's features
+            out["scorer_passes"] = 3
         root = data_cache_root(self.cfg.data_dir) / "owt"
         prepare, loads = 0.0, 0
         if self.opts.corpus and not any(root.glob(f"{self.label}-train-L{self.seq_len}-*.json")):
@@ -238,6 +254,13 @@ class OWTTask(Task):
 
     def validate_plan(self, *, backbone, train, sample) -> None:
         check_corpus(self.opts.corpus)
+        if self.opts.mauve:
+            from bench.evaluate.mauve_score import check_installed
+
+            try:
+                check_installed()
+            except ImportError as e:
+                raise ConfigError(f"task.options.mauve: {e}") from None
 
     def _check_group(self, group: str) -> None:
         if group != self.label:
@@ -370,6 +393,7 @@ class OWTTask(Task):
                 "gen_ppl": r["ppl"],
                 "n_scored": r["n_scored"],
                 "degenerate": r.get("degenerate", ""),
+                **({"mauve_reference": r["mauve_reference"]} if "mauve_reference" in r else {}),
             }
             for ids, r in zip(samples.tolist(), self.last_rows)
         ]
@@ -393,13 +417,61 @@ class OWTTask(Task):
             )
         return self._genppl
 
+    def featurizer(self):
+        """MAUVE's featurizer (:mod:`bench.evaluate.mauve_score`): the Gen. PPL reference LM, or
+        ``mauve_featurizer`` loaded as ``ref_model`` names are (never another one in its place:
+        ReferenceModelError when it cannot load)."""
+        if self._featurizer is None:
+            name = self.opts.mauve_featurizer
+            if not name:
+                self._featurizer = self.genppl().reference()
+            else:
+                from bench.text.reference_lm import load_reference
+
+                self._featurizer = load_reference(name, data_dir=self.cfg.data_dir)
+        return self._featurizer
+
+    def _mauve(self, samples, skip_first: int) -> tuple[list[MetricValue], list[int | None]]:
+        """MAUVE rows of (N, L) sample ids and, per sample, the held-out block its reference was
+        cut from (None for a sample with no text)."""
+        from bench.evaluate import mauve_score as ms
+        from bench.evaluate.genppl.evaluator import Preparer
+
+        ref = self.featurizer()
+        # at most L - 1 ids, what a held-out block holds after its end-of-text (a sample that
+        # does not start with one is read without its last id)
+        texts = [ms.text_ids(s, EOT_ID, EOT_ID + 1)[: self.seq_len - 1] for s in samples.tolist()]
+        keep = [i for i, t in enumerate(texts) if t]
+        pool = ms.reference_pool(self.split("valid").memmap(), EOT_ID, skip_first)
+        pairs = ms.pair_references([len(texts[i]) for i in keep], pool)
+        refs = [cut for _, cut in pairs]
+        ms.check_equal_lengths([texts[i] for i in keep], refs)
+        # sample ids -> the featurizer's: as they are, or decoded (end-of-text kept) and re-encoded
+        prep = Preparer(ref, self.tokenizer, "reference")
+        bt = self.opts.ref_batch_tokens
+
+        def feats(ts):
+            return ms.featurize(ref, [prep(t).ids for t in ts], batch_tokens=bt)
+
+        res = ms.mauve_values(feats(refs), feats([texts[i] for i in keep]), self.opts.mauve_seeds)
+        where: list[int | None] = [None] * len(texts)
+        for i, (r, _) in zip(keep, pairs):
+            where[i] = r.block
+        return res.metric_values(), where
+
     def _metrics(self, samples, group: str) -> list[MetricValue]:
         from bench.evaluate.genppl.evaluator import metric_values
 
         ev = self.genppl()
         rows = ev.score(samples)
         self.last_rows = [{"group": group, **r} for r in rows]
-        return metric_values(ev.summarize(rows))
+        out = metric_values(ev.summarize(rows))
+        if self.opts.mauve:  # the data point's blocks [0, n) are never a reference
+            extra, where = self._mauve(samples, skip_first=len(samples))
+            for r, w in zip(self.last_rows, where):
+                r["mauve_reference"] = w
+            out += extra
+        return out
 
     def evaluate(self, samples: Tensor, data: TaskData, group: str) -> list[MetricValue]:
         """Gen. PPL (per-sample mean, pooled), unigram entropy and degenerate fraction of (N, L)

@@ -31,7 +31,8 @@ DATA_METHOD = "data"
 REFERENCE = "reference"  # the store rows' kind of the held-out data point (bench/results/rows.py)
 PPL, POOLED, ENTROPY = "gen_ppl", "gen_ppl_pooled", "entropy"
 EMPTY, DEGENERATE = "gen_ppl_empty_frac", dg.METRIC
-METRICS = (PPL, POOLED, ENTROPY, EMPTY, DEGENERATE)
+MAUVE, MAUVE_SD = "mauve", "mauve_seed_sd"  # bench.evaluate.mauve_score (task.options.mauve)
+METRICS = (PPL, POOLED, ENTROPY, EMPTY, DEGENERATE, MAUVE, MAUVE_SD)
 #: draws of the scalar's parametric bootstrap (the paper's B for its bootstrap intervals)
 SCALAR_DRAWS = 1000
 Z975 = 1.959963984540054  # standard normal 97.5th percentile: a 95 % interval is +- 1.96 sd
@@ -168,7 +169,9 @@ def _source(deg: bool | None, frac: float, h: float) -> str:
 def frontier_cells(task: str, df: pd.DataFrame) -> pd.DataFrame:
     """One row per sample cell of ``task`` (and per "data" reference): curve, nfe, temperature,
     H (+ CI), PPL (+ CI), pooled PPL, n, the degenerate fraction and flag (``deg_source``:
-    :func:`_source`), t_free, length_bound, is_data, and the sampling seconds per sample with the
+    :func:`_source`), MAUVE with its CI and its sd over k-means seeds (``MAUVE``,
+    ``MAUVE_lo``, ``MAUVE_hi``, ``MAUVE_sd``; NaN where the cell has none), t_free, length_bound,
+    is_data, and the sampling seconds per sample with the
     device they were measured on (``seconds``, ``device``: :func:`bench.report.cost.with_cost`;
     NaN and "" where the row has none)."""
     s = rows(df, task, kind=None)
@@ -177,6 +180,8 @@ def frontier_cells(task: str, df: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     s = with_cost(s, df)
     keys = ["recipe_id", "method", "variant", "decoding", "nfe", "temperature", "seed", "subset"]
+    if "scorer" in s:  # a re-scored cell (bench.rescore) is another evaluation: its own row
+        keys.append("scorer")
     out = []
     for _, g in s.groupby(keys, dropna=False, sort=False):
         m = {r["metric"]: r for _, r in g.iterrows()}
@@ -205,6 +210,10 @@ def frontier_cells(task: str, df: pd.DataFrame) -> pd.DataFrame:
                 "PPL_lo": _num(m, PPL, "ci_low"),
                 "PPL_hi": _num(m, PPL, "ci_high"),
                 "pooled": _num(m, POOLED),
+                "MAUVE": _num(m, MAUVE),
+                "MAUVE_lo": _num(m, MAUVE, "ci_low"),
+                "MAUVE_hi": _num(m, MAUVE, "ci_high"),
+                "MAUVE_sd": _num(m, MAUVE_SD),
                 "n": int(m[PPL]["n"]) if pd.notna(m[PPL]["n"]) else None,
                 "degenerate_fraction": frac,
                 "degenerate": bool(deg),

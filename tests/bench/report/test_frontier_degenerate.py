@@ -260,3 +260,52 @@ def test_paper_figure_csv_carries_the_flag_and_intervals(tmp_path):
     # inside the paper's window the mostly-empty cell (lowest Gen. PPL) is no Pareto point
     c = F.frontier_cells("owt", read(tmp_path / "st"))
     assert list(F.pareto_cells(c, 32, F.Window())["temperature"]) == [1.0]
+
+
+def test_cells_with_mauve_show_it_beside_gen_ppl_and_stay_flagged(tmp_path):
+    """MAUVE rows (bench/evaluate/mauve_score.py: ``mauve`` with its seed interval and
+    ``mauve_seed_sd``) become a cell-table column; a degenerate cell keeps its MAUVE and its
+    flag; a store without MAUVE rows has no such column."""
+    s = Store(tmp_path / "st")
+    proto = "corpus=standin-x; L=64; ref=tiny-lm; eot=paper; mauve=tiny-lm"
+
+    def with_mauve(rows, v, sd):
+        extra = {"metric": "mauve", "value": v, "ci_low": max(v - 0.01, 0.0), "ci_high": v + 0.01}
+        rows = [{**r, "task_protocol": proto} for r in rows]
+        return rows + [{**rows[0], **extra}, {**rows[0], "metric": "mauve_seed_sd", "value": sd}]
+
+    s.write_cell(
+        "m", with_mauve(_rows("mdlm", "default", 4, 1.0, 3.6, 2500.0, frac=0.0), 0.41, 0.004)
+    )
+    s.write_cell("s", with_mauve(_rows("sflm", "exact", 4, 1.0, 0.0, 20.9, frac=1.0), 0.004, 0.0))
+    s.write_cell(
+        "data", with_mauve(_rows("data", "data", None, None, 3.74, 169.0, frac=0.0), 0.93, 0.01)
+    )
+    md = _report(tmp_path, tmp_path / "st")
+    assert F.MAUVE_COL in md and "mauve=tiny-lm" in md
+    row = next(ln for ln in md.splitlines() if ln.startswith("| sflm exact | 4 | 1 |"))
+    assert "0.004 [0.000, 0.014] (0.000)" in row and "yes (100 %)" in row
+    row = next(ln for ln in md.splitlines() if ln.startswith("| mdlm default | 4 | 1 |"))
+    assert "0.410 [0.400, 0.420] (0.004)" in row and "no (0 %)" in row
+    assert "0.930 [0.920, 0.940] (0.010)" in md
+    _store(tmp_path / "st2")  # the same shape without MAUVE rows
+    assert F.MAUVE_COL not in _report(tmp_path / "plain", tmp_path / "st2")
+
+
+def test_a_rescored_cell_is_its_own_row(tmp_path):
+    """A cell re-scored by bench.rescore (its rows carry ``scorer``, e.g. with MAUVE added) is
+    another evaluation of the model: its own row and label, its values never mixed into the
+    sampled cell's."""
+    s = Store(tmp_path / "st")
+    s.write_cell("m", _rows("mdlm", "default", 4, 1.0, 3.6, 2500.0, frac=0.0))
+    sc = {"scorer": '{"mauve":true}', "rescored_from": "m"}
+    again = [{**r, **sc} for r in _rows("mdlm", "default", 4, 1.0, 3.6, 2500.0, frac=0.0)]
+    again.append({**again[0], "metric": "mauve", "value": 0.2, "ci_low": 0.1, "ci_high": 0.3})
+    s.write_cell("m2", again)
+    s.write_cell("data", _rows("data", "data", None, None, 3.74, 169.0, frac=0.0))
+    c = FD.frontier_cells("owt", read(tmp_path / "st"))
+    models = c[~c["is_data"]]
+    assert len(models) == 2 and sorted(models["cells"]) == [("m",), ("m2",)]
+    assert models.set_index("cells")["MAUVE"].isna().to_dict() == {("m",): True, ("m2",): False}
+    md = _report(tmp_path, tmp_path / "st")
+    assert "| mdlm [scored mauve=True] default | 4 | 1 |" in md and "| mdlm default | 4 | 1 |" in md
