@@ -168,6 +168,12 @@ class SampleConfig:
     batch_size: int = option(256, gt=0)
     float64: bool = option(True, help="categorical sampling / geometry in float64")
     seed: int = option(0)
+    n_per_item: int = option(
+        1,
+        gt=0,
+        help="independent draws per item (pass@1 as their mean, pass@j for j <= k, maj@k; "
+        "bench/evaluate/passk.py); 1: one draw, as always",
+    )
 
 
 @dataclass

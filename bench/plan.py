@@ -158,6 +158,8 @@ class SampleCell:
     #: the ``bench.eval`` call that plans this cell of a sweep's model (not part of ``id``; its
     #: rows record it and the report keeps them apart); "" for a sweep's own cell
     evaluation: str = ""
+    #: independent draws per item (``sample.n_per_item``; part of ``id`` above 1)
+    n_per_item: int = 1
 
     @property
     def options(self) -> dict:

@@ -299,6 +299,13 @@ def _parser() -> argparse.ArgumentParser:
         "any sweep-file key, as if written in the sweep (repeatable; VALUE is YAML), e.g. "
         "--set task.options.n_digits=4 --set sample.seed=1",
     )
+    ap.add_argument(
+        "--n-per-item",
+        type=int,
+        metavar="K",
+        help="K independent draws per item: pass@1 (their mean), pass@j for j <= K, maj@K "
+        "(sample.n_per_item; default 1)",
+    )
     add_results_dir(
         ap, "where a checkpoint's rows go (default: results); a run folder's go beside it"
     )
@@ -339,6 +346,12 @@ def _lm_eval_files(out_dir):
     return write
 
 
+def _draw_sets(args) -> list[str]:
+    """``--set`` items with ``--n-per-item K`` as ``sample.n_per_item=K`` (checked with them)."""
+    k = args.n_per_item
+    return [*args.sets, f"sample.n_per_item={k}"] if k is not None else list(args.sets)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -360,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
             decoding=args.decoding,
             limit=args.limit,
             seeds=args.seeds,
-            sets=args.sets,
+            sets=_draw_sets(args),
             results_dir=args.results_dir,
         )
     except UsageError as e:  # ConfigError, CheckpointError included

@@ -35,7 +35,7 @@ from pathlib import Path
 from bench.usage import UsageError, add_filters, add_results_dir, add_sets, usage_exit
 
 #: the stored columns a re-score must reproduce exactly
-COMPARED = ("value", "n", "ci_low", "ci_high", "item_outcomes", "items_key")
+COMPARED = ("value", "n", "ci_low", "ci_high", "item_outcomes", "draw_outcomes", "items_key")
 
 
 @dataclass(frozen=True)
@@ -92,8 +92,9 @@ def rescore_cell(saved: dict, row, overrides: dict, rows_of_cell: list[dict]):
     stored rows."""
     import dataclasses
 
-    from bench import records, registry
+    from bench import registry
     from bench.config import TaskConfig, canonical, config_hash
+    from bench.evaluate.draws import score_samples
     from bench.results.rows import items_key, sample_rows
 
     c = _cell(saved["cell"])
@@ -110,12 +111,11 @@ def rescore_cell(saved: dict, row, overrides: dict, rows_of_cell: list[dict]):
             f"--set {', '.join(f'task.options.{k}' for k in overrides)}: changes the items of cell "
             f"{c.id} (its saved samples answer other prompts); sample again instead"
         )
-    samples = saved["ids"]
-    metrics = task.evaluate(samples, data, c.subset)
     nfe = row.get("nfe")
     new_id = config_hash({"rescore": c.id, "scorer": canonical(overrides)}) if overrides else c.id
     new_c = dataclasses.replace(c, id=new_id)
-    recs = records.item_records(task, new_c, samples, data, metrics, nfe=nfe)
+    # every draw of a k-draw cell (sample.n_per_item), as when it was sampled
+    metrics, recs = score_samples(task, new_c, saved["ids"], data, nfe=nfe)
     first = rows_of_cell[0]
     sampled = _SampledWith(
         nfe_is_length=bool(first.get("nfe_is_length")),

@@ -162,6 +162,13 @@ class Task:
         excerpt, not a whole log). Default: none (the common fields only)."""
         return []
 
+    def record_answer(self, record: dict):
+        """The answer an item's record (:mod:`bench.records`) gives, for maj@k's vote over the
+        draws of an item (:mod:`bench.evaluate.passk`): hashable, or None for no answer (no
+        vote). Default: the whole output text (Sudoku: the grid); program tasks: the executed
+        answer."""
+        return record.get("output")
+
     # -- cost (bench.cost.model: the --dry-run prediction) ----------------------------------
     def cost_profile(self) -> dict[str, Any]:
         """What the cost model needs to know about this task's jobs beyond its shapes

@@ -25,6 +25,7 @@ import time
 
 from bench import locks, records, registry
 from bench.config import SampleConfig, config_hash
+from bench.evaluate.draws import draw_seed, n_draws, score_samples
 from bench.kind import CellKind
 from bench.plan import EntryModel, SampleCell, TrainCell
 
@@ -53,6 +54,8 @@ def _sample_id(tc: TrainCell, m: EntryModel, s: SampleConfig, subset, nfe, temp,
     }
     if m.sampling:  # absent at defaults: the ids sweeps always had
         key["sampling"] = m.sampling
+    if s.n_per_item > 1:  # absent at one draw: the ids sweeps always had
+        key["n_per_item"] = s.n_per_item
     return config_hash(key)
 
 
@@ -82,6 +85,7 @@ def sample_cells_of(tc: TrainCell, m: EntryModel, s: SampleConfig) -> list[Sampl
                             seed=s.seed,
                             variant=m.variant,
                             sampling=m.sampling,
+                            n_per_item=s.n_per_item,
                         )
                     )
     return cells
@@ -106,9 +110,9 @@ def cell_sampler(method, c: SampleCell, task, device, cache: dict):
     return cache[key]
 
 
-def batch_seed(c: SampleCell, start: int) -> int:
-    """The seed of the batch of cell ``c`` that starts at example ``start``."""
-    return c.seed * 1_000_003 + start
+def batch_seed(c: SampleCell, start: int, draw: int = 0) -> int:
+    """The seed of draw ``draw`` of cell ``c``'s batch at example ``start`` (:func:`draw_seed`)."""
+    return draw_seed(c.seed * 1_000_003 + start, draw)
 
 
 def sample_batch(sampler, backbone, c: SampleCell, prompt, pmask, generator, *, float64: bool):
@@ -197,8 +201,10 @@ def _batches(c: SampleCell, sampler, backbone, data, dev, progress: bool):
     sampler.call_timer = timer
     try:
         peak.reset()
-        for bi in tqdm(starts, desc=c.label(), disable=not progress, leave=False):
-            path = part_dir / f"batch_{bi // c.batch_size:05d}.pt"
+        todo = [(d, bi) for d in range(n_draws(c)) for bi in starts]  # draw-major
+        for d, bi in tqdm(todo, desc=c.label(), disable=not progress, leave=False):
+            draw = f"draw{d}_" if d else ""  # draw 0's files: the one-draw cell's names
+            path = part_dir / f"{draw}batch_{bi // c.batch_size:05d}.pt"
             if path.is_file():  # resume at batch granularity
                 saved = torch.load(path, weights_only=False)
                 outs.append(saved["ids"])
@@ -208,7 +214,7 @@ def _batches(c: SampleCell, sampler, backbone, data, dev, progress: bool):
             s0, n0, k0 = time.perf_counter(), timer.seconds(), timer.calls
             sl = slice(bi, bi + c.batch_size)
             prompt, pmask = data.x[sl].to(dev), data.clean_mask[sl].to(dev)
-            gen = torch.Generator(device=dev).manual_seed(batch_seed(c, bi))
+            gen = torch.Generator(device=dev).manual_seed(batch_seed(c, bi, d))
             sampler.nfe_counter = 0
             ids = sample_batch(sampler, backbone, c, prompt, pmask, gen, float64=c.float64)
             cost = {
@@ -250,7 +256,6 @@ def _score(c: SampleCell, task, sampler, data, sampled, env, steps, store, t0: f
         {"ids": samples, "cell": dataclasses.asdict(c)}, c.train.run_dir / "samples" / f"{c.id}.pt"
     )
     t1 = time.perf_counter()
-    metrics = task.evaluate(samples, data, c.subset)
     per_item = [
         None if b["sample_s"] is None else b["sample_s"] / len(ids)
         for b, ids in zip(costs, outs)
@@ -259,16 +264,16 @@ def _score(c: SampleCell, task, sampler, data, sampled, env, steps, store, t0: f
     calls = None
     if all(b.get("row_calls") is not None for b in costs):
         calls = [k for b in costs for k in b["row_calls"]]
-    recs = records.item_records(
-        task, c, samples, data, metrics, nfe=nfe_used,
+    metrics, recs = score_samples(
+        task, c, samples, data, nfe=nfe_used,
         cost={"sample_s": per_item, "device_name": env["device_name"], "calls": calls},
     )  # fmt: skip
     peaks = [b["peak_mem_mb"] for b in costs if b["peak_mem_mb"] is not None]
     cost_cols = {
         **sample_cost(
             *(_total(costs, k) for k in ("sample_s", "network_s", "calls")),
-            items=len(data),
-            generated=int((~data.clean_mask.bool()).sum()),
+            items=n_draws(c) * len(data),  # every draw of every item sampled
+            generated=n_draws(c) * int((~data.clean_mask.bool()).sum()),
         ),
         "peak_mem_mb": max(peaks) if peaks else None,
         **calls_columns(calls),
@@ -476,10 +481,12 @@ class Sample(CellKind):
             score += n * sc["sandbox_cpu_s"] / max(1, cost.cores)
         elif scorer == "genppl":  # scorer_passes: MAUVE's features of samples and references
             score += cost.profile.get("scorer_passes", 1) * n * L / sc["genppl_tokens_per_s"]
+        k = n_draws(c)  # k draws: k times the cell
+        network, score, flops = (k * v for v in (network, score, flops))
         parts = {"network": network, "score": score}
         peak = _sampler_peak(cost, B, dtype, cached)
         return cost.prediction(c.id, self.name, network + score, peak, parts,
-                               calls=calls * batches, flops=flops,
+                               calls=k * calls * batches, flops=flops,
                                note=f"{dtype}; factor {fe:.2f} ({key})")  # fmt: skip
 
     def load_s(self, cells: list, cost) -> float:

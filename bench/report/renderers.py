@@ -29,6 +29,7 @@ from bench.report import (
     differences,
     field,
     likelihood,
+    passk,
     program,
     samplers,
     samples_view,
@@ -46,6 +47,7 @@ BUILTIN: tuple[ReportItem, ...] = (
     *curves.ITEMS,  # <task>_training_curves
     *cost.ITEMS,  # <task>_<metric>_vs_seconds (beside the generic <task>_<metric>_vs_nfe)
     *differences.ITEMS,  # <task>_differences.md / .csv, power.md
+    *passk.ITEMS,  # <task>_passk.md / figure (cells with several draws per item only)
     *samplers.ITEMS,  # <task>_samplers.md (each method's best sampler against the paper's)
     *samples_view.ITEMS,  # <task>_samples.md (the records behind the headline cells)
     *likelihood.ITEMS,  # likelihood.md (held-out NLL / PPL per model and dataset)

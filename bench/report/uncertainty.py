@@ -33,6 +33,9 @@ def outcome_matrix(g: pd.DataFrame) -> tuple[np.ndarray, str] | None:
     if vals.isna().any() or keys.isna().any() or keys.nunique() != 1:
         return None
     rows = [decode_outcomes(v) for v in vals]
+    if "draw_outcomes" in g:  # a k-draw cell's draws 1..k-1: more rows, as seeds are
+        more = [v for v in g["draw_outcomes"] if isinstance(v, str) and v]
+        rows += [decode_outcomes(x) for v in more for x in v.split(",")]
     if len({len(r) for r in rows}) != 1:
         return None
     return np.stack(rows), str(keys.iloc[0])

@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 
+import numpy as np
+
 from bench import registry
 from bench.config import canonical, config_hash
 from bench.evaluate.paired import encode_outcomes
@@ -150,7 +152,12 @@ def _uncertainty(m, key: str | None) -> dict:
     if getattr(m, "ci_method", None) and m.ci_low is not None:
         out["ci_method"] = m.ci_method
     if getattr(m, "outcomes", None) is not None and key:
-        out["item_outcomes"] = encode_outcomes(m.outcomes)
+        y = np.asarray(m.outcomes)
+        if y.ndim == 2:  # k draws (bench.evaluate.draws): draw 0's, then the others'
+            out["item_outcomes"] = encode_outcomes(y[0])
+            out["draw_outcomes"] = ",".join(encode_outcomes(r) for r in y[1:])
+        else:
+            out["item_outcomes"] = encode_outcomes(m.outcomes)
         out["items_key"] = key
     return out
 
@@ -187,6 +194,7 @@ def sample_rows(
         "wall_s": wall_s,
         "evaluation": getattr(c, "evaluation", "") or None,  # a cell pickled before the field
         "sample_seed": getattr(c, "seed", None),
+        **({"n_per_item": c.n_per_item} if getattr(c, "n_per_item", 1) > 1 else {}),
     }
     return [
         {

@@ -52,6 +52,9 @@ COLUMNS = [
     "ci_method",
     "item_outcomes",
     "items_key",
+    # sample rows of a k-draw cell: its draws per item and the outcomes of draws 1..k-1
+    "n_per_item",
+    "draw_outcomes",
     # the model's training recipe: its train cell's identity without the seed (canonical JSON)
     "recipe",
     # train rows: what the logged loss / val_loss is (the method's loss_kind: NLL, NELBO, ...)
@@ -124,6 +127,10 @@ COLUMNS = [
 #:   item in the task's item order (``bench.evaluate.paired.encode_outcomes``), and
 #:   ``items_key``: 16 hex digits identifying those items (two rows pair item by item only when
 #:   their keys are equal); sample rows of metrics that are means of 0/1 outcomes.
+#: - ``n_per_item`` / ``draw_outcomes``: a cell of k > 1 draws per item (``sample.n_per_item``):
+#:   k, and the outcomes of draws 1..k-1 (each as ``item_outcomes``, comma-separated;
+#:   ``item_outcomes`` is draw 0's) of its headline row, whose value is pass@1, the mean over
+#:   the draws (:mod:`bench.evaluate.draws`); absent at one draw.
 #: - ``recipe``: the model's training recipe, canonical JSON of its train cell's identity without
 #:   the training seed (task, backbone, train settings, method options; the file for an import):
 #:   the report's model is (recipe, variant, decoding), so two recipes of one method are two

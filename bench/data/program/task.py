@@ -277,6 +277,10 @@ class ProgramTask(Task):
             out.append(rec)
         return out
 
+    def record_answer(self, record: dict):
+        """maj@k's vote: the executed answer (None: the program gave none, so no vote)."""
+        return record.get("answer")
+
     def evaluate(self, samples: Tensor, data: TaskData, group: str) -> list[MetricValue]:
         """Decode, extract, execute and grade one program per problem. Per-problem rows
         (completion, program, status, value, isolation) are kept in ``self.last_rows``."""
