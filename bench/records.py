@@ -18,6 +18,9 @@ A record is a flat JSON object. Common fields (every task; :func:`item_records`)
   (:meth:`bench.data.base.Task.decode_text`), ``prompt_ids`` / ``output_ids`` the raw ids
   (split at :meth:`~bench.data.base.Task.prompt_length`), ``target``: the reference text, when
   the task has one;
+- ``draw``: in a cell of k > 1 draws per item only (``sample.n_per_item``), which draw
+  (0..k-1); the file holds every item of draw 0, then of draw 1, ...
+  (:mod:`bench.evaluate.draws`);
 - ``correct``: the item's 0/1 outcome of the task's headline metric (None when it has none);
 - ``sample_s``: the seconds spent sampling the item, its batch's sampling seconds over the
   batch's items (the records of a cell sum to its rows' ``sample_s``; None for a batch resumed
