@@ -101,7 +101,10 @@ def draw_metrics(task, per_draw: list[list], recs: list[dict], k: int) -> list:
         [_hashable(task.record_answer(r)) for r in recs[d * n : (d + 1) * n]] for d in range(k)
     ]
     s = score_draws(y, answers)
+    # the metric whose outcomes the records' ``correct`` holds (bench.records.headline_outcomes)
+    with_outcomes = [m.metric for m in first if getattr(m, "outcomes", None) is not None]
     head = task.headline_metric
+    head = head if head in with_outcomes or not with_outcomes else with_outcomes[0]
     names = [m.metric for m in out]
     p1 = s.pass1
     pass1 = MetricValue(head, p1.value, n, p1.low, p1.high, p1.method, outcomes=y)
