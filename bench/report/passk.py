@@ -1,8 +1,8 @@
 """``<task>_passk.md`` and the ``<task>_passk`` figure: pass@j for j = 1..k and maj@k of every
 cell that drew k > 1 samples per item (``sample.n_per_item``; rows: :mod:`bench.evaluate.draws`),
-per model, subset, NFE and temperature, each value with its 95 % interval (the rows' own: pass@j
-and maj@k over items, pass@1 the two-level bootstrap over items and draws). Nothing is written
-for a store without such a cell."""
+per model, subset, NFE and temperature, each value with its 95 % interval (the pass@j and maj@k
+rows' own, over items; the headline row holds pass@1's two-level interval over items and
+draws). Nothing is written for a store without such a cell."""
 
 from __future__ import annotations
 
@@ -86,8 +86,9 @@ def _render(sec, store, out: Path, args) -> list[Path]:
         g = d[d["task"] == task]
         text = (
             f"# {task}: pass@j and maj@k of the cells with several draws per item\n\n"
-            "Values in %, each with its 95 % interval (pass@1: two-level bootstrap over items "
-            "and draws; pass@j, maj@k: over items). pass@j: Chen et al. 2021's unbiased "
+            "Values in %, each with its 95 % interval over items (the percentile bootstrap of "
+            "the per-item estimates; Wilson's at 0/N or N/N; the headline row's pass@1 has the "
+            "two-level bootstrap over items and draws). pass@j: Chen et al. 2021's unbiased "
             "estimator; maj@k: the majority answer of the k draws (ties: the answer first "
             "reached).\n\n" + Table(_table(g)).markdown() + "\n"
         )
