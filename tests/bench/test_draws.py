@@ -177,3 +177,24 @@ def test_the_report_shows_a_passk_table_and_curve_for_the_k_draw_cell(two_cells,
         assert f"{100 * r['value']:.1f} [{100 * r['ci_low']:.1f}, {100 * r['ci_high']:.1f}]" in text
     assert f"maj@{K}" in text and (out / "sort_passk.svg").is_file()
     assert text.count("\n| ") == 2  # the header and one cell: the one-draw cell is not in it
+
+
+def test_maj_votes_on_the_executed_answer_of_a_program_task_and_the_output_otherwise():
+    from bench import registry
+    from bench.config import TaskConfig
+    from bench.evaluate.draws import _hashable
+
+    prog = registry.make_task(TaskConfig(name="arith_standin"))
+    sort = registry.make_task(TaskConfig(name="sort"))
+    rec = {"output": "def f(): return 5", "answer": 5}
+    assert prog.record_answer(rec) == 5 and prog.record_answer({"output": "x"}) is None
+    assert sort.record_answer(rec) == "def f(): return 5"
+    # two programs with one executed answer are one vote; a list answer is hashable
+    recs = [
+        {"output": "a", "answer": 5},
+        {"output": "b", "answer": 5},
+        {"output": "c", "answer": 6},
+    ]
+    answers = [[_hashable(prog.record_answer(r))] for r in recs]
+    assert majority(answers, [[0], [0], [1]]).tolist() == [0.0]  # 5 wins 2 to 1, scored wrong
+    assert _hashable([1, 2]) == "[1, 2]"
