@@ -71,7 +71,7 @@ the likelihood's bound in :mod:`bench.kinds`), :mod:`~bench.rehearse.output` (th
 :mod:`~bench.rehearse.command` (the entry points).
 """
 
-from bench.kinds.sample import setup_name
+from bench.kinds.sample_rehearsal import setup_name
 from bench.rehearse.capabilities import (
     Rehearsable,
     decoding_family,

@@ -17,7 +17,7 @@ import torch
 from bench import registry
 from bench.cell_model import cell_task, method_backbone
 from bench.config import ConfigError, config_hash
-from bench.kinds.sample import setup_name
+from bench.kinds.sample_rehearsal import setup_name
 from bench.plan import Plan, SampleCell
 from bench.rehearse.capabilities import decoding_family, min_nfe
 from bench.rehearse.imported import export_import_load

@@ -15,7 +15,7 @@ from helpers import owt_corpus, reference_checkpoint, require_offline
 from bench import registry, rehearse, sweep
 from bench.cell_model import cell_task, method_backbone
 from bench.config import load_sweep
-from bench.kinds.sample import setups
+from bench.kinds.sample_rehearsal import setups
 from bench.plan import plan
 
 SWEEP = """
