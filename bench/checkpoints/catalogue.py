@@ -134,6 +134,11 @@ RELEASED: dict[str, tuple[str, Spec]] = {
 #: s-sahoo/duo and duo-distilled: DUOConfig's defaults and the Duo harness's OWT setup (GPT-2 +
 #: [PAD] = 50,258 classes, algo duo_base: time-conditioned), checked against the files when read
 _HUB_NOTE = "planned from the catalogue: the file is not in the Hugging Face cache"
+_DUO_HUB = (
+    "owt",
+    _spec("duo", "duo", {"time_conditioning": True, "eps": _EPS}, _OWT_V + 1, 1024,
+          notes=[_HUB_NOTE]),
+)  # fmt: skip
 HUB: dict[str, tuple[str, Spec]] = {
     "kuleshov-group/mdlm-owt": (
         "owt",
@@ -146,28 +151,9 @@ HUB: dict[str, tuple[str, Spec]] = {
             notes=[_HUB_NOTE],
         ),
     ),  # fmt: skip
-    "s-sahoo/duo": (
-        "owt",
-        _spec(
-            "duo",
-            "duo",
-            {"time_conditioning": True, "eps": _EPS},
-            _OWT_V + 1,
-            1024,
-            notes=[_HUB_NOTE],
-        ),
-    ),  # fmt: skip
-    "s-sahoo/duo-distilled": (
-        "owt",
-        _spec(
-            "duo",
-            "duo",
-            {"time_conditioning": True, "eps": _EPS},
-            _OWT_V + 1,
-            1024,
-            notes=[_HUB_NOTE],
-        ),
-    ),  # fmt: skip
+    # Duo and its distilled few-step model: one architecture, one format
+    "s-sahoo/duo": _DUO_HUB,
+    "s-sahoo/duo-distilled": _DUO_HUB,
 }
 
 
