@@ -22,10 +22,11 @@ import math
 import sys
 import time
 
-from bench import locks, records, registry
+from bench import locks, records
 from bench.config import SampleConfig, config_hash
-from bench.evaluate.draws import draw_seed, n_draws, score_samples
+from bench.evaluate.draws import n_draws, score_samples
 from bench.kind import CellKind
+from bench.kinds.sampling import batch_seed, cell_sampler, sample_batch  # noqa: F401 (public)
 from bench.plan import EntryModel, SampleCell, TrainCell
 
 #: (B, L, |V|) buffers a sampler holds at its peak beyond the float32 logits, in its sampling
@@ -91,41 +92,6 @@ def sample_cells_of(tc: TrainCell, m: EntryModel, s: SampleConfig) -> list[Sampl
 
 
 # --------------------------------------------------------------------------- sampling
-
-
-def cell_sampler(method, c: SampleCell, task, device, cache: dict):
-    """The method instance that samples cell ``c``: ``method`` (the trained model) itself, or,
-    when the cell's entry sets sampling-only options (:mod:`bench.plan`), an instance with those
-    options and the trained model's state, built once per option set in ``cache``."""
-    key = config_hash(c.options)
-    if key == config_hash(c.train.options):
-        return method
-    if key not in cache:
-        cache[key] = registry.make_method(
-            c.train.method, c.options, task, getattr(c.train, "vocab_size", None)
-        )
-        cache[key].load_state_dict(method.state_dict())  # the trained model's state
-        cache[key].to(device)
-    return cache[key]
-
-
-def batch_seed(c: SampleCell, start: int, draw: int = 0) -> int:
-    """The seed of draw ``draw`` of cell ``c``'s batch at example ``start`` (:func:`draw_seed`)."""
-    return draw_seed(c.seed * 1_000_003 + start, draw)
-
-
-def sample_batch(sampler, backbone, c: SampleCell, prompt, pmask, generator, *, float64: bool):
-    """One batch of cell ``c``'s samples (ids on the CPU)."""
-    return sampler.sample(
-        backbone,
-        prompt,
-        pmask,
-        nfe=c.nfe,
-        temperature=c.temperature,
-        decoding=c.decoding,
-        float64=float64,
-        generator=generator,
-    ).cpu()
 
 
 def run_cells(cells: list[SampleCell], store, progress: bool) -> int:

@@ -8,7 +8,7 @@ import dataclasses
 import json
 
 from bench.config import config_hash
-from bench.kinds.sample import batch_seed, cell_sampler, sample_batch
+from bench.kinds.sampling import batch_seed, cell_sampler, sample_batch
 from bench.plan import SampleCell
 
 #: the NFE of a sampling call: the smallest that runs a middle step and the last one (FLM's
