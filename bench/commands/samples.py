@@ -58,28 +58,13 @@ def _matches(v, want: str) -> bool:
 def select_cells(df, *, task=None, model=None, nfe=None, temperature=None, subset=None):
     """One row per sample cell that has records (the headline metric's row, else the first),
     filtered; prepared with the report's model labels. ``df``: the store (``results.read``)."""
-    from bench.report.common import prepared
+    from bench.report.common import prepared, selected
 
     if not len(df) or "records" not in df:
         return df.iloc[0:0]
     s = prepared(df)
     s = s[(s["kind"] == "sample") & s["records"].notna() & (s["records"].astype(str) != "")]
-    if task:
-        s = s[s["task"] == task]
-    if model:
-        variant = s["method"] + "/" + s["variant"].fillna("")
-        s = s[
-            (s["model"] == model)
-            | (s["model_base"] == model)
-            | (s["method"] == model)
-            | (variant == model)
-        ]
-    if nfe is not None:
-        s = s[s["nfe"].astype(float) == float(nfe)]
-    if temperature is not None:
-        s = s[(s["temperature"].astype(float) - float(temperature)).abs() < 1e-9]
-    if subset:
-        s = s[s["subset"] == subset]
+    s = s[selected(s, task=task, model=model, nfe=nfe, temperature=temperature, subset=subset)]
     rank = s["metric_rank"].map(lambda r: 0 if r == 0 else 1)
     s = s.assign(_rank=rank).sort_values(["task", "model", "subset", "nfe", "temperature", "_rank"])
     return s.drop_duplicates("cell_id").drop(columns="_rank")

@@ -19,6 +19,33 @@ def prepared(df: pd.DataFrame) -> pd.DataFrame:
     return with_models(with_report_columns(df))
 
 
+def selected(
+    s: pd.DataFrame, *, task=None, model=None, nfe=None, temperature=None, subset=None
+) -> pd.Series:
+    """The mask of the :func:`prepared` rows ``s`` that the store filters select (the commands'
+    ``--task``, ``--model`` (the report's label, its base label, the method or method/variant),
+    ``--nfe``, ``--temperature``, ``--subset``; None: no filter)."""
+    keep = pd.Series(True, index=s.index)
+    if task:
+        keep &= s["task"] == task
+    if model:
+        variant = s["method"].astype(str) + "/" + s["variant"].fillna("").astype(str)
+        keep &= (
+            (s["model"] == model)
+            | (s["model_base"] == model)
+            | (s["method"] == model)
+            | (variant == model)
+        )
+    if nfe is not None:
+        keep &= pd.to_numeric(s["nfe"], errors="coerce") == float(nfe)
+    if temperature is not None:
+        t = pd.to_numeric(s["temperature"], errors="coerce")
+        keep &= (t - float(temperature)).abs() < 1e-9
+    if subset:
+        keep &= s["subset"] == subset
+    return keep
+
+
 def rows(df: pd.DataFrame, task: str | None = None, kind: str | None = "sample") -> pd.DataFrame:
     """The rows of ``task`` (all tasks: None) and ``kind``, prepared (:func:`prepared`; computed
     over all of ``df`` before filtering, so labels agree across tables)."""

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench import records
-from bench.report.common import prepared
+from bench.report.common import prepared, selected
 from bench.report.lmeval_export import ExportError, export
 
 
@@ -89,18 +89,14 @@ def add_arguments(ap) -> None:
 def select(df: pd.DataFrame, args) -> pd.DataFrame:
     """The rows of the cells the flags select (train rows kept: they give the parameter counts)."""
     s = prepared(df)
-    keep = pd.Series(True, index=s.index)
-    if args.task:
-        keep &= s["task"] == args.task
-    if args.model:
-        variant = s["method"].astype(str) + "/" + s["variant"].fillna("").astype(str)
-        keep &= (s["model"] == args.model) | (s["method"] == args.model) | (variant == args.model)
-    if args.nfe is not None:
-        keep &= pd.to_numeric(s["nfe"], errors="coerce") == args.nfe
-    if args.temperature is not None:
-        keep &= (pd.to_numeric(s["temperature"], errors="coerce") - args.temperature).abs() < 1e-9
-    if args.subset:
-        keep &= s["subset"] == args.subset
+    keep = selected(
+        s,
+        task=args.task,
+        model=args.model,
+        nfe=args.nfe,
+        temperature=args.temperature,
+        subset=args.subset,
+    )
     return s[keep | s["kind"].isin(["train", "import"])]
 
 
