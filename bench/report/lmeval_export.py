@@ -166,14 +166,15 @@ def _cell_cost(rows: pd.DataFrame) -> dict:
     cost = {}
     for cell, r in rows.drop_duplicates("cell_id").set_index("cell_id").iterrows():
         cost[cell] = {
-            "task": _task_name(r),
+            "task": r["lm_eval_task"],
             **{k: _value(r.get(k)) for k in COST_COLUMNS if k in r},
         }
     return cost
 
 
 def results_file(run: pd.DataFrame, n_params: dict[str, int], date: tuple[str, float]) -> dict:
-    """One lm-eval results dict of one run's rows (module docstring)."""
+    """One lm-eval results dict of one run's rows (a frame of :func:`plan_export`; module
+    docstring)."""
     first = run.iloc[0]
     out: dict = {
         "results": {},
@@ -185,7 +186,7 @@ def results_file(run: pd.DataFrame, n_params: dict[str, int], date: tuple[str, f
         "intervals": {},
         "task_hashes": {},
     }
-    for task, rows in run.groupby(run.apply(_task_name, axis=1), sort=True):
+    for task, rows in run.groupby("lm_eval_task", sort=True):
         res, hib, iv = _task_block(task, rows)
         r0 = rows.iloc[0]
         out["results"][task] = res
@@ -314,10 +315,13 @@ def plan_export(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """The store's scored rows (sample and likelihood cells), prepared, by run folder name."""
     s = prepared(df)
     s = s[s["kind"].isin(["sample", "likelihood"])].copy()
+    if not len(s):
+        return {}
     for k in RUN_KEYS:
         if k not in s:
             s[k] = None
     key = s[RUN_KEYS].apply(lambda r: "\x1f".join(map(str, r)), axis=1)
+    s["lm_eval_task"] = s.apply(_task_name, axis=1)  # each row's lm-eval task, named once
     return {k: g for k, g in s.groupby(key, sort=True)}
 
 
@@ -375,7 +379,7 @@ def _write_runs(results_dir, runs: dict, n_params: dict, root: Path) -> list[Pat
             folder = f"{folder}__{folders[folder]}"
             res["model_name_sanitized"] = folder
         (root / folder).mkdir()
-        for task, rows in run.groupby(run.apply(_task_name, axis=1), sort=True):
+        for task, rows in run.groupby("lm_eval_task", sort=True):
             lines = sample_lines(results_dir, rows, res["config"]["gen_kwargs"])
             if lines:
                 name = Path(folder) / f"samples_{task}_{date[0]}.jsonl"
