@@ -182,6 +182,10 @@ class AR(Method):
     def nfe_for(self, nfe: int, prompt_mask) -> int:
         return prompt_mask.shape[1] - self.generation_start(prompt_mask)
 
+    def full_forward(self, backbone, x):
+        """The causal pass over the whole canvas: the unit a KV-cached call is priced against."""
+        return backbone(x)
+
     @torch.no_grad()
     def sample(
         self,
@@ -204,11 +208,13 @@ class AR(Method):
         use_cache = self.kv_cache and hasattr(backbone, "blocks")
         cache = [{} for _ in backbone.blocks] if use_cache else None
         for i in range(start, L):
+            # every call reads less than the canvas (a prefix, or one position after the
+            # prefill): partial calls, priced against one full causal pass (Method.call)
             if cache is None:
-                logits = self.call(backbone, x[:, :i])[:, -1].float()
+                logits = self.call(backbone, x[:, :i], partial=True)[:, -1].float()
             else:  # prefill once, then only position i - 1 (its keys / values are new)
                 inp = x[:, :i] if i == start else x[:, i - 1 : i]
-                logits = self.call(backbone, inp, cache=cache)[:, -1].float()
+                logits = self.call(backbone, inp, cache=cache, partial=True)[:, -1].float()
             nxt = dec.pick(self, logits, temperature, generator, float64)
             x[:, i] = torch.where(prompt_mask[:, i], prompt[:, i], nxt)
         return x

@@ -18,7 +18,7 @@ row, the reference evaluation's antithetic t on [1e-3, 1], float64.
 Samplers: the decodings of :mod:`baselines.mdlm_samplers` (one object each, in its table
 ``DECODINGS``; docs/methods/mdlm.md lists each with its source, cost and options), all with
 exactly ``nfe`` backbone calls except ``cached``, ``threshold``, ``factor`` (at most
-``nfe``; the last two count each row's calls in :attr:`MDLM.row_calls`). ``block_length`` (an
+``nfe``; the decodings count each row's calls in :attr:`Method.row_calls`). ``block_length`` (an
 option; 0 = off): semi-autoregressive decoding (LLaDA's ``block_length``): the generated
 positions, in order, split into blocks decoded left to right, the calls split over the blocks
 as evenly as possible (:meth:`MDLM.blocks`); for every decoding but ReMDM's.
@@ -234,14 +234,6 @@ class MDLM(Method):
     def __init__(self, options, vocab_size: int, seq_len: int):
         super().__init__(options, vocab_size, seq_len)
         self.mask_id = vocab_size
-        #: (n,) backbone calls each row of the last sample needed (``call_skipping`` decodings;
-        #: a row's calls while its current block held a mask), None before
-        self.row_calls: Tensor | None = None
-
-    def count_row_calls(self, live: Tensor) -> None:
-        """One call for the rows ``live`` (n,) bool of the sample under way."""
-        if self.row_calls is not None:
-            self.row_calls += live.to(self.row_calls.device)
 
     def build_backbone(self, cfg: BackboneConfig):
         return build_dit(cfg, self.vocab_size + 1, self.vocab_size + 1)
@@ -389,7 +381,7 @@ class MDLM(Method):
         name = self.resolve_decoding(decoding)
         x = torch.where(prompt_mask, prompt, torch.full_like(prompt, self.mask_id))
         self._check_blocks(name)  # ReMDM: one block, the whole canvas
-        self.row_calls = torch.zeros(x.shape[0], dtype=torch.long)
+        self.begin_rows(x.shape[0])  # a row's calls: those while its current block held a mask
         for block, calls in self.blocks(~prompt_mask, nfe):  # checked before the first call
             x = self.DECODINGS[name].run(
                 self, backbone, x, block, calls, temperature, float64, generator

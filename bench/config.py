@@ -174,6 +174,18 @@ class SampleConfig:
         help="independent draws per item (pass@1 as their mean, pass@j for j <= k, maj@k; "
         "bench/evaluate/passk.py); 1: one draw, as always",
     )
+    eos_stop: bool = option(
+        False,
+        help="stop a row at the task's EOS where the method's sampler can (AR at the EOS, "
+        "semi-AR blocks after the block that holds it; --list says which); false: fill the "
+        "canvas, as the paper's samplers",
+    )
+    latency_items: int = option(
+        0,
+        ge=0,
+        help="time the first K items again one at a time (batch 1, not scored): the rows' "
+        "latency_s; 0: none",
+    )
 
 
 @dataclass

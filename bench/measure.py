@@ -32,7 +32,13 @@ SAMPLE_COST_COLUMNS = (
     "network_s",  # of sample_s, seconds inside the backbone's counted calls
     "network_calls",  # backbone calls made (all batches)
     "forward_equivalents",  # sample_s / network_s: the sampler's work per call in bare forwards
-    "tokens_per_s",  # generated (scored) positions per sampling second
+    "fe_mean",  # forward-equivalents per sample: its calls priced as full forwards (item_fe...)
+    "tokens_mean",  # generated tokens per sample (up to and with the EOS, where the task has one)
+    "tokens_per_call",  # generated tokens / backbone calls (d3LLM's tokens per forward)
+    "tokens_per_fe",  # generated tokens / forward-equivalents: the compute-honest version
+    "latency_s",  # seconds per sample at batch 1 over the first latency_items items
+    "latency_items",  # sample.latency_items (None: not timed)
+    "tokens_per_s",  # generated tokens (up to and with the EOS) per sampling second
     "seconds_per_sample",  # sample_s / items
     "peak_mem_mb",  # peak memory while sampling (CUDA max allocated, or CPU resident peak)
     "device_name",  # "cpu: AMD EPYC ..." or "cuda: NVIDIA H100 80GB HBM3"
@@ -139,38 +145,87 @@ class PeakMemory:
 
 class CallTimer:
     """Seconds inside the network calls made through :meth:`bench.method.Method.call` while it
-    is installed (``method.call_timer = CallTimer(device)``). On CUDA each call records two
-    events and :meth:`seconds` reads them (one synchronisation, at the end)."""
+    is installed (``method.call_timer = CallTimer(device)``), by class: full calls and partial
+    ones (``partial``: a block-only call under a block cache, a KV-cached AR step). On CUDA each
+    call records two events and :meth:`seconds` reads them (one synchronisation, at the end).
+    :attr:`calls` counts both classes; :attr:`part_calls` the partial ones."""
 
     def __init__(self, device: torch.device | str | None = None):
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         self.cuda = self.device.type == "cuda"
         self.calls = 0
-        self._s = 0.0
+        self.part_calls = 0
+        self._s = [0.0, 0.0]  # [full, partial]
         self._events: list = []
 
-    def start(self):
+    def start(self, partial: bool = False):
         self.calls += 1
+        self.part_calls += bool(partial)
         if self.cuda:
             ev = torch.cuda.Event(enable_timing=True)
             ev.record()
-            return ev
-        return time.perf_counter()
+            return (ev, bool(partial))
+        return (time.perf_counter(), bool(partial))
 
     def stop(self, token) -> None:
+        start, partial = token
         if self.cuda:
             end = torch.cuda.Event(enable_timing=True)
             end.record()
-            self._events.append((token, end))
+            self._events.append((start, end, partial))
         else:
-            self._s += time.perf_counter() - token
+            self._s[partial] += time.perf_counter() - start
 
-    def seconds(self) -> float:
+    def _read(self) -> None:
         if self._events:
             torch.cuda.synchronize(self.device)
-            self._s += sum(a.elapsed_time(b) for a, b in self._events) / 1000.0
+            for a, b, partial in self._events:
+                self._s[partial] += a.elapsed_time(b) / 1000.0
             self._events.clear()
-        return self._s
+
+    def seconds(self) -> float:
+        """Seconds inside every call so far."""
+        self._read()
+        return self._s[0] + self._s[1]
+
+    def part_seconds(self) -> float:
+        """Of :meth:`seconds`, those inside partial calls."""
+        self._read()
+        return self._s[1]
+
+
+def time_full_call(method, backbone, x, device) -> float:
+    """Seconds of one uncounted full call (:meth:`bench.method.Method.full_forward`) on ``x``,
+    after one untimed warm-up call: the unit of a forward-equivalent for a batch whose own calls
+    were all partial."""
+    timer = CallTimer(device)
+    with torch.no_grad():
+        method.full_forward(backbone, x)
+        token = timer.start()
+        method.full_forward(backbone, x)
+        timer.stop(token)
+    return timer.seconds()
+
+
+def item_forward_equivalents(cost: dict, row_calls) -> list[float] | None:
+    """Each item's forward-equivalents in one batch: its full calls plus its partial calls times
+    the batch's partial-over-full seconds per call, all times the batch's sampling seconds over
+    its network seconds (the sampler's own work per call), so a batch of fixed full calls gives
+    ``nfe x sample_s / network_s`` per item. ``cost``: the batch's ``sample_s``, ``network_s``,
+    ``calls``, ``part_calls``, ``part_s``, ``full_call_s`` (a timed uncounted full call, when
+    the batch made none); ``row_calls``: each item's [full, partial] calls. None when a number
+    is missing (a batch file older than these columns)."""
+    need = ("sample_s", "network_s", "calls", "part_calls", "part_s")
+    if row_calls is None or any(cost.get(k) is None for k in need) or not cost["network_s"]:
+        return None
+    full_n = cost["calls"] - cost["part_calls"]
+    full_s = cost["network_s"] - cost["part_s"]
+    unit = full_s / full_n if full_n else cost.get("full_call_s")
+    if cost["part_calls"] and not unit:
+        return None
+    ratio = cost["part_s"] / cost["part_calls"] / unit if cost["part_calls"] else 0.0
+    over = cost["sample_s"] / cost["network_s"]
+    return [over * (full + part * ratio) for full, part in row_calls]
 
 
 @contextlib.contextmanager

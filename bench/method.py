@@ -216,6 +216,14 @@ class Method(nn.Module):
         self.vocab_size = vocab_size
         self.seq_len = seq_len
         self.nfe_counter = 0
+        #: (n, 2) long: each row's [full, partial] backbone calls in the sample under way, for a
+        #: sampler that counts per row (:meth:`begin_rows`, :meth:`count_row_calls`: a row whose
+        #: block or sequence is done stops counting while the batch calls on for the others);
+        #: None when it does not (every row then needed every call of the batch)
+        self.row_calls: Tensor | None = None
+        #: the id a sampler may stop a row at (``sample.eos_stop``: the sample kind sets it for
+        #: the cell to the task's EOS); None: fill the canvas
+        self.eos_id: int | None = None
 
     # -- construction --------------------------------------------------------------
     def build_backbone(self, cfg: BackboneConfig) -> nn.Module:
@@ -272,13 +280,16 @@ class Method(nn.Module):
         raise NotImplementedError(f"{self.name}: no likelihood bound (Method.bound_kind is empty)")
 
     # -- sampling ------------------------------------------------------------------
-    def call(self, backbone: nn.Module, *args: Any, **kwargs: Any) -> Any:
-        """Every backbone call a sampler makes goes through here (it is the NFE count)."""
+    def call(self, backbone: nn.Module, *args: Any, partial: bool = False, **kwargs: Any) -> Any:
+        """Every backbone call a sampler makes goes through here (it is the NFE count).
+        ``partial``: the call computes part of the canvas only (a block-only call under a block
+        cache, a KV-cached AR step): the cost columns price it at its measured seconds over a
+        full call's (:class:`bench.measure.CallTimer`), never as one forward."""
         self.nfe_counter += 1
         timer = getattr(self, "call_timer", None)  # bench.measure.CallTimer, when measuring
         if timer is None:
             return backbone(*args, **kwargs)
-        token = timer.start()
+        token = timer.start(partial)
         try:
             return backbone(*args, **kwargs)
         finally:
@@ -304,6 +315,23 @@ class Method(nn.Module):
     def nfe_for(self, nfe: int, prompt_mask: Tensor) -> int:
         """Backbone calls :meth:`sample` will make for this request (AR: generated length)."""
         return nfe
+
+    def begin_rows(self, n: int) -> None:
+        """Start counting each of ``n`` rows' calls (:attr:`row_calls`): a sampler whose rows may
+        need fewer calls than the batch makes calls this before its first call."""
+        self.row_calls = torch.zeros(n, 2, dtype=torch.long)
+
+    def count_row_calls(self, live: Tensor, partial: bool = False) -> None:
+        """One call (``partial``: of part of the canvas) for the rows ``live`` (n,) bool of the
+        sample under way (nothing when :meth:`begin_rows` was not called)."""
+        if self.row_calls is not None:
+            self.row_calls[:, int(partial)] += live.to(self.row_calls.device)
+
+    def full_forward(self, backbone: nn.Module, x: Tensor) -> Tensor:
+        """One full call of the backbone on the canvas ``x`` (n, L), uncounted: what the cost
+        columns time as the unit of a forward-equivalent when a batch made no full call (a
+        KV-cached AR decoding). The bidirectional DiT at time input 0; AR: the causal pass."""
+        return backbone(x, torch.zeros(x.shape[0], device=x.device))
 
     @property
     def filtering(self) -> bool:

@@ -160,6 +160,10 @@ class SampleCell:
     evaluation: str = ""
     #: independent draws per item (``sample.n_per_item``; part of ``id`` above 1)
     n_per_item: int = 1
+    #: stop a row at the task's EOS (``sample.eos_stop``; part of ``id`` when on)
+    eos_stop: bool = False
+    #: items timed again at batch 1 (``sample.latency_items``; part of ``id`` above 0)
+    latency_items: int = 0
 
     @property
     def options(self) -> dict:

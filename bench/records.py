@@ -28,7 +28,12 @@ A record is a flat JSON object. Common fields (every task; :func:`item_records`)
   that sampled (:func:`bench.measure.environment`); records written as a cell is sampled
   (not those :mod:`bench.rescore` writes); ``calls``: the backbone calls the item needed (the
   budget ``nfe`` for a fixed-call decoding; fewer for one that stops a row early, MDLM's
-  ``threshold`` / ``factor``), where the batch file knows them.
+  ``threshold`` / ``factor``, or an EOS stop), where the batch file knows them;
+  ``partial_calls``: of them, the partial ones (block-only calls under a block cache, KV-cached
+  AR steps); ``fe``: the item's forward-equivalents (its calls priced as full forwards at the
+  batch's measured seconds, times the sampler's own work per call:
+  :func:`bench.measure.item_forward_equivalents`); ``tokens``: its generated tokens, up to and
+  with the EOS where the task has one (:meth:`bench.data.base.Task.generated_tokens`).
 
 A task adds its own fields, or replaces a common one, through one hook,
 :meth:`bench.data.base.Task.record_fields` (Sudoku: givens, solution, the model's grid, the wrong
@@ -139,8 +144,9 @@ def item_records(task, cell, samples, data, metrics, *, nfe, cost=None) -> list[
         if cost is not None:
             rec["sample_s"] = cost["sample_s"][i]
             rec["device_name"] = cost["device_name"]
-            if cost.get("calls") is not None:
-                rec["calls"] = cost["calls"][i]  # backbone calls the item needed
+            for key in ("calls", "partial_calls", "fe", "tokens"):  # module docstring
+                if cost.get(key) is not None:
+                    rec[key] = cost[key][i]
         rec.update(_plain(extra[i]))
         out.append(rec)
     return out

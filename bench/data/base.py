@@ -162,6 +162,26 @@ class Task:
         excerpt, not a whole log). Default: none (the common fields only)."""
         return []
 
+    def eos_id(self) -> int | None:
+        """The id that ends a generated text (a sampler may stop a row at it: ``sample.eos_stop``;
+        the cost columns count a row's tokens up to it), or None when the task has none (Sudoku:
+        its tokenizer's ``eos_token_id`` is the row separator). Default: none."""
+        return None
+
+    def generated_tokens(self, samples: Tensor, data: TaskData) -> list[int]:
+        """Each item's generated tokens in ``samples`` (n, L): the positions its prompt mask does
+        not give, up to and with the first :meth:`eos_id` among them (never the prompt, never
+        what follows the EOS: padding or a filled canvas); what ``tokens_per_s``,
+        ``tokens_per_call`` and ``tokens_per_fe`` count."""
+        gen = ~data.clean_mask.bool()
+        eos = self.eos_id()
+        if eos is None:
+            return [int(k) for k in gen.sum(-1)]
+        hit = gen & (samples == eos)
+        # positions up to the first generated EOS (with it); every generated one when none
+        before = (hit.long().cumsum(-1) - hit.long()) == 0
+        return [int(k) for k in (gen & before).sum(-1)]
+
     def record_answer(self, record: dict):
         """The answer an item's record (:mod:`bench.records`) gives, for maj@k's vote over the
         draws of an item (:mod:`bench.evaluate.passk`): hashable, or None for no answer (no

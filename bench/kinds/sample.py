@@ -36,7 +36,10 @@ from bench.plan import EntryModel, SampleCell, TrainCell
 SAMPLER_BUFFERS = {"sflm": {"float64": 4.2, "float32": 2.8}, "*": {"float64": 3.0, "float32": 3.0}}
 #: what a batch file records about its batch's cost, beside its ids and NFE (None in a file
 #: written before they were recorded)
-_BATCH_COST = ("sample_s", "network_s", "calls", "peak_mem_mb", "row_calls")
+_BATCH_COST = (
+    "sample_s", "network_s", "calls", "peak_mem_mb", "row_calls",
+    "part_calls", "part_s", "full_call_s",
+)  # fmt: skip
 
 # --------------------------------------------------------------------------- planning
 
@@ -56,6 +59,10 @@ def _sample_id(tc: TrainCell, m: EntryModel, s: SampleConfig, subset, nfe, temp,
         key["sampling"] = m.sampling
     if s.n_per_item > 1:  # absent at one draw: the ids sweeps always had
         key["n_per_item"] = s.n_per_item
+    if s.eos_stop:  # absent when off: the ids sweeps always had
+        key["eos_stop"] = True
+    if s.latency_items:
+        key["latency_items"] = s.latency_items
     return config_hash(key)
 
 
@@ -86,6 +93,8 @@ def sample_cells_of(tc: TrainCell, m: EntryModel, s: SampleConfig) -> list[Sampl
                             variant=m.variant,
                             sampling=m.sampling,
                             n_per_item=s.n_per_item,
+                            eos_stop=s.eos_stop,
+                            latency_items=s.latency_items,
                         )
                     )
     return cells
@@ -139,13 +148,15 @@ def sample_model(tc: TrainCell, todo: list[SampleCell], store, progress: bool) -
         t0 = time.perf_counter()
         sampler = cell_sampler(method, c, task, dev, samplers)
         data = task.eval_data(c.subset, c.n_samples)
-        outs, nfe_used, costs = _batches(c, sampler, backbone, data, dev, progress)
-        _score(c, task, sampler, data, (outs, nfe_used, costs), env, meta["steps"], store, t0)
+        eos = task.eos_id() if c.eos_stop else None
+        outs, nfe_used, costs = _batches(c, sampler, backbone, data, dev, progress, eos)
+        lat = _latency(c, sampler, backbone, data, dev, eos)
+        _score(c, task, sampler, data, (outs, nfe_used, costs, lat), env, meta["steps"], store, t0)
     write_reference(task, todo[0], store)
     return len(todo)
 
 
-def _batches(c: SampleCell, sampler, backbone, data, dev, progress: bool):
+def _batches(c: SampleCell, sampler, backbone, data, dev, progress: bool, eos=None):
     """Cell ``c``'s batches: (the ids of each, the NFE used, what each cost). A batch is saved as
     it is sampled (``runs/<run>/samples/<cell>/batch_<k>.pt``: its ids, NFE, seconds, network
     seconds and calls, the peak memory so far) and read back on a re-run. ``sample_s`` is the
@@ -156,7 +167,7 @@ def _batches(c: SampleCell, sampler, backbone, data, dev, progress: bool):
     from tqdm import tqdm
 
     from bench.atomic import atomic_torch_save
-    from bench.measure import CallTimer, PeakMemory
+    from bench.measure import CallTimer, PeakMemory, time_full_call
 
     part_dir = c.train.run_dir / "samples" / c.id
     part_dir.mkdir(parents=True, exist_ok=True)
@@ -164,6 +175,7 @@ def _batches(c: SampleCell, sampler, backbone, data, dev, progress: bool):
     starts = list(range(0, len(data), c.batch_size))
     timer, peak = CallTimer(dev), PeakMemory(dev)
     sampler.call_timer = timer
+    sampler.eos_id = eos  # the task's EOS under sample.eos_stop (a sampler that can stops there)
     try:
         peak.reset()
         todo = [(d, bi) for d in range(n_draws(c)) for bi in starts]  # draw-major
@@ -177,28 +189,65 @@ def _batches(c: SampleCell, sampler, backbone, data, dev, progress: bool):
                 costs.append({k: saved.get(k) for k in _BATCH_COST})
                 continue
             s0, n0, k0 = time.perf_counter(), timer.seconds(), timer.calls
+            p0, ps0 = timer.part_calls, timer.part_seconds()
             sl = slice(bi, bi + c.batch_size)
             prompt, pmask = data.x[sl].to(dev), data.clean_mask[sl].to(dev)
             gen = torch.Generator(device=dev).manual_seed(batch_seed(c, bi, d))
             sampler.nfe_counter = 0
+            sampler.row_calls = None  # a sampler that counts per row sets it (begin_rows)
             ids = sample_batch(sampler, backbone, c, prompt, pmask, gen, float64=c.float64)
             cost = {
                 "sample_s": time.perf_counter() - s0,  # ids are on the CPU: the work is done
                 "network_s": timer.seconds() - n0,
                 "calls": timer.calls - k0,
                 "peak_mem_mb": peak.peak_mb(),
+                "part_calls": timer.part_calls - p0,
+                "part_s": timer.part_seconds() - ps0,
             }
-            # a call-skipping decoding (a cache) keeps the planned budget as its NFE; the calls
-            # it made are the cost columns' network_calls
-            skips = sampler.resolve_decoding(c.decoding) in sampler.call_skipping
+            if cost["part_calls"] == cost["calls"] and cost["calls"]:
+                # every call partial (KV-cached AR): one uncounted full call is the unit
+                cost["full_call_s"] = time_full_call(sampler, backbone, prompt, dev)
+            # a call-skipping decoding (a cache, a threshold, an EOS stop) keeps the planned
+            # budget as its NFE; the calls it made are the cost columns' network_calls
+            skips = sampler.resolve_decoding(c.decoding) in sampler.call_skipping or c.eos_stop
             nfe_used = c.nfe if skips else sampler.nfe_counter
-            cost["row_calls"] = item_calls(sampler, skips, len(ids))
+            cost["row_calls"] = item_calls(sampler, cost, len(ids))
             atomic_torch_save({"ids": ids, "nfe": nfe_used, **cost}, path)
             outs.append(ids)
             costs.append(cost)
     finally:
         del sampler.call_timer
+        sampler.eos_id = None
     return outs, nfe_used, costs
+
+
+def _latency(c: SampleCell, sampler, backbone, data, dev, eos) -> list[float]:
+    """``sample.latency_items`` K > 0: the first K items sampled again one at a time (batch 1;
+    the seeds of a batch of one at that item, draw 0; not scored), each one's seconds. Saved
+    (``samples/<cell>/latency.pt``) so that a resumed cell does not time them twice; [] at 0."""
+    import torch
+
+    from bench.atomic import atomic_torch_save
+
+    k = min(c.latency_items, len(data))
+    if not k:
+        return []
+    path = c.train.run_dir / "samples" / c.id / "latency.pt"
+    if path.is_file():
+        return list(torch.load(path, weights_only=False)["seconds"])
+    out = []
+    sampler.eos_id = eos
+    try:
+        for i in range(k):
+            prompt, pmask = data.x[i : i + 1].to(dev), data.clean_mask[i : i + 1].to(dev)
+            gen = torch.Generator(device=dev).manual_seed(batch_seed(c, i))
+            s0 = time.perf_counter()
+            sample_batch(sampler, backbone, c, prompt, pmask, gen, float64=c.float64)
+            out.append(time.perf_counter() - s0)  # the ids are on the CPU: the work is done
+    finally:
+        sampler.eos_id = None
+    atomic_torch_save({"seconds": out}, path)
+    return out
 
 
 def _score(c: SampleCell, task, sampler, data, sampled, env, steps, store, t0: float) -> None:
@@ -215,7 +264,7 @@ def _score(c: SampleCell, task, sampler, data, sampled, env, steps, store, t0: f
     from bench.measure import sample_cost
     from bench.results import rows
 
-    outs, nfe_used, costs = sampled
+    outs, nfe_used, costs, latency = sampled
     samples = torch.cat(outs)
     atomic_torch_save(
         {"ids": samples, "cell": dataclasses.asdict(c)}, c.train.run_dir / "samples" / f"{c.id}.pt"
@@ -226,22 +275,23 @@ def _score(c: SampleCell, task, sampler, data, sampled, env, steps, store, t0: f
         for b, ids in zip(costs, outs)
         for _ in range(len(ids))
     ]
-    calls = None
-    if all(b.get("row_calls") is not None for b in costs):
-        calls = [k for b in costs for k in b["row_calls"]]
+    speed = item_speed(task, samples, data, outs, costs)
     metrics, recs = score_samples(
         task, c, samples, data, nfe=nfe_used,
-        cost={"sample_s": per_item, "device_name": env["device_name"], "calls": calls},
+        cost={"sample_s": per_item, "device_name": env["device_name"], **speed},
     )  # fmt: skip
     peaks = [b["peak_mem_mb"] for b in costs if b["peak_mem_mb"] is not None]
     cost_cols = {
         **sample_cost(
             *(_total(costs, k) for k in ("sample_s", "network_s", "calls")),
             items=n_draws(c) * len(data),  # every draw of every item sampled
-            generated=n_draws(c) * int((~data.clean_mask.bool()).sum()),
+            generated=sum(speed["tokens"]),
         ),
         "peak_mem_mb": max(peaks) if peaks else None,
-        **calls_columns(calls),
+        **calls_columns(speed["calls"]),
+        **speed_columns(speed),
+        "latency_s": sum(latency) / len(latency) if latency else None,
+        "latency_items": len(latency) if latency else None,
         **env,
     }
     times = {"score_s": time.perf_counter() - t1, **cost_cols}
@@ -260,15 +310,54 @@ def _score(c: SampleCell, task, sampler, data, sampled, env, steps, store, t0: f
     store.write_cell(c.id, [{**r, **files, **times, **rows.limit_column(c)} for r in out])
 
 
-def item_calls(sampler, skips: bool, n: int) -> list[int] | None:
-    """Each item's backbone calls in the batch just sampled: the calls made (a fixed-call
-    decoding's), or for a call-skipping one the calls its row needed (``row_calls``, which a
-    sampler with per-row counts sets: MDLM's threshold decodings stop a row's block when it has
-    no mask left, while the batch calls on for the others); None where not known."""
-    if not skips:
-        return [sampler.nfe_counter] * n
+def item_calls(sampler, cost: dict, n: int) -> list[list[int]]:
+    """Each item's [full, partial] backbone calls in the batch just sampled (``cost``: its
+    ``calls`` and ``part_calls``): those its row needed where the sampler counts per row
+    (:attr:`bench.method.Method.row_calls`: MDLM's threshold decodings stop a row's block when
+    it has no mask left, an EOS stop a row at its EOS, while the batch calls on for the others),
+    else every call the batch made."""
     rows = getattr(sampler, "row_calls", None)
-    return None if rows is None or len(rows) != n else [int(k) for k in rows]
+    if rows is not None and len(rows) == n:
+        return [[int(f), int(p)] for f, p in rows.tolist()]
+    full = cost["calls"] - cost["part_calls"]
+    return [[full, cost["part_calls"]]] * n
+
+
+def item_speed(task, samples, data, outs, costs) -> dict:
+    """Per item, over every draw (draw-major, as ``samples``): ``calls`` (None where a batch
+    file does not know them), ``partial_calls``, ``fe`` (forward-equivalents:
+    :func:`bench.measure.item_forward_equivalents`; None where unknown) and ``tokens`` (the
+    task's :meth:`~bench.data.base.Task.generated_tokens`)."""
+    from bench.measure import item_forward_equivalents
+
+    n = len(data)
+    tokens = [k for d in range(0, samples.shape[0], n)
+              for k in task.generated_tokens(samples[d : d + n], data)]  # fmt: skip
+    calls, part, fe = [], [], []
+    for b, ids in zip(costs, outs):
+        rc = b.get("row_calls")
+        if rc is not None and rc and not isinstance(rc[0], list):  # a file before [full, part]
+            rc = [[k, 0] for k in rc]
+        calls += [None] * len(ids) if rc is None else [f + p for f, p in rc]
+        part += [None] * len(ids) if rc is None else [p for _, p in rc]
+        fe += item_forward_equivalents(b, rc) or [None] * len(ids)
+    known = lambda v: None if any(k is None for k in v) else v  # noqa: E731
+    return {"calls": known(calls), "partial_calls": known(part), "fe": known(fe), "tokens": tokens}
+
+
+def speed_columns(speed: dict) -> dict:
+    """The cell's speed columns from :func:`item_speed`: ``fe_mean`` (forward-equivalents per
+    sample), ``tokens_mean``, ``tokens_per_call`` (tokens over calls, summed over the items:
+    d3LLM's tokens per forward) and ``tokens_per_fe`` (tokens over forward-equivalents); None
+    where the calls or forward-equivalents are not known."""
+    tok, calls, fe = speed["tokens"], speed["calls"], speed["fe"]
+    total = sum(tok)
+    return {
+        "fe_mean": sum(fe) / len(fe) if fe else None,
+        "tokens_mean": total / len(tok) if tok else None,
+        "tokens_per_call": total / sum(calls) if calls and sum(calls) else None,
+        "tokens_per_fe": total / sum(fe) if fe and sum(fe) else None,
+    }
 
 
 def calls_columns(calls: list | None) -> dict:

@@ -195,6 +195,7 @@ def sample_rows(
         "evaluation": getattr(c, "evaluation", "") or None,  # a cell pickled before the field
         "sample_seed": getattr(c, "seed", None),
         **({"n_per_item": c.n_per_item} if getattr(c, "n_per_item", 1) > 1 else {}),
+        **({"eos_stop": True} if getattr(c, "eos_stop", False) else {}),
     }
     return [
         {

@@ -55,6 +55,8 @@ COLUMNS = [
     # sample rows of a k-draw cell: its draws per item and the outcomes of draws 1..k-1
     "n_per_item",
     "draw_outcomes",
+    # sample rows of a cell that stops a row at the task's EOS (sample.eos_stop)
+    "eos_stop",
     # the model's training recipe: its train cell's identity without the seed (canonical JSON)
     "recipe",
     # train rows: what the logged loss / val_loss is (the method's loss_kind: NLL, NELBO, ...)
@@ -80,6 +82,12 @@ COLUMNS = [
     "calls_mean",
     "calls_max",
     "forward_equivalents",
+    "fe_mean",
+    "tokens_mean",
+    "tokens_per_call",
+    "tokens_per_fe",
+    "latency_s",
+    "latency_items",
     "tokens_per_s",
     "seconds_per_sample",
     "peak_mem_mb",
@@ -127,6 +135,8 @@ COLUMNS = [
 #:   item in the task's item order (``bench.evaluate.paired.encode_outcomes``), and
 #:   ``items_key``: 16 hex digits identifying those items (two rows pair item by item only when
 #:   their keys are equal); sample rows of metrics that are means of 0/1 outcomes.
+#: - ``eos_stop``: True on the rows of a cell sampled with ``sample.eos_stop`` (a row stops at
+#:   the task's EOS where its sampler can: ``Method.stops_at_eos``); absent when off.
 #: - ``n_per_item`` / ``draw_outcomes``: a cell of k > 1 draws per item (``sample.n_per_item``):
 #:   k, and the outcomes of draws 1..k-1 (each as ``item_outcomes``, comma-separated;
 #:   ``item_outcomes`` is draw 0's) of its headline row, whose value is pass@1, the mean over
@@ -165,8 +175,17 @@ COLUMNS = [
 #:     batches), ``calls_mean`` / ``calls_max`` (the calls per item, over the items: the
 #:     budget ``nfe`` for a fixed-call decoding; a threshold decoding's rows need fewer, and
 #:     each item's are its record's ``calls``), ``forward_equivalents`` (``sample_s /
-#:     network_s``: the sampler's own work per call in bare forwards, 1.0 for none), ``tokens_per_s`` (generated positions, those the
-#:     prompt mask does not give, summed over the items, per sampling second),
+#:     network_s``: the sampler's own work per call in bare forwards, 1.0 for none),
+#:     ``fe_mean`` (forward-equivalents per sample: each item's full calls plus its partial
+#:     calls, block-only or KV-cached, priced at their measured seconds over a full call's, times
+#:     the sampler's work per call: :func:`bench.measure.item_forward_equivalents`),
+#:     ``tokens_mean`` (generated tokens per sample: the positions the prompt mask does not give,
+#:     up to and with the first EOS where the task has one), ``tokens_per_call`` (tokens over
+#:     calls, summed over the items: d3LLM's tokens per forward), ``tokens_per_fe`` (tokens over
+#:     forward-equivalents), ``latency_s`` / ``latency_items`` (seconds per sample at batch 1,
+#:     the mean over the first ``sample.latency_items`` items sampled again one at a time; empty
+#:     when not asked), ``tokens_per_s`` (those generated tokens, summed over the items, per
+#:     sampling second: the throughput at the cell's batch),
 #:     ``seconds_per_sample`` (``sample_s`` / items), ``peak_mem_mb`` (the peak while sampling:
 #:     CUDA max allocated, or the CPU process's resident peak, reset when a process begins the
 #:     cell; across a resume the most any batch's process saw);

@@ -219,6 +219,10 @@ class ProgramTask(Task):
         """The sandbox isolation level the last evaluation ran under."""
         return self.sandbox().isolation
 
+    def eos_id(self) -> int | None:
+        """The tokenizer's EOS: a program ends there (``[BOS] question separator program EOS``)."""
+        return int(self.tokenizer.eos_token_id)
+
     # -- text and records (bench.records, bench.generate) ---------------------------------
     def decode_text(self, ids: list[int]) -> str:
         """The text of ``ids`` up to the first EOS, special tokens dropped (what the standard
