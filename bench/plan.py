@@ -397,6 +397,20 @@ def _sweep(cfg: SweepConfig, source: str, offline_ok: bool) -> Sweep:
     )
 
 
+def _check_block_length(task, method, where: str) -> None:
+    """A semi-autoregressive ``block_length`` must divide the task's generated length where every
+    item generates as many positions (LLaDA generate.py asserts ``gen_length % block_length ==
+    0``); a task whose items differ (:meth:`bench.data.base.Task.generated_length` None) is not
+    checked: a row's last block is then shorter."""
+    bl = getattr(method.opts, "block_length", 0)
+    gen = task.generated_length()
+    if bl and gen and gen % bl:
+        raise ConfigError(
+            f"{where}: options.block_length: {bl} does not divide the generated length {gen} of "
+            f"task {task.name!r} (semi-autoregressive blocks cut it into equal blocks)"
+        )
+
+
 def _entry_model(sw: Sweep, i: int, entry: MethodEntry) -> EntryModel:
     """Entry ``methods[i]`` as a validated model: its method and options (an imported
     checkpoint's from the file), its train recipe, what its jobs would reject (backbone size,
@@ -428,6 +442,7 @@ def _entry_model(sw: Sweep, i: int, entry: MethodEntry) -> EntryModel:
         if not imported and msg.startswith(("backbone", "sample")):  # a section at the root
             raise ConfigError(f"{sw.source}: {msg} (methods[{i}]: {entry.method})") from None
         raise ConfigError(f"{where}: {msg}") from None
+    _check_block_length(sw.task, method, where)
     if imported:  # one model, whatever the training seeds and subsets: it is not trained
         seeds, groups = [train.seed], [sw.subsets]
     else:

@@ -162,6 +162,13 @@ class Task:
         excerpt, not a whole log). Default: none (the common fields only)."""
         return []
 
+    def generated_length(self) -> int | None:
+        """The positions every item generates, when it is the same for all (the planner checks
+        that a semi-autoregressive ``block_length`` divides it, as LLaDA's ``generate`` asserts);
+        None when it differs between items (a prompt of its own length, Sudoku's givens): a
+        row's last block may then be shorter. Cheap: no data. Default: None."""
+        return None
+
     def eos_id(self) -> int | None:
         """The id that ends a generated text (a sampler may stop a row at it: ``sample.eos_stop``;
         the cost columns count a row's tokens up to it), or None when the task has none (Sudoku:

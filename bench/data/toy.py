@@ -47,6 +47,10 @@ class SortTask(Task):
     def groups(self):
         return [f"sort{self.opts.n_digits}"]
 
+    def generated_length(self) -> int:
+        """The n_digits sorted digits after the prompt."""
+        return self.opts.n_digits
+
     def sweep_defaults(self):
         """NFE 2, 4, ... up to the generated length (the n_digits sorted digits: 8 -> [2, 4, 8])."""
         return {"sample": {"nfe": nfe_grid(2, self.opts.n_digits)}}

@@ -68,6 +68,11 @@ BAD = [
         "methods: [{method: mdlm, options: {block_length: 2}}]",
         "methods[0]: options.block_length: remdm-loop decodes the whole canvas",
     ),
+    # a block length must divide a fixed generated length (sort: n_digits = 8; LLaDA's assert)
+    (
+        "methods: [{method: mdlm, options: {block_length: 3}}]",
+        "methods[0]: options.block_length: 3 does not divide the generated length 8",
+    ),
     # MDLM's parallel decodings: tau in (0, 1], factor > 0 (the options' own bounds)
     (
         "methods: [{method: mdlm, options: {tau: 1.5}, decoding: [threshold]}]",
