@@ -465,6 +465,17 @@ def _entry_model(sw: Sweep, i: int, entry: MethodEntry) -> EntryModel:
     )
 
 
+def speed_entries(cfg: SweepConfig, sample: SampleConfig) -> list[MethodEntry]:
+    """The sweep's method entries, and when it asks for the speed protocol (``sample.
+    latency_items`` > 0) but has no AR entry, one more: AR at its defaults (its KV cache on),
+    the 1.0x reference of the report's speed section (bench/report; a trained AR of the same
+    recipe in the store is reused, as any model)."""
+    entries = list(cfg.methods)
+    if sample.latency_items and not any(e.method == "ar" for e in entries):
+        entries.append(MethodEntry(method="ar"))
+    return entries
+
+
 def plan(cfg: SweepConfig, source: str = "sweep", *, offline_ok: bool = False) -> Plan:
     """Expand a sweep (``bench.config.load_sweep``) into cells; ``source`` names the file in
     errors. Loads no data and writes nothing; an entry with ``checkpoint:`` reads that file's
@@ -489,7 +500,7 @@ def plan(cfg: SweepConfig, source: str = "sweep", *, offline_ok: bool = False) -
         kind.validate(cfg, sw.task, sw.source)
     models: dict[str, TrainCell] = {}  # train cell id -> the cell (entries may share one)
     owner: dict[str, int] = {}  # cell id -> the methods[] index that planned it
-    for i, entry in enumerate(cfg.methods):
+    for i, entry in enumerate(speed_entries(cfg, sw.sample)):
         m = _entry_model(sw, i, entry)
         for new in [c for k in kinds if k.model for c in k.plan_entry(None, m, sw, True)]:
             tc = models.setdefault(new.id, new)
