@@ -140,44 +140,42 @@ def settings(s: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out).sort_values(["subset", "model", "nfe", "options"], kind="stable")
 
 
-def _record_arrays(results_dir: Path, g: pd.DataFrame, n: int) -> dict | None:
+def _record_arrays(results_dir: Path, g: pd.DataFrame, n: int) -> dict:
     """Per item (index 0..n-1) ``tokens``, ``calls`` and ``fe`` summed over the records of the
-    rows ``g`` (seeds, and draws of a cell with several); None where a file is missing or
-    damaged or a record lacks one of them."""
-    out = {k: np.zeros(n) for k in ("tokens", "calls", "fe")}
+    rows ``g`` (seeds, and draws of a cell with several); a key is None where a file is missing
+    or damaged or a record lacks it (every key None without records)."""
+    out: dict = {k: np.zeros(n) for k in ("tokens", "calls", "fe")}
     for _, r in g.iterrows():
-        rel = r.get("records")
-        if not isinstance(rel, str) or not rel:
-            return None
-        sha = r.get("records_sha256")
+        rel, sha = r.get("records"), r.get("records_sha256")
         try:
+            if not isinstance(rel, str) or not rel:
+                raise records.RecordsError("no records")
             recs = records.read(results_dir, rel, sha if isinstance(sha, str) else None)
         except records.RecordsError:
-            return None
+            return dict.fromkeys(out)
         for rec in recs:
             i = rec.get("index")
             if not isinstance(i, int) or not 0 <= i < n:
-                return None
-            for k in out:
+                return dict.fromkeys(out)
+            for k, arr in out.items():
                 v = rec.get(k)
-                if not isinstance(v, int | float):
-                    return None
-                out[k][i] += float(v)
+                if arr is not None and isinstance(v, int | float) and not isinstance(v, bool):
+                    arr[i] += float(v)
+                else:
+                    out[k] = None
     return out
 
 
 def grid_point(setting, results_dir: Path) -> GridPoint | None:
     """The setting's :class:`~bench.evaluate.aup.GridPoint`: its per-item outcomes (the mean
-    over seeds and draws) and, from its records, per-item tokens, calls and forward-equivalents;
-    its stored TPF and tokens per forward-equivalent where the records do not give them. None
-    when its rows carry no per-item outcomes."""
+    over seeds and draws) and, from its records, per-item tokens, calls and forward-equivalents
+    (None where they do not give them: its stored TPF and tokens per forward-equivalent are used
+    there). None when its rows carry no per-item outcomes."""
     m = outcome_matrix(setting["rows"])
     if m is None:
         return None
     outcomes = m[0].mean(axis=0)
     per = _record_arrays(results_dir, setting["rows"], len(outcomes))
-    if per is None:
-        return GridPoint(outcomes, tpf=setting["tpf"], tpfe=setting["tpfe"])
     return GridPoint(outcomes, per["tokens"], per["calls"], per["fe"], setting["tpf"],
                      setting["tpfe"])  # fmt: skip
 

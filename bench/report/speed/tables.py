@@ -119,10 +119,14 @@ def _vs_best(a: GridAUP, kind: str, model: str) -> str:
 
 
 def _fixed_text(a: GridAUP, model: str) -> str:
-    s = a.scores.get(TPF, {}).get(model)
-    if s is None:
-        return ""
-    return "records" if not s.fixed else f"cell value ({s.fixed} of {s.points} settings)"
+    """Where the model's per-item parallelism came from: its records, or (some settings) the
+    cell's stored value, held in every resample."""
+    held = []
+    for kind, name in ((TPF, "TPF"), (TPFE, "tokens / FE")):
+        s = a.scores.get(kind, {}).get(model)
+        if s is not None and s.fixed:
+            held.append(f"{name} {s.fixed} of {s.points}")
+    return "records" if not held else "cell value: " + ", ".join(held) + " settings"
 
 
 def aup_table(groups: list[Group]) -> Table:
@@ -143,7 +147,7 @@ def aup_table(groups: list[Group]) -> Table:
                     "minus best (TPF)": _vs_best(grp.aup, TPF, model),
                     COL_TPFE: _score_text(tpfe),
                     "minus best (tokens / FE)": _vs_best(grp.aup, TPFE, model),
-                    "TPF per item from": _fixed_text(grp.aup, model),
+                    "parallelism per item from": _fixed_text(grp.aup, model),
                 }
             )
             sources.append(ids(c for cs in mine["cells"] for c in cs))

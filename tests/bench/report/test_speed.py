@@ -124,7 +124,7 @@ def test_the_speed_page_figures_and_numbers(tmp_path):
     assert t.loc["mdlm (ancestral)", "minus best (TPF)"] == "best"
     assert t.loc["ar (sample)", "minus best (TPF)"].startswith(f"{80 - mdlm:.1f} [")
     assert t.loc["ar (sample)", "minus best (tokens / FE)"] == "best"
-    assert t.loc["mdlm (ancestral)", "TPF per item from"] == "records"
+    assert t.loc["mdlm (ancestral)", "parallelism per item from"] == "records"
     # speed-ups over AR: FE 2 / NFE, batch 1 0.5 s / latency, batched 0.05 / s per sample
     sp = _table(md, "subset", after="## Speed-up").set_index("setting")
     assert sp.loc["NFE 16", "minus AR (pp) [95 % CI]"] == "0.0 [0.0, 0.0]"
@@ -164,7 +164,24 @@ def test_without_records_the_parallelism_is_held_at_the_cell_value(tmp_path, mon
     root = _store(tmp_path / "results", with_records=False)
     (md,) = _section(root, tmp_path / "rep")
     t = _aup(md.read_text()).set_index("model")
-    assert t.loc["mdlm (ancestral)", "TPF per item from"] == "cell value (3 of 3 settings)"
+    held = "cell value: TPF 3 of 3, tokens / FE 3 of 3 settings"
+    assert t.loc["mdlm (ancestral)", "parallelism per item from"] == held
     w75 = math.exp(-3 * (1 - 75 / 80))
     mdlm = 0.625 * 80 + 0.5 * (1.25 - 0.625) * (75 * w75 + 80)
     assert t.loc["mdlm (ancestral)", "AUP over TPF [95 % CI]"].startswith(f"{mdlm:.1f} [")
+
+
+def test_records_without_forward_equivalents_give_tpf_per_item_and_hold_the_other(tmp_path):
+    from bench.report.speed.cells import grid_point
+
+    o = [1, 0, 1, 1]
+    recs = [{"index": i, "tokens": 8, "calls": 4 + i} for i in range(4)]  # no "fe"
+    files = records.write(tmp_path, "c", recs)
+    rows = pd.DataFrame([{"item_outcomes": encode_outcomes(o), "items_key": "k", **files}])
+    p = grid_point({"rows": rows, "tpf": 1.0, "tpfe": 3.0}, tmp_path)
+    assert p.tokens.tolist() == [8.0] * 4 and p.calls.tolist() == [4.0, 5.0, 6.0, 7.0]
+    assert p.fe is None and not p.fixed("tpf") and p.fixed("tpfe")
+    files["records_sha256"] = "0" * 64  # a damaged file: nothing per item
+    rows = pd.DataFrame([{"item_outcomes": encode_outcomes(o), "items_key": "k", **files}])
+    p = grid_point({"rows": rows, "tpf": 1.0, "tpfe": 3.0}, tmp_path)
+    assert p.fixed("tpf") and p.fixed("tpfe") and p.outcomes.tolist() == o
