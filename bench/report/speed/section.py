@@ -28,6 +28,7 @@ import pandas as pd
 
 from bench.evaluate.aup import ALPHA, OFFSET
 from bench.report.common import metric_with_rank, rows
+from bench.report.cost import seconds_text
 from bench.report.document import Doc
 from bench.report.items import Section
 from bench.report.speed.cells import AR, has_latency, settings, speed_rows
@@ -77,8 +78,9 @@ def _ar_lines(refs: pd.DataFrame) -> list[str]:
             f" [{100 * r['low']:.1f}, {100 * r['high']:.1f}]")  # fmt: skip
         out.append(
             f"- {r['subset']}, {r['device']}: AR reference `{r['model']}` ({setting_name(r)}), "
-            f"accuracy {100 * r['value']:.1f}{ci} %, {r['fe']:.2f} FE / sample, "
-            f"{r['latency']:.3g} s / sample at batch 1, {r['batched']:.3g} s / sample batched"
+            f"accuracy {100 * r['value']:.1f}{ci} %, {seconds_text(r['fe']) or '?'} FE / sample, "
+            f"{seconds_text(r['latency']) or '?'} s / sample at batch 1, "
+            f"{seconds_text(r['batched']) or '?'} s / sample batched"
         )
     return out
 
