@@ -30,6 +30,10 @@ Writes to ``<results>/report`` (or ``--out``):
   sampling seconds per sample, points labelled by NFE), the frontier's
   ``<task>_gen_ppl_vs_seconds`` (:mod:`~bench.report.frontier.seconds`) and the training cost's
   s/step, tokens/s and peak memory;
+- speed, where the sample rows carry batch-1 seconds (``latency_s``; :mod:`~bench.report.speed`):
+  ``<task>_speed.md`` (every setting's cost, AUP over tokens per call and per forward-equivalent
+  with paired intervals, speed-ups over AR at matched accuracy) and ``<task>_speed_pareto`` /
+  ``<task>_speed_aup``;
 - tasks of kind ``program`` (GSM8K, its stand-in): a section of ``<task>.md`` with accuracy and its
   95 % bootstrap CI per model at every NFE and temperature, and ``<task>_accuracy_ci_vs_nfe.png`` /
   ``.pdf``: accuracy vs NFE with CI error bars, one panel per temperature (the paper's figures);

@@ -39,6 +39,7 @@ from bench.report import (
 from bench.report.frontier import section as frontier
 from bench.report.items import Artifact, ReportItem, Section, TaskSection
 from bench.report.paper import catalogue as artifacts
+from bench.report.speed import section as speed
 
 #: the built-in items, in the order they run
 BUILTIN: tuple[ReportItem, ...] = (
@@ -49,6 +50,7 @@ BUILTIN: tuple[ReportItem, ...] = (
     *differences.ITEMS,  # <task>_differences.md / .csv, power.md
     *passk.ITEMS,  # <task>_passk.md / figure (cells with several draws per item only)
     *samplers.ITEMS,  # <task>_samplers.md (each method's best sampler against the paper's)
+    *speed.ITEMS,  # <task>_speed.md / figures (rows with batch-1 seconds, latency_s, only)
     *samples_view.ITEMS,  # <task>_samples.md (the records behind the headline cells)
     *likelihood.ITEMS,  # likelihood.md (held-out NLL / PPL per model and dataset)
     *field.ITEMS,  # field_weights.md (the authors' published weights against their papers)
