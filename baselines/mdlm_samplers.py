@@ -41,6 +41,11 @@ from bench.method import categorical_draw
 
 #: the sampling options every categorical draw reads (bench.method.filter_logits)
 FILTERS = ("top_k", "top_p")
+#: how a blocked decoding stops at the EOS (sample.eos_stop; MDLM.sample_canvas)
+BLOCK_EOS = (
+    "with `block_length` > 0: after the block that holds the EOS, the later blocks not decoded "
+    "but filled with it; without blocks: no, one block is the whole canvas"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,6 +56,8 @@ class Ancestral(Decoding):
 
     greedy_tail: bool = False
     cache: bool = False
+    eos_stop: bool = True
+    eos_note: str = BLOCK_EOS
     #: decodes block by block under ``block_length``
     blocks: ClassVar[bool] = True
 
@@ -65,7 +72,7 @@ class Ancestral(Decoding):
             raw = cached
             if raw is None:
                 raw = m.call(backbone, x, m.sigma(alpha_t.float()))
-                m.count_row_calls(torch.ones(n, dtype=torch.bool))
+                m.count_row_calls(((x == m.mask_id) & block).any(-1))  # rows still decoding
             is_mask = (x == m.mask_id) & block
             # absorbing posterior q(z_s | z_t = m, x): reveal w.p. (alpha_s - alpha_t) /
             # (1 - alpha_t), independently of the token, which is then drawn from p_theta; so
@@ -173,6 +180,8 @@ class ConfidenceOrder(Decoding):
     #: positions ``where``; ``rows``: their logits at T, ``frows``: filtered (higher: first)
     score: Callable[..., Tensor]
     extra: Callable[[Tensor, object], Tensor] = no_extra
+    eos_stop: bool = True
+    eos_note: str = BLOCK_EOS
     blocks: ClassVar[bool] = True
 
     def run(self, m, backbone, x, block, nfe, temperature, float64, generator) -> Tensor:
@@ -239,6 +248,7 @@ class ReMDM(Decoding):
     sigma: Callable[[float, float], float] | None = None
     eta: float = 0.0
     by_confidence: bool = False
+    eos_note: str = "one block, the whole canvas, and a decoded token may be remasked"
     blocks: ClassVar[bool] = False
 
     def eta_of(self, opts) -> float:
