@@ -21,7 +21,9 @@ exactly ``nfe`` backbone calls except ``cached``, ``threshold``, ``factor`` (at 
 ``nfe``; the decodings count each row's calls in :attr:`Method.row_calls`). ``block_length`` (an
 option; 0 = off): semi-autoregressive decoding (LLaDA's ``block_length``): the generated
 positions, in order, split into blocks decoded left to right, the calls split over the blocks
-as evenly as possible (:meth:`MDLM.blocks`); for every decoding but ReMDM's.
+as evenly as possible (:meth:`MDLM.blocks`); for every decoding but ReMDM's. With blocks,
+``sample.eos_stop`` (:attr:`Method.eos_id` set) stops a row after the block that holds its EOS
+(bd3lms ``var_length``): its later blocks are not decoded nor counted, then hold the EOS.
 Departures: the time grid and alpha_t, alpha_s are float64 (reference: model dtype), so the
 reveal probabilities are exact; ``loss_type="low_var"`` applies whenever ``loss`` runs (the
 reference switches back to the NELBO outside training; here ``loss`` is only the training

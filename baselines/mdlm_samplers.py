@@ -3,7 +3,9 @@
 <baselines.mdlm.MDLM>` looks its decoding up in. Each ``run(m, backbone, x, block, nfe, ...)``
 decodes the masked positions of ``block`` with ``nfe`` backbone calls (made through ``m``, the
 method); all make exactly ``nfe`` calls except ``cached`` (at most ``nfe``), and none adds a
-noise-removal call: every last step reveals what is left.
+noise-removal call: every last step reveals what is left. A row's call is counted
+(:meth:`bench.method.Method.count_row_calls`) while the row's part of ``block`` holds a mask
+(a row stopped at its EOS has none: :meth:`MDLM.sample_canvas <baselines.mdlm.MDLM.sample_canvas>`).
 
 - :class:`Ancestral` (``ancestral``, ``greedy``, ``cached``) over t_k = linspace(1, 1e-5,
   nfe + 1): each masked token is revealed with probability (alpha_s - alpha_t) / (1 - alpha_t)
