@@ -16,12 +16,18 @@ Likelihood (``nll_bound``, ``bound_kind`` exact): the chain rule, -sum_i log p(x
 over the counted positions (``loss_mask`` off ``clean_mask``, never position 0), each given the
 gold ids before it, one forward pass, log-softmax in float64.
 
+EOS stop (``sample.eos_stop``: :attr:`Method.eos_id` set), as the reference TinyGSM sampler's
+``early_stopping`` (s-flm `samplers.py::ARSampler.step`, ``_early_stop_token``): a row is done
+once it has generated the EOS (or has no generated position left); it stops counting calls
+(:attr:`Method.row_calls`), the batch stops calling when every row is done, and every generated
+position after a row's EOS is the EOS (the reference writes [PAD]; the evaluators cut at the
+first EOS either way). The tokens up to each row's EOS are those of a run without it.
+
 Departures: the output has V classes, not V + 1 with a -inf [MASK] logit as in the
-reference (`algo.py::AR._process_model_output`): identical distribution, one row fewer. No
-EOS early stopping (reference TinyGSM sampling uses it): positions after EOS are still
-generated and counted in NFE, and the GSM8K evaluator cuts at the first EOS, so answers are
-unchanged. Rows with different prompt lengths are handled by teacher forcing (the reference
-sampler refuses variable-length prefixes).
+reference (`algo.py::AR._process_model_output`): identical distribution, one row fewer. The EOS
+stop is off by default (the canvas is filled; the GSM8K evaluator cuts at the first EOS, so
+answers are the same either way). Rows with different prompt lengths are handled by teacher
+forcing (the reference sampler refuses variable-length prefixes).
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from bench.method import (
     CategoricalSampling,
     LossOutput,
     Method,
+    fill_after_eos,
     gold_log_probs,
     gumbel_argmax,
     token_mean,
@@ -99,6 +106,7 @@ class NextToken(Decoding):
 
 
 _CALLS = "one per generated position: nfe is the generated length"
+_EOS = "at the EOS: a row's calls stop there, the batch's when every row is done"
 
 #: AR's decodings, the first the default
 DECODINGS: dict[str, Decoding] = {
@@ -107,6 +115,8 @@ DECODINGS: dict[str, Decoding] = {
         "positions teacher-forced",
         reference="s-flm `samplers.py::ARSampler` (`TrainerBase.forward` divides by T)",
         calls_note=_CALLS,
+        eos_stop=True,
+        eos_note=_EOS,
         cost="a float64 Gumbel-max over (B, V) (and the filters' sort when on)",
         options=("top_k", "top_p"),
     ),
@@ -116,6 +126,8 @@ DECODINGS: dict[str, Decoding] = {
         summary="x_i = argmax of the logits, left to right",
         reference="s-flm `samplers.py::ARSampler` (greedy)",
         calls_note=_CALLS,
+        eos_stop=True,
+        eos_note=_EOS,
         cost="an argmax over (B, V)",
     ),
 }
@@ -130,6 +142,8 @@ class AR(Method):
     uses_time = False
     nfe_is_length = True
     temperature_free = flagged(DECODINGS, "temperature_free")
+    #: every decoding stops a row at the EOS under ``sample.eos_stop`` (:meth:`sample`)
+    stops_at_eos = flagged(DECODINGS, "eos_stop")
     #: the draw's filters (top-p / top-k): a filter reuses the trained model
     sampling_options = CATEGORICAL_SAMPLING
     #: next-token cross-entropy: the exact NLL of the counted tokens
@@ -207,7 +221,14 @@ class AR(Method):
         # a backbone without per-block caches (a test stub, another network) re-reads the prefix
         use_cache = self.kv_cache and hasattr(backbone, "blocks")
         cache = [{} for _ in backbone.blocks] if use_cache else None
+        eos, gen = self.eos_id, ~prompt_mask
+        if eos is not None:  # sample.eos_stop: each row's calls, up to its EOS
+            self.begin_rows(x.shape[0])
+            last = torch.where(gen, torch.arange(L, device=x.device), -1).amax(-1)
+            done = last < start  # a row with nothing to generate needs no call
         for i in range(start, L):
+            if eos is not None and bool(done.all()):
+                break  # s-flm ARSampler.step: done when every row has finished
             # every call reads less than the canvas (a prefix, or one position after the
             # prefill): partial calls, priced against one full causal pass (Method.call)
             if cache is None:
@@ -217,4 +238,8 @@ class AR(Method):
                 logits = self.call(backbone, inp, cache=cache, partial=True)[:, -1].float()
             nxt = dec.pick(self, logits, temperature, generator, float64)
             x[:, i] = torch.where(prompt_mask[:, i], prompt[:, i], nxt)
-        return x
+            if eos is not None:
+                self.count_row_calls(~done, partial=True)
+                # s-flm _early_stop_token: a row whose generated token is the EOS is done
+                done |= (gen[:, i] & (x[:, i] == eos)) | (last <= i)
+        return x if eos is None else fill_after_eos(x, gen, eos)

@@ -21,7 +21,9 @@ exactly ``nfe`` backbone calls except ``cached``, ``threshold``, ``factor`` (at 
 ``nfe``; the decodings count each row's calls in :attr:`Method.row_calls`). ``block_length`` (an
 option; 0 = off): semi-autoregressive decoding (LLaDA's ``block_length``): the generated
 positions, in order, split into blocks decoded left to right, the calls split over the blocks
-as evenly as possible (:meth:`MDLM.blocks`); for every decoding but ReMDM's.
+as evenly as possible (:meth:`MDLM.blocks`); for every decoding but ReMDM's. With blocks,
+``sample.eos_stop`` (:attr:`Method.eos_id` set) stops a row after the block that holds its EOS
+(bd3lms ``var_length``): its later blocks are not decoded nor counted, then hold the EOS.
 Departures: the time grid and alpha_t, alpha_s are float64 (reference: model dtype), so the
 reveal probabilities are exact; ``loss_type="low_var"`` applies whenever ``loss`` runs (the
 reference switches back to the NELBO outside training; here ``loss`` is only the training
@@ -51,6 +53,8 @@ from bench.method import (
     LossOutput,
     Method,
     bound_times,
+    eos_reached,
+    fill_after_eos,
     gold_log_probs,
     token_mean,
 )
@@ -208,6 +212,9 @@ class MDLM(Method):
     decodings = tuple(DECODINGS)
     #: ``cached`` skips the calls of steps that changed nothing: at most ``nfe_for`` calls
     call_skipping = flagged(DECODINGS, "call_skipping")
+    #: the blocked decodings stop a row after the block that holds its EOS, with
+    #: ``block_length`` > 0 only (:meth:`eos_stopping`, :meth:`sample_canvas`)
+    stops_at_eos = flagged(DECODINGS, "eos_stop")
     #: the draws' filters (top-p / top-k), the blocks and ReMDM's schedule: they reuse the
     #: trained model
     sampling_options = (
@@ -382,11 +389,25 @@ class MDLM(Method):
         x = torch.where(prompt_mask, prompt, torch.full_like(prompt, self.mask_id))
         self._check_blocks(name)  # ReMDM: one block, the whole canvas
         self.begin_rows(x.shape[0])  # a row's calls: those while its current block held a mask
-        for block, calls in self.blocks(~prompt_mask, nfe):  # checked before the first call
+        gen, eos = ~prompt_mask, self.eos_id if self.eos_stopping(name) else None
+        done = torch.zeros(x.shape[0], dtype=torch.bool, device=x.device)
+        for block, calls in self.blocks(gen, nfe):  # checked before the first call
+            if eos is not None:  # sample.eos_stop: a done row's later blocks are not decoded
+                block = block & ~done[:, None]
+                if not bool(block.any()):
+                    break  # every row done (bd3lms diffusion.py var_length: stop at the EOS)
             x = self.DECODINGS[name].run(
                 self, backbone, x, block, calls, temperature, float64, generator
             )
-        return x
+            if eos is not None:  # bd3lms _check_stop_conds: an EOS in the finished blocks
+                done = eos_reached(x, gen, eos)
+        # an EOS-stopped row: its positions after the EOS (undecoded blocks included) hold it
+        return x if eos is None else fill_after_eos(x, gen, eos)
+
+    def eos_stopping(self, decoding: str) -> bool:
+        """A blocked decoding with ``block_length`` > 0 (without blocks the one block is the
+        whole canvas: no row is done before the last call)."""
+        return bool(self.opts.block_length) and super().eos_stopping(decoding)
 
     def remdm_step(self, name: str, t: float, s: float, last: bool) -> tuple:
         """(alpha_t, alpha_s, sigma) of one step from t to s of the ReMDM decoding ``name``

@@ -3,7 +3,9 @@
 <baselines.mdlm.MDLM>` looks its decoding up in. Each ``run(m, backbone, x, block, nfe, ...)``
 decodes the masked positions of ``block`` with ``nfe`` backbone calls (made through ``m``, the
 method); all make exactly ``nfe`` calls except ``cached`` (at most ``nfe``), and none adds a
-noise-removal call: every last step reveals what is left.
+noise-removal call: every last step reveals what is left. A row's call is counted
+(:meth:`bench.method.Method.count_row_calls`) while the row's part of ``block`` holds a mask
+(a row stopped at its EOS has none: :meth:`MDLM.sample_canvas <baselines.mdlm.MDLM.sample_canvas>`).
 
 - :class:`Ancestral` (``ancestral``, ``greedy``, ``cached``) over t_k = linspace(1, 1e-5,
   nfe + 1): each masked token is revealed with probability (alpha_s - alpha_t) / (1 - alpha_t)
@@ -41,6 +43,11 @@ from bench.method import categorical_draw
 
 #: the sampling options every categorical draw reads (bench.method.filter_logits)
 FILTERS = ("top_k", "top_p")
+#: how a blocked decoding stops at the EOS (sample.eos_stop; MDLM.sample_canvas)
+BLOCK_EOS = (
+    "with `block_length` > 0: after the block that holds the EOS, the later blocks not decoded "
+    "but filled with it; without blocks: no, one block is the whole canvas"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,6 +58,8 @@ class Ancestral(Decoding):
 
     greedy_tail: bool = False
     cache: bool = False
+    eos_stop: bool = True
+    eos_note: str = BLOCK_EOS
     #: decodes block by block under ``block_length``
     blocks: ClassVar[bool] = True
 
@@ -65,7 +74,7 @@ class Ancestral(Decoding):
             raw = cached
             if raw is None:
                 raw = m.call(backbone, x, m.sigma(alpha_t.float()))
-                m.count_row_calls(torch.ones(n, dtype=torch.bool))
+                m.count_row_calls(((x == m.mask_id) & block).any(-1))  # rows still decoding
             is_mask = (x == m.mask_id) & block
             # absorbing posterior q(z_s | z_t = m, x): reveal w.p. (alpha_s - alpha_t) /
             # (1 - alpha_t), independently of the token, which is then drawn from p_theta; so
@@ -173,6 +182,8 @@ class ConfidenceOrder(Decoding):
     #: positions ``where``; ``rows``: their logits at T, ``frows``: filtered (higher: first)
     score: Callable[..., Tensor]
     extra: Callable[[Tensor, object], Tensor] = no_extra
+    eos_stop: bool = True
+    eos_note: str = BLOCK_EOS
     blocks: ClassVar[bool] = True
 
     def run(self, m, backbone, x, block, nfe, temperature, float64, generator) -> Tensor:
@@ -239,6 +250,7 @@ class ReMDM(Decoding):
     sigma: Callable[[float, float], float] | None = None
     eta: float = 0.0
     by_confidence: bool = False
+    eos_note: str = "one block, the whole canvas, and a decoded token may be remasked"
     blocks: ClassVar[bool] = False
 
     def eta_of(self, opts) -> float:

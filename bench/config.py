@@ -176,9 +176,11 @@ class SampleConfig:
     )
     eos_stop: bool = option(
         False,
-        help="stop a row at the task's EOS where the method's sampler can (AR at the EOS, "
-        "semi-AR blocks after the block that holds it; --list says which); false: fill the "
-        "canvas, as the paper's samplers",
+        help="stop a row at the task's EOS where the method's decoding can (AR at the EOS, "
+        "MDLM's blocked decodings with block_length > 0 after the block that holds it; --list "
+        "says which): rows record the budget as nfe, each item's calls and tokens up to its "
+        "EOS; where it cannot (another decoding, a task without EOS) not an error, the cell "
+        "fills the canvas; false: fill the canvas, as the paper's samplers",
     )
     latency_items: int = option(
         0,

@@ -1,7 +1,7 @@
 """A method's decodings as a table: one :class:`Decoding` object per name, in its class's
 ``DECODINGS`` dict (first = default). The method samples with ``self.DECODINGS[name]`` (no
-comparison of names); ``decodings``, ``temperature_free`` and ``call_skipping`` are read off the
-table (:func:`flagged`), and so are ``python -m bench.sweep --list``
+comparison of names); ``decodings``, ``temperature_free``, ``call_skipping`` and ``stops_at_eos``
+are read off the table (:func:`flagged`), and so are ``python -m bench.sweep --list``
 (:func:`bench.registry.listing`) and the decoding table of each ``docs/methods/<method>.md``
 (:func:`markdown_table`; ``python -m bench.decoding --write`` rewrites them,
 tests/bench/test_decoding_tables.py checks that they match).
@@ -30,6 +30,10 @@ class Decoding:
         temperature_free: temperature has no effect (the planner keeps T = 1 only).
         call_skipping: a cache may skip calls: at most :meth:`calls` of them.
         calls_note: how the calls are spent, where it is not one per step (docs, ``--list``).
+        eos_stop: the sampler can stop a row at the task's EOS (``sample.eos_stop``: the row's
+            calls stop counting, the batch stops when every row is done); a method may ask for
+            more (MDLM: ``block_length`` > 0: :meth:`bench.method.Method.eos_stopping`).
+        eos_note: how it stops and what it needs, or, when it cannot, why not (docs, ``--list``).
     """
 
     summary: str
@@ -39,6 +43,8 @@ class Decoding:
     temperature_free: bool = False
     call_skipping: bool = False
     calls_note: str = ""
+    eos_stop: bool = False
+    eos_note: str = ""
 
     def calls(self, nfe: int) -> int:
         """Backbone calls of one sampling request whose budget is ``nfe``
@@ -50,10 +56,22 @@ class Decoding:
         text = "at most nfe" if self.call_skipping else "nfe"
         return f"{text} ({self.calls_note})" if self.calls_note else text
 
+    def eos_text(self) -> str:
+        """``yes (...)`` / ``no (...)``: whether a row can stop at the task's EOS, and how or why
+        not (the docs' "EOS stop" column, ``--list``)."""
+        if self.eos_stop:
+            return f"yes ({self.eos_note})" if self.eos_note else "yes"
+        return f"no ({self.eos_note or NO_EOS_STOP})"
+
+
+#: why a decoding cannot stop a row at the EOS, unless it says otherwise (``Decoding.eos_note``)
+NO_EOS_STOP = "every call updates the whole canvas: no row is done before the last call"
+
 
 def flagged(table: Mapping[str, Decoding], flag: str) -> tuple[str, ...]:
     """The names of ``table`` whose decoding has ``flag`` (``temperature_free``,
-    ``call_skipping``) set: a method's ``Method.temperature_free`` / ``call_skipping``."""
+    ``call_skipping``, ``eos_stop``) set: a method's ``Method.temperature_free`` /
+    ``call_skipping`` / ``stops_at_eos``."""
     return tuple(n for n, d in table.items() if getattr(d, flag))
 
 
@@ -65,14 +83,14 @@ def markdown_table(cls) -> str:
     """The decoding table of ``docs/methods/<cls.name>.md``, from ``cls.DECODINGS``."""
     rows = [
         "| decoding | what a step does | reference (paper; code) | backbone calls | adds to a "
-        "call | options |",
-        "|---|---|---|---|---|---|",
+        "call | options | EOS stop |",
+        "|---|---|---|---|---|---|---|",
     ]
     for i, (name, d) in enumerate(cls.DECODINGS.items()):
         tags = [t for t, on in (("default", i == 0), ("T-free", d.temperature_free)) if on]
         label = f"`{name}`" + (f" ({', '.join(tags)})" if tags else "")
         opts = ", ".join(f"`{o}`" for o in d.options) or "none"
-        cells = (label, d.summary, d.reference, d.calls_text(), d.cost or "-", opts)
+        cells = (label, d.summary, d.reference, d.calls_text(), d.cost or "-", opts, d.eos_text())
         rows.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(rows)
 

@@ -180,6 +180,11 @@ class Method(nn.Module):
     #: at most :meth:`nfe_for` calls instead of exactly; their rows record the planned budget as
     #: ``nfe`` and the calls made in ``network_calls`` (bench.cells)
     call_skipping: ClassVar[tuple[str, ...]] = ()
+    #: decodings whose sampler can stop a row at the task's EOS (``sample.eos_stop``; read off
+    #: the table, ``Decoding.eos_stop``): a row stops counting calls at it, the batch stops
+    #: when every row is done, and they too make at most :meth:`nfe_for` calls; whether an
+    #: instance does under its options: :meth:`eos_stopping`
+    stops_at_eos: ClassVar[tuple[str, ...]] = ()
     #: ``Options`` fields that only change how a trained model samples (e.g. S-FLM's top_k):
     #: they stay out of the train cell's identity, so variants differing only in them share
     #: one trained model (bench.plan)
@@ -327,6 +332,12 @@ class Method(nn.Module):
         if self.row_calls is not None:
             self.row_calls[:, int(partial)] += live.to(self.row_calls.device)
 
+    def eos_stopping(self, decoding: str) -> bool:
+        """True when :meth:`sample` with ``decoding`` stops a row at :attr:`eos_id` (when set):
+        the decoding is in :attr:`stops_at_eos` and this instance's options allow it (MDLM:
+        ``block_length`` > 0). False: the canvas is filled whatever ``sample.eos_stop`` says."""
+        return self.resolve_decoding(decoding) in self.stops_at_eos
+
     def full_forward(self, backbone: nn.Module, x: Tensor) -> Tensor:
         """One full call of the backbone on the canvas ``x`` (n, L), uncounted: what the cost
         columns time as the unit of a forward-equivalent when a batch made no full call (a
@@ -445,3 +456,19 @@ def categorical_draw(
     # u < total, so some cdf entry exceeds it; a class of mass 0 has cdf equal to the one before
     u = torch.minimum(u, torch.nextafter(total, torch.zeros_like(total)))
     return torch.searchsorted(cdf, u, right=True).squeeze(-1)
+
+
+def eos_reached(x: Tensor, generated: Tensor, eos: int) -> Tensor:
+    """(n,) bool: the rows of ``x`` (n, L) with ``eos`` at one of their ``generated`` (n, L)
+    positions (a row done under ``sample.eos_stop``)."""
+    return ((x == eos) & generated).any(-1)
+
+
+def fill_after_eos(x: Tensor, generated: Tensor, eos: int) -> Tensor:
+    """``x`` with every ``generated`` position after a row's first generated ``eos`` set to
+    ``eos`` (the rest, prompt positions included, unchanged): an EOS-stopped row's canvas (the
+    reference TinyGSM AR sampler pads what follows, s-flm ``samplers.py::_early_stop_token``;
+    the evaluators cut at the first EOS, ``Task.generated_tokens`` counts up to it)."""
+    hit = ((x == eos) & generated).long()
+    after = (hit.cumsum(-1) - hit) > 0
+    return torch.where(after & generated, torch.full_like(x, eos), x)

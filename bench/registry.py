@@ -128,11 +128,16 @@ def listing() -> str:
         lines.append(f"  {name:<10} {METHODS.package(name):<22} decodings: {decs}")
         if cls.sampling_options:  # the knobs of its samplers (they reuse the trained model)
             lines.append(f"  {'':<10} {'':<22} sampling options: {', '.join(cls.sampling_options)}")
+        table = list(getattr(cls, "DECODINGS", {}).values())
+        if table and not any(d.eos_stop or d.eos_note for d in table):  # one line: the default
+            lines.append(f"  {'':<10} {'':<22} EOS stop (sample.eos_stop): {table[0].eos_text()}")
         for dec, d in getattr(cls, "DECODINGS", {}).items():  # bench.decoding.Decoding
             tf = ", T-free" if d.temperature_free else ""
             opts = ", ".join(d.options) or "none"
             lines.append(f"    {dec:<14} calls: {d.calls_text()}{tf}; options: {opts}")
             lines.append(f"    {'':<14} {d.summary}")
+            if d.eos_stop or d.eos_note:
+                lines.append(f"    {'':<14} EOS stop (sample.eos_stop): {d.eos_text()}")
     lines.append("tasks:")
     for name in sorted(TASKS):
         cls = TASKS[name]

@@ -207,10 +207,7 @@ def _batches(c: SampleCell, sampler, backbone, data, dev, progress: bool, eos=No
             if cost["part_calls"] == cost["calls"] and cost["calls"]:
                 # every call partial (KV-cached AR): one uncounted full call is the unit
                 cost["full_call_s"] = time_full_call(sampler, backbone, prompt, dev)
-            # a call-skipping decoding (a cache, a threshold, an EOS stop) keeps the planned
-            # budget as its NFE; the calls it made are the cost columns' network_calls
-            skips = sampler.resolve_decoding(c.decoding) in sampler.call_skipping or c.eos_stop
-            nfe_used = c.nfe if skips else sampler.nfe_counter
+            nfe_used = budget(sampler, c, pmask, eos)
             cost["row_calls"] = item_calls(sampler, cost, len(ids))
             atomic_torch_save({"ids": ids, "nfe": nfe_used, **cost}, path)
             outs.append(ids)
@@ -219,6 +216,18 @@ def _batches(c: SampleCell, sampler, backbone, data, dev, progress: bool, eos=No
         del sampler.call_timer
         sampler.eos_id = None
     return outs, nfe_used, costs
+
+
+def budget(sampler, c: SampleCell, pmask, eos) -> int:
+    """The NFE a batch's rows record: the calls it made, or, for a decoding that may make
+    fewer (a cache, a threshold, an EOS stop: ``Method.call_skipping``, ``eos_stopping``), the
+    planned budget, ``Method.nfe_for`` (AR's: the generated length); the calls it made are the
+    cost columns' ``network_calls``, each item's its records' ``calls``."""
+    dec = sampler.resolve_decoding(c.decoding)
+    stops = eos is not None and sampler.eos_stopping(dec)
+    if dec in sampler.call_skipping or stops:
+        return sampler.nfe_for(c.nfe, pmask)
+    return sampler.nfe_counter
 
 
 def _latency(c: SampleCell, sampler, backbone, data, dev, eos) -> list[float]:

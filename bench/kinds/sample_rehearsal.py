@@ -61,6 +61,9 @@ def rehearse_setup(sc: SampleCell, ctx):
             f"{LENGTH_NFE_TAIL - 1} cached call (an upper bound)"
         )
     V = int(sampler.vocab_size)
+    # sample.eos_stop: the cell's rows stop at the task's EOS where the decoding can
+    eos = r.task.eos_id() if getattr(sc, "eos_stop", False) else None
+    stops = eos is not None and sampler.eos_stopping(cell.decoding)
 
     def run(n: int):
         prompt = inp.data.x[:n].to(dev)
@@ -72,7 +75,11 @@ def rehearse_setup(sc: SampleCell, ctx):
         def call(prompt=prompt, pmask=pmask):
             gen = torch.Generator(device=dev).manual_seed(batch_seed(sc, 0))
             sampler.nfe_counter = 0
-            ids = sample_batch(sampler, backbone, cell, prompt, pmask, gen, float64=sc.float64)
+            sampler.eos_id = eos
+            try:
+                ids = sample_batch(sampler, backbone, cell, prompt, pmask, gen, float64=sc.float64)
+            finally:
+                sampler.eos_id = None
             want = sampler.nfe_for(cell.nfe, pmask)
             if tuple(ids.shape) != tuple(prompt.shape):
                 raise ValueError(
@@ -82,8 +89,8 @@ def rehearse_setup(sc: SampleCell, ctx):
                 raise TypeError(f"sampler returned {ids.dtype} ids")
             if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= V):
                 raise ValueError(f"sampled id outside [0, {V}): {int(ids.min())}..{int(ids.max())}")
-            # a call-skipping decoding (a cache) makes at most nfe_for calls
-            skips = sampler.resolve_decoding(cell.decoding) in sampler.call_skipping
+            # a call-skipping decoding (a cache) and an EOS stop make at most nfe_for calls
+            skips = sampler.resolve_decoding(cell.decoding) in sampler.call_skipping or stops
             if sampler.nfe_counter > want or (sampler.nfe_counter != want and not skips):
                 raise ValueError(f"{sampler.nfe_counter} backbone calls, nfe_for says {want}")
             return ids

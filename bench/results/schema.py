@@ -136,7 +136,9 @@ COLUMNS = [
 #:   ``items_key``: 16 hex digits identifying those items (two rows pair item by item only when
 #:   their keys are equal); sample rows of metrics that are means of 0/1 outcomes.
 #: - ``eos_stop``: True on the rows of a cell sampled with ``sample.eos_stop`` (a row stops at
-#:   the task's EOS where its sampler can: ``Method.stops_at_eos``); absent when off.
+#:   the task's EOS where its decoding can: ``Method.stops_at_eos`` and ``eos_stopping``, e.g.
+#:   MDLM's only with ``block_length``; elsewhere the cell fills the canvas); absent when off.
+#:   Its ``nfe`` is the budget (``Method.nfe_for``), ``network_calls`` the calls made.
 #: - ``n_per_item`` / ``draw_outcomes``: a cell of k > 1 draws per item (``sample.n_per_item``):
 #:   k, and the outcomes of draws 1..k-1 (each as ``item_outcomes``, comma-separated;
 #:   ``item_outcomes`` is draw 0's) of its headline row, whose value is pass@1, the mean over
