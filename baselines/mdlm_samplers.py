@@ -4,8 +4,10 @@
 decodes the masked positions of ``block`` with ``nfe`` backbone calls (made through ``m``, the
 method); all make exactly ``nfe`` calls except ``cached`` (at most ``nfe``), and none adds a
 noise-removal call: every last step reveals what is left. A row's call is counted
-(:meth:`bench.method.Method.count_row_calls`) while the row's part of ``block`` holds a mask
-(a row stopped at its EOS has none: :meth:`MDLM.sample_canvas <baselines.mdlm.MDLM.sample_canvas>`).
+(:meth:`bench.method.Method.count_row_calls`) while the row has positions in ``block`` (a row
+stopped at its EOS has none: :meth:`MDLM.sample_canvas <baselines.mdlm.MDLM.sample_canvas>`);
+the call-skipping confidence orders count it while its part of the block holds a mask, the
+calls it would make alone, as they stop a block with no mask left.
 
 - :class:`Ancestral` (``ancestral``, ``greedy``, ``cached``) over t_k = linspace(1, 1e-5,
   nfe + 1): each masked token is revealed with probability (alpha_s - alpha_t) / (1 - alpha_t)
@@ -74,7 +76,9 @@ class Ancestral(Decoding):
             raw = cached
             if raw is None:
                 raw = m.call(backbone, x, m.sigma(alpha_t.float()))
-                m.count_row_calls(((x == m.mask_id) & block).any(-1))  # rows still decoding
+                # every step calls for a row with positions in the block, revealed or not, as
+                # alone (it does not stop early); a row stopped at its EOS has none
+                m.count_row_calls(block.any(-1))
             is_mask = (x == m.mask_id) & block
             # absorbing posterior q(z_s | z_t = m, x): reveal w.p. (alpha_s - alpha_t) /
             # (1 - alpha_t), independently of the token, which is then drawn from p_theta; so
