@@ -205,7 +205,9 @@ class ConfidenceOrder(Decoding):
                 break  # Fast-dLLM: the block is done, the next one starts
             alpha_t = m.alpha(ts[k]).expand(n)
             raw = m.call(backbone, x, m.sigma(alpha_t.float()))
-            m.count_row_calls(live)
+            # a call-skipping order stops a row's block with no mask left (alone: no more
+            # calls); a fixed-call one calls on for it (LLaDA's steps), as it would alone
+            m.count_row_calls(live if self.call_skipping else block.any(-1))
             rows = token_logits(m, raw, where, temperature)
             frows = m.filtered(rows)
             draw = categorical_draw(frows, generator, float64)
