@@ -61,9 +61,11 @@ def options_text(sampling, eos_stop) -> str:
 
 
 def speed_rows(task: str, df: pd.DataFrame) -> pd.DataFrame:
-    """The task's headline-metric sample rows with their cost columns as numbers, ``options``,
-    the seconds per sample at batch (:data:`bench.report.cost.SPS`) and the device, at each
-    model's temperature closest to 1."""
+    """The task's headline-metric sample rows of the speed protocol (those with ``latency_s``:
+    another sweep's cells of the same models, the quickstart's, are left out, so that a setting
+    never pools two protocols' cells of one seed) with their cost columns as numbers,
+    ``options``, the seconds per sample at batch (:data:`bench.report.cost.SPS`) and the
+    device, at each model's temperature closest to 1."""
     s = rows(df, task)
     metric = metric_with_rank(s, 0)
     if metric is None:
@@ -71,6 +73,7 @@ def speed_rows(task: str, df: pd.DataFrame) -> pd.DataFrame:
     s = with_cost(s[s["metric"] == metric], df)
     for c in COST:
         s[c] = _num(s, c)
+    s = s[s["latency_s"].notna()].copy()
     s["latency_items"] = _num(s, "latency_items")
     eos = flag(s["eos_stop"]) if "eos_stop" in s else pd.Series(False, index=s.index)
     sampling = s["sampling"] if "sampling" in s else pd.Series("", index=s.index)
@@ -110,6 +113,9 @@ def _setting(g: pd.DataFrame) -> dict:
     return {
         **{k: r[k] for k in KEYS},
         "method": r["method"],
+        "recipe": str(r.get("recipe", "") or ""),
+        "decoding": str(r.get("decoding", "") or ""),
+        "variant": str(r.get("variant", "") or ""),
         "is_ar": r["method"] == AR,
         "length_bound": bool(flag(g["nfe_is_length"]).all()),
         "default_decoding": bool(flag(g["default_decoding"]).all()),
@@ -136,8 +142,28 @@ def settings(s: pd.DataFrame) -> pd.DataFrame:
     subset and NFE; ``rows``: the setting's store rows (one per seed), for paired differences."""
     out = [_setting(g) for _, g in s.groupby(KEYS, sort=True, dropna=False)]
     if not out:
-        return pd.DataFrame(columns=[*KEYS, "value", "cells", "rows"])
-    return pd.DataFrame(out).sort_values(["subset", "model", "nfe", "options"], kind="stable")
+        return pd.DataFrame(columns=[*KEYS, "aup_model", "value", "cells", "rows"])
+    st = pd.DataFrame(out).sort_values(["subset", "model", "nfe", "options"], kind="stable")
+    st["aup_model"] = aup_models(st)
+    return st
+
+
+def aup_models(st: pd.DataFrame) -> list[str]:
+    """The model AUP scores each setting under: one trained model (its recipe) and decoding,
+    whatever the variants that only change how it samples (their NFE, tau, blocks and caches
+    are the grid the area is taken over). ``method (decoding)``, and the first variant's name
+    when the method has several recipes."""
+    keys = list(zip(st["method"], st["recipe"], st["decoding"]))
+    first: dict = {}
+    for k, v in zip(keys, st["variant"]):
+        first.setdefault(k, v)
+    recipes: dict = {}
+    for m, rec, _ in keys:
+        recipes.setdefault(m, set()).add(rec)
+    return [
+        f"{m}/{first[(m, rec, d)] or 'base'} ({d})" if len(recipes[m]) > 1 else f"{m} ({d})"
+        for m, rec, d in keys
+    ]
 
 
 def _record_arrays(results_dir: Path, g: pd.DataFrame, n: int) -> dict:

@@ -103,7 +103,9 @@ def speed_figures(task: str, st: pd.DataFrame, metric: str, out: Path) -> list[P
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    st = st.assign(subset_rank=[r["rows"]["subset_rank"].iloc[0] for _, r in st.iterrows()])
+    # a model's curve: one trained model and decoding over its settings (cells.aup_models)
+    st = st.assign(subset_rank=[r["rows"]["subset_rank"].iloc[0] for _, r in st.iterrows()],
+                   model=st["aup_model"])  # fmt: skip
     written: list[Path] = []
     with plt.style.context("default"):
         fig = _figure(task, st, metric, PARETO_PANELS, _pareto_panel,

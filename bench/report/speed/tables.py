@@ -97,7 +97,7 @@ def aup_groups(st: pd.DataFrame, results_dir: Path, *, seed: int = 0) -> list[Gr
         for _, r in g.iterrows():
             p = grid_point(r, results_dir)
             if p is not None:
-                grids.setdefault(r["model"], []).append(p)
+                grids.setdefault(r["aup_model"], []).append(p)
         if grids:
             out.append(Group(str(sub), g, grid_aup(grids, seed=seed), sorted(grids)))
     return out
@@ -137,7 +137,7 @@ def aup_table(groups: list[Group]) -> Table:
         for model in grp.models:
             tpf, tpfe = grp.aup.scores[TPF].get(model), grp.aup.scores[TPFE].get(model)
             base = tpf or tpfe
-            mine = grp.settings[grp.settings["model"] == model]
+            mine = grp.settings[grp.settings["aup_model"] == model]
             out.append(
                 {
                     "subset": grp.subset,
