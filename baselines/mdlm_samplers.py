@@ -36,6 +36,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
+from baselines.mdlm_cache import block_calls
 from bench.decoding import Decoding
 from bench.method import categorical_draw
 
@@ -54,18 +55,24 @@ class Ancestral(Decoding):
     #: decodes block by block under ``block_length``
     blocks: ClassVar[bool] = True
 
+    @property
+    def block_cacheable(self) -> bool:
+        """Takes a block KV cache (``block_cache``), except MDLM's cache of p_theta (``cached``)."""
+        return not self.cache
+
     def run(self, m, backbone, x, block, nfe, temperature, float64, generator) -> Tensor:
         n, dev = x.shape[0], x.device
         ts = torch.linspace(1.0, 1e-5, nfe + 1, device=dev, dtype=torch.float64)
         cached = None
+        calls = block_calls(m, backbone, block)  # full calls, or partial under a block cache
         for k in range(nfe):
             last = k == nfe - 1
             alpha_t = m.alpha(ts[k]).expand(n)
             alpha_s = torch.ones_like(alpha_t) if last else m.alpha(ts[k + 1]).expand(n)
             raw = cached
             if raw is None:
-                raw = m.call(backbone, x, m.sigma(alpha_t.float()))
-                m.count_row_calls(torch.ones(n, dtype=torch.bool))
+                live = torch.ones(n, dtype=torch.bool)
+                raw = calls(k, x, m.sigma(alpha_t.float()), live)
             is_mask = (x == m.mask_id) & block
             # absorbing posterior q(z_s | z_t = m, x): reveal w.p. (alpha_s - alpha_t) /
             # (1 - alpha_t), independently of the token, which is then drawn from p_theta; so
@@ -174,6 +181,7 @@ class ConfidenceOrder(Decoding):
     score: Callable[..., Tensor]
     extra: Callable[[Tensor, object], Tensor] = no_extra
     blocks: ClassVar[bool] = True
+    block_cacheable: ClassVar[bool] = True
 
     def run(self, m, backbone, x, block, nfe, temperature, float64, generator) -> Tensor:
         n, L = x.shape
@@ -183,14 +191,14 @@ class ConfidenceOrder(Decoding):
         masked = ((x == m.mask_id) & block).sum(-1)
         base, extra = masked // nfe, masked % nfe
         ts = torch.linspace(1.0, 1e-5, nfe + 1, device=dev, dtype=torch.float64)
+        calls = block_calls(m, backbone, block)  # full calls, or partial under a block cache
         for k in range(nfe):
             where = (x == m.mask_id) & block
             live = where.any(-1)
             if self.call_skipping and not bool(live.any()):
                 break  # Fast-dLLM: the block is done, the next one starts
             alpha_t = m.alpha(ts[k]).expand(n)
-            raw = m.call(backbone, x, m.sigma(alpha_t.float()))
-            m.count_row_calls(live)
+            raw = calls(k, x, m.sigma(alpha_t.float()), live)
             rows = token_logits(m, raw, where, temperature)
             frows = m.filtered(rows)
             draw = categorical_draw(frows, generator, float64)
@@ -240,6 +248,7 @@ class ReMDM(Decoding):
     eta: float = 0.0
     by_confidence: bool = False
     blocks: ClassVar[bool] = False
+    block_cacheable: ClassVar[bool] = False
 
     def eta_of(self, opts) -> float:
         return self.eta if opts.remdm_eta is None else opts.remdm_eta
@@ -348,7 +357,7 @@ _REMDM_COST = (
     "O(B L) for the q_sigma weights and a (B, L) uniform; at the R positions it reveals, the "
     "draw over (R, V+1) as `ancestral`'s"
 )
-_BLOCKED = (*FILTERS, "block_length")
+_BLOCKED = (*FILTERS, "block_length", "block_cache", "cache_refresh")
 
 #: MDLM's decodings, the first the default (kuleshov-group/remdm ``sampling.sampler`` names the
 #: ReMDM ones; their eta: scripts/remdm-cap.sh, remdm-rescale.sh, remdm-loop.sh)
@@ -377,7 +386,7 @@ DECODINGS: dict[str, Decoding] = {
         reference="MDLM's cached sampler (`ddpm_cache`); kuleshov-group/mdlm "
         "`diffusion.py::_sample` (`torch.allclose(x_next, x)`) and `_ddpm_caching_update`",
         cost="as `ancestral`, minus the skipped calls",
-        options=(*_BLOCKED, "time_conditioning"),
+        options=(*FILTERS, "block_length", "time_conditioning"),
     ),
     "confidence": ConfidenceOrder(
         score=p_theta_score,
