@@ -246,6 +246,9 @@ class MDLM(Method):
         "remdm_t_off",
         "remdm_alpha_on",
     )
+    #: the ``block_cache`` values beside none (baselines.mdlm_cache): a capability the benchmarks
+    #: read (bench.perf.capabilities: blockcache)
+    block_caches = MODES[1:]
     loss_kind = LOSS_NELBO
     #: the continuous-time NELBO, by Monte Carlo over t (:meth:`nll_bound`; whatever loss_type)
     bound_kind = BOUND_ELBO
