@@ -21,7 +21,15 @@ exactly ``nfe`` backbone calls except ``cached``, ``threshold``, ``factor`` (at 
 ``nfe``; the decodings count each row's calls in :attr:`Method.row_calls`). ``block_length`` (an
 option; 0 = off): semi-autoregressive decoding (LLaDA's ``block_length``): the generated
 positions, in order, split into blocks decoded left to right, the calls split over the blocks
-as evenly as possible (:meth:`MDLM.blocks`); for every decoding but ReMDM's.
+as evenly as possible (:meth:`MDLM.blocks`); for every decoding but ReMDM's. ``block_cache``
+(options ``prefix`` / ``dual``, with ``cache_refresh``; :mod:`baselines.mdlm_cache`): Fast-dLLM's
+block KV caches (NVlabs/Fast-dLLM ``llada/generate.py::generate_with_prefix_cache`` and
+``generate_with_dual_cache``): a block's first step is a full call that records every layer's
+keys and values (:mod:`bench.backbones.block_cache`), its later steps partial calls that compute
+the block only (dual) or the block and everything after it (prefix) against them, counted as
+partial (``Method.call(partial=True)``, per row); approximate (the cached keys and values are
+the recording step's; time conditioning too), ``cache_refresh: 1`` being no cache bit for bit.
+Every blocked decoding but ``cached`` (MDLM's cache of p_theta) takes it.
 Departures: the time grid and alpha_t, alpha_s are float64 (reference: model dtype), so the
 reveal probabilities are exact; ``loss_type="low_var"`` applies whenever ``loss`` runs (the
 reference switches back to the NELBO outside training; here ``loss`` is only the training

@@ -3,7 +3,9 @@
 <baselines.mdlm.MDLM>` looks its decoding up in. Each ``run(m, backbone, x, block, nfe, ...)``
 decodes the masked positions of ``block`` with ``nfe`` backbone calls (made through ``m``, the
 method); all make exactly ``nfe`` calls except ``cached`` (at most ``nfe``), and none adds a
-noise-removal call: every last step reveals what is left.
+noise-removal call: every last step reveals what is left. A blocked decoding makes its calls
+through :func:`baselines.mdlm_cache.block_calls` (full calls, or partial ones under a block KV
+cache, ``block_cache``), and reads the logits of the block's positions only.
 
 - :class:`Ancestral` (``ancestral``, ``greedy``, ``cached``) over t_k = linspace(1, 1e-5,
   nfe + 1): each masked token is revealed with probability (alpha_s - alpha_t) / (1 - alpha_t)
