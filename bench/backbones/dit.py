@@ -156,7 +156,7 @@ class Block(nn.Module):
             nn.init.zeros_(self.adaLN.weight)
             nn.init.zeros_(self.adaLN.bias)
 
-    def attention(self, h: Tensor, cos: Tensor, sin: Tensor, cache: dict | None = None) -> Tensor:
+    def attention(self, h: Tensor, cos: Tensor, sin: Tensor, cache: dict | Any = None) -> Tensor:
         B, L, d = h.shape
         qkv = self.qkv(h).view(B, L, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
         # q and k rotated in one call: the values of one call each (elementwise), half the
@@ -179,7 +179,7 @@ class Block(nn.Module):
         return self.attn_out(o.transpose(1, 2).reshape(B, L, d))
 
     def forward(
-        self, x: Tensor, c: Tensor | None, cos: Tensor, sin: Tensor, cache: dict | None = None
+        self, x: Tensor, c: Tensor | None, cos: Tensor, sin: Tensor, cache: dict | Any = None
     ) -> Tensor:
         drop = lambda y: F.dropout(y, self.dropout, self.training)  # noqa: E731
         if self.adaLN is None:
@@ -212,6 +212,8 @@ class DiT(nn.Module):
 
     ``forward(x, sigma)``: x is (B, L) ids or a (B, L, input_dim) float tensor; sigma (B,)
     is the time input (ignored when causal; zeros when None). Returns (B, L, vocab_out) logits.
+    ``cache``: AR's per-block dicts (causal), or a block cache whose partial call takes and
+    returns the active / read positions only (bidirectional; module docstring).
     """
 
     def __init__(
