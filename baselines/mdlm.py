@@ -24,6 +24,15 @@ positions, in order, split into blocks decoded left to right, the calls split ov
 as evenly as possible (:meth:`MDLM.blocks`); for every decoding but ReMDM's. With blocks,
 ``sample.eos_stop`` (:attr:`Method.eos_id` set) stops a row after the block that holds its EOS
 (bd3lms ``var_length``): its later blocks are not decoded nor counted, then hold the EOS.
+``block_cache``
+(options ``prefix`` / ``dual``, with ``cache_refresh``; :mod:`baselines.mdlm_cache`): Fast-dLLM's
+block KV caches (NVlabs/Fast-dLLM ``llada/generate.py::generate_with_prefix_cache`` and
+``generate_with_dual_cache``): a block's first step is a full call that records every layer's
+keys and values (:mod:`bench.backbones.block_cache`), its later steps partial calls that compute
+the block only (dual) or the block and everything after it (prefix) against them, counted as
+partial (``Method.call(partial=True)``, per row); approximate (the cached keys and values are
+the recording step's; time conditioning too), ``cache_refresh: 1`` being no cache bit for bit.
+Every blocked decoding but ``cached`` (MDLM's cache of p_theta) takes it.
 Departures: the time grid and alpha_t, alpha_s are float64 (reference: model dtype), so the
 reveal probabilities are exact; ``loss_type="low_var"`` applies whenever ``loss`` runs (the
 reference switches back to the NELBO outside training; here ``loss`` is only the training
@@ -39,6 +48,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from baselines.mdlm_cache import MODES
 from baselines.mdlm_samplers import DECODINGS, ConfidenceOrder, ReMDM
 from bench.backbones.dit import build_dit
 from bench.config import BackboneConfig, ConfigError
@@ -81,6 +91,23 @@ class MDLMOptions(CategoricalSampling):
         "positions, in order, split into blocks of this many, decoded left to right with the "
         "NFE split over the blocks as evenly as possible (nfe >= blocks); ancestral, greedy, "
         "cached and the confidence orders; 0 = off (one block: the whole canvas)",
+    )
+    block_cache: str = option(
+        "none",
+        choices=MODES,
+        omit_default=True,
+        help="block KV cache under block_length (Fast-dLLM llada/generate.py): prefix = "
+        "generate_with_prefix_cache (a block's later steps recompute the block and the whole "
+        "suffix, the keys/values before it cached), dual = generate_with_dual_cache (they "
+        "recompute the block only); recorded by a full call at each block's first step; all "
+        "blocked decodings but cached; none = off",
+    )
+    cache_refresh: int = option(
+        0,
+        ge=0,
+        omit_default=True,
+        help="block_cache: also record the cache by a full call every k-th step of a block "
+        "(0: at the block's first step only, as Fast-dLLM; 1: every step = no cache)",
     )
     tau: float = option(
         0.9,
@@ -128,7 +155,13 @@ class MDLMOptions(CategoricalSampling):
     )
 
     def validate(self) -> None:
-        """remdm-loop's phases in order: 1 > t_on >= t_off >= 0."""
+        """remdm-loop's phases in order: 1 > t_on >= t_off >= 0; no ``cache_refresh`` without
+        a ``block_cache``."""
+        if self.cache_refresh and self.block_cache == "none":
+            raise ConfigError(
+                f"cache_refresh: {self.cache_refresh} refreshes a block cache, and block_cache "
+                "is none (set block_cache: prefix or dual, or leave cache_refresh out)"
+            )
         if self.remdm_t_off > self.remdm_t_on:
             raise ConfigError(
                 f"remdm_t_off: {self.remdm_t_off} is after remdm_t_on = {self.remdm_t_on} "
@@ -220,6 +253,8 @@ class MDLM(Method):
     sampling_options = (
         *CATEGORICAL_SAMPLING,
         "block_length",
+        "block_cache",
+        "cache_refresh",
         "tau",
         "factor",
         "remdm_eta",
@@ -227,6 +262,9 @@ class MDLM(Method):
         "remdm_t_off",
         "remdm_alpha_on",
     )
+    #: the ``block_cache`` values beside none (baselines.mdlm_cache): a capability the benchmarks
+    #: read (bench.perf.capabilities: blockcache)
+    block_caches = MODES[1:]
     loss_kind = LOSS_NELBO
     #: the continuous-time NELBO, by Monte Carlo over t (:meth:`nll_bound`; whatever loss_type)
     bound_kind = BOUND_ELBO
@@ -246,18 +284,32 @@ class MDLM(Method):
         return build_dit(cfg, self.vocab_size + 1, self.vocab_size + 1)
 
     def validate_plan(self, *, backbone, train, sample) -> None:
-        """The backbone (the base class), and no ReMDM decoding with ``block_length`` (the
-        sampler's own check, made at plan time instead of at the job's first batch)."""
+        """The backbone (the base class), no ReMDM decoding with ``block_length``, and a
+        ``block_cache`` only with blocks on a decoding that takes it (the sampler's own checks,
+        made at plan time instead of at the job's first batch)."""
         super().validate_plan(backbone=backbone, train=train, sample=sample)
         for decoding in sample.decoding:
             self._check_blocks(self.resolve_decoding(decoding))
 
     def _check_blocks(self, name: str) -> None:
-        if not self.DECODINGS[name].blocks and self.opts.block_length:
-            blockwise = [n for n, d in self.DECODINGS.items() if d.blocks]
+        d, o = self.DECODINGS[name], self.opts
+        if o.block_cache != "none" and not d.block_cacheable:
+            takes = [n for n, e in self.DECODINGS.items() if e.block_cacheable]
+            why = "no blocks" if not d.blocks else "its own cache of p_theta"
+            raise ConfigError(
+                f"options.block_cache: {name} takes no block cache ({why}); block_cache "
+                f"applies to {', '.join(takes)}"
+            )
+        if not d.blocks and o.block_length:
+            blockwise = [n for n, e in self.DECODINGS.items() if e.blocks]
             raise ConfigError(
                 f"options.block_length: {name} decodes the whole canvas (ReMDM defines "
                 f"no blocks); block_length applies to {', '.join(blockwise)}"
+            )
+        if o.block_cache != "none" and not o.block_length:
+            raise ConfigError(
+                f"options.block_cache: {o.block_cache} caches the blocks outside the current "
+                "one and needs block_length > 0 (semi-autoregressive blocks)"
             )
 
     # -- schedule -----------------------------------------------------------------

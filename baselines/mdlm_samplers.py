@@ -3,11 +3,14 @@
 <baselines.mdlm.MDLM>` looks its decoding up in. Each ``run(m, backbone, x, block, nfe, ...)``
 decodes the masked positions of ``block`` with ``nfe`` backbone calls (made through ``m``, the
 method); all make exactly ``nfe`` calls except ``cached`` (at most ``nfe``), and none adds a
-noise-removal call: every last step reveals what is left. A row's call is counted
-(:meth:`bench.method.Method.count_row_calls`) while the row has positions in ``block`` (a row
-stopped at its EOS has none: :meth:`MDLM.sample_canvas <baselines.mdlm.MDLM.sample_canvas>`);
-the call-skipping confidence orders count it while its part of the block holds a mask, the
-calls it would make alone, as they stop a block with no mask left.
+noise-removal call: every last step reveals what is left. A blocked decoding makes its calls
+through :func:`baselines.mdlm_cache.block_calls` (full calls, or partial ones under a block KV
+cache, ``block_cache``), and reads the logits of the block's positions only. A row's call is
+counted (:meth:`bench.method.Method.count_row_calls`) while the row has positions in ``block``
+(a row stopped at its EOS has none: :meth:`MDLM.sample_canvas
+<baselines.mdlm.MDLM.sample_canvas>`); the call-skipping confidence orders count it while its
+part of the block holds a mask, the calls it would make alone, as they stop a block with no mask
+left.
 
 - :class:`Ancestral` (``ancestral``, ``greedy``, ``cached``) over t_k = linspace(1, 1e-5,
   nfe + 1): each masked token is revealed with probability (alpha_s - alpha_t) / (1 - alpha_t)
@@ -40,6 +43,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
+from baselines.mdlm_cache import block_calls
 from bench.decoding import Decoding
 from bench.method import categorical_draw
 
@@ -65,20 +69,25 @@ class Ancestral(Decoding):
     #: decodes block by block under ``block_length``
     blocks: ClassVar[bool] = True
 
+    @property
+    def block_cacheable(self) -> bool:
+        """Takes a block KV cache (``block_cache``), except MDLM's cache of p_theta (``cached``)."""
+        return not self.cache
+
     def run(self, m, backbone, x, block, nfe, temperature, float64, generator) -> Tensor:
         n, dev = x.shape[0], x.device
         ts = torch.linspace(1.0, 1e-5, nfe + 1, device=dev, dtype=torch.float64)
         cached = None
+        calls = block_calls(m, backbone, block)  # full calls, or partial under a block cache
         for k in range(nfe):
             last = k == nfe - 1
             alpha_t = m.alpha(ts[k]).expand(n)
             alpha_s = torch.ones_like(alpha_t) if last else m.alpha(ts[k + 1]).expand(n)
             raw = cached
             if raw is None:
-                raw = m.call(backbone, x, m.sigma(alpha_t.float()))
                 # every step calls for a row with positions in the block, revealed or not, as
                 # alone (it does not stop early); a row stopped at its EOS has none
-                m.count_row_calls(block.any(-1))
+                raw = calls(k, x, m.sigma(alpha_t.float()), block.any(-1))
             is_mask = (x == m.mask_id) & block
             # absorbing posterior q(z_s | z_t = m, x): reveal w.p. (alpha_s - alpha_t) /
             # (1 - alpha_t), independently of the token, which is then drawn from p_theta; so
@@ -189,6 +198,7 @@ class ConfidenceOrder(Decoding):
     eos_stop: bool = True
     eos_note: str = BLOCK_EOS
     blocks: ClassVar[bool] = True
+    block_cacheable: ClassVar[bool] = True
 
     def run(self, m, backbone, x, block, nfe, temperature, float64, generator) -> Tensor:
         n, L = x.shape
@@ -198,16 +208,18 @@ class ConfidenceOrder(Decoding):
         masked = ((x == m.mask_id) & block).sum(-1)
         base, extra = masked // nfe, masked % nfe
         ts = torch.linspace(1.0, 1e-5, nfe + 1, device=dev, dtype=torch.float64)
+        calls = block_calls(m, backbone, block)  # full calls, or partial under a block cache
         for k in range(nfe):
             where = (x == m.mask_id) & block
             live = where.any(-1)
             if self.call_skipping and not bool(live.any()):
                 break  # Fast-dLLM: the block is done, the next one starts
             alpha_t = m.alpha(ts[k]).expand(n)
-            raw = m.call(backbone, x, m.sigma(alpha_t.float()))
             # a call-skipping order stops a row's block with no mask left (alone: no more
             # calls); a fixed-call one calls on for it (LLaDA's steps), as it would alone
-            m.count_row_calls(live if self.call_skipping else block.any(-1))
+            raw = calls(
+                k, x, m.sigma(alpha_t.float()), live if self.call_skipping else block.any(-1)
+            )
             rows = token_logits(m, raw, where, temperature)
             frows = m.filtered(rows)
             draw = categorical_draw(frows, generator, float64)
@@ -258,6 +270,7 @@ class ReMDM(Decoding):
     by_confidence: bool = False
     eos_note: str = "one block, the whole canvas, and a decoded token may be remasked"
     blocks: ClassVar[bool] = False
+    block_cacheable: ClassVar[bool] = False
 
     def eta_of(self, opts) -> float:
         return self.eta if opts.remdm_eta is None else opts.remdm_eta
@@ -366,7 +379,7 @@ _REMDM_COST = (
     "O(B L) for the q_sigma weights and a (B, L) uniform; at the R positions it reveals, the "
     "draw over (R, V+1) as `ancestral`'s"
 )
-_BLOCKED = (*FILTERS, "block_length")
+_BLOCKED = (*FILTERS, "block_length", "block_cache", "cache_refresh")
 
 #: MDLM's decodings, the first the default (kuleshov-group/remdm ``sampling.sampler`` names the
 #: ReMDM ones; their eta: scripts/remdm-cap.sh, remdm-rescale.sh, remdm-loop.sh)
@@ -395,7 +408,7 @@ DECODINGS: dict[str, Decoding] = {
         reference="MDLM's cached sampler (`ddpm_cache`); kuleshov-group/mdlm "
         "`diffusion.py::_sample` (`torch.allclose(x_next, x)`) and `_ddpm_caching_update`",
         cost="as `ancestral`, minus the skipped calls",
-        options=(*_BLOCKED, "time_conditioning"),
+        options=(*FILTERS, "block_length", "time_conditioning"),
     ),
     "confidence": ConfidenceOrder(
         score=p_theta_score,

@@ -18,6 +18,13 @@ FrankCCCCC/s-flm @ 18d586f):
 
 The causal variant (``causal=True``) has no adaLN and no time input (AR, `algo.adaLN=False`).
 
+Caches (``forward(..., cache=...)``): the causal DiT takes one dict per block (AR's KV cache: a
+prefill, then one position per call); the bidirectional one takes a block cache
+(:class:`bench.backbones.block_cache.BlockCache`: a full call that records every block's keys
+and values, then partial calls that compute only a set of active positions, Fast-dLLM's prefix
+and dual caches). Both go through :meth:`Block.attention`; the block cache's own rules live in
+its module.
+
 Departures (numerics only): the reference wraps blocks and final layer in a bf16 autocast
 inside the module and rotates q/k in the activation dtype; here precision is the trainer's
 (bf16-mixed on GPU) and rotary / LayerNorm compute in fp32 and cast back (same maths, less
@@ -29,6 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -106,9 +114,10 @@ def rotary_cos_sin(seq_len: int, head_dim: int, device, base: float = 1e4) -> tu
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotate (..., L, Dh) by position (e.g. (B, H, L, Dh), or q and k stacked), rotate-half
-    convention (GPT-NeoX / flash-attn non-interleaved)."""
+    convention (GPT-NeoX / flash-attn non-interleaved). ``cos`` / ``sin``: (L, Dh/2), one row per
+    position, or (B, L, Dh/2), each row's own positions (a block cache's partial call)."""
     x1, x2 = x.float().chunk(2, dim=-1)
-    c, s = cos[None, None], sin[None, None]
+    c, s = (cos[None, None], sin[None, None]) if cos.dim() == 2 else (cos[:, None], sin[:, None])
     return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).to(x.dtype)
 
 
@@ -147,7 +156,7 @@ class Block(nn.Module):
             nn.init.zeros_(self.adaLN.weight)
             nn.init.zeros_(self.adaLN.bias)
 
-    def attention(self, h: Tensor, cos: Tensor, sin: Tensor, cache: dict | None = None) -> Tensor:
+    def attention(self, h: Tensor, cos: Tensor, sin: Tensor, cache: dict | Any = None) -> Tensor:
         B, L, d = h.shape
         qkv = self.qkv(h).view(B, L, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
         # q and k rotated in one call: the values of one call each (elementwise), half the
@@ -155,7 +164,9 @@ class Block(nn.Module):
         q, k = apply_rotary(qkv[:2], cos, sin).unbind(0)
         v = qkv[2]
         causal = self.causal
-        if cache is not None:  # KV cache (causal decoding): keys / values of earlier positions
+        if cache is not None and not causal:  # block cache: the other positions' keys / values
+            k, v = cache.keys_values(k, v)
+        elif cache is not None:  # KV cache (causal decoding): keys / values of earlier positions
             if "k" in cache:
                 if L != 1:
                     raise ValueError("KV cache: after the prefill, decode one position per call")
@@ -168,7 +179,7 @@ class Block(nn.Module):
         return self.attn_out(o.transpose(1, 2).reshape(B, L, d))
 
     def forward(
-        self, x: Tensor, c: Tensor | None, cos: Tensor, sin: Tensor, cache: dict | None = None
+        self, x: Tensor, c: Tensor | None, cos: Tensor, sin: Tensor, cache: dict | Any = None
     ) -> Tensor:
         drop = lambda y: F.dropout(y, self.dropout, self.training)  # noqa: E731
         if self.adaLN is None:
@@ -180,7 +191,9 @@ class Block(nn.Module):
             x = x + drop(a)
             return x + drop(self.mlp(self.norm2(x)))
         sh1, sc1, g1, sh2, sc2, g2 = self.adaLN(c).chunk(6, dim=-1)
-        x = x + g1[:, None] * drop(self.attention(modulate(self.norm1(x), sh1, sc1), cos, sin))
+        h = modulate(self.norm1(x), sh1, sc1)
+        a = self.attention(h, cos, sin) if cache is None else self.attention(h, cos, sin, cache)
+        x = x + g1[:, None] * drop(a)
         return x + g2[:, None] * drop(self.mlp(modulate(self.norm2(x), sh2, sc2)))
 
 
@@ -199,6 +212,8 @@ class DiT(nn.Module):
 
     ``forward(x, sigma)``: x is (B, L) ids or a (B, L, input_dim) float tensor; sigma (B,)
     is the time input (ignored when causal; zeros when None). Returns (B, L, vocab_out) logits.
+    ``cache``: AR's per-block dicts (causal), or a block cache whose partial call takes and
+    returns the active / read positions only (bidirectional; module docstring).
     """
 
     def __init__(
@@ -235,26 +250,38 @@ class DiT(nn.Module):
             nn.init.zeros_(self.head.bias)
 
     def forward(
-        self, x: Tensor, sigma: Tensor | None = None, cache: list[dict] | None = None
+        self, x: Tensor, sigma: Tensor | None = None, cache: list[dict] | Any = None
     ) -> Tensor:
         h = self.embed(x) if x.dtype in (torch.long, torch.int32, torch.int64) else x
         if self.in_proj is not None and h.dtype.is_floating_point and x.dtype.is_floating_point:
             h = self.in_proj(h)
         B, L, _ = h.shape
-        # ``cache`` (causal only): one dict per block, filled by a prefill call, then one position
-        # per call; rotary positions continue after the cached ones
-        start = cache[0]["k"].shape[2] if cache is not None and cache[0] else 0
-        cos, sin = rotary_cos_sin(start + L, self.d_model // self.size.n_heads, h.device)
-        cos, sin = cos[start:], sin[start:]
+        dh = self.d_model // self.size.n_heads
+        # ``cache``, causal: one dict per block, filled by a prefill call, then one position per
+        # call; rotary positions continue after the cached ones. Bidirectional: a block cache
+        # (bench.backbones.block_cache), whose partial call gives the (B, L) rows' true positions
+        if cache is not None and self.causal != isinstance(cache, list):
+            raise ValueError(
+                "KV cache: the causal DiT (AR) takes one dict per block, the bidirectional one a "
+                "block cache (bench.backbones.block_cache.BlockCache)"
+            )
+        positions = None if self.causal or cache is None else cache.positions
+        if positions is not None:  # a partial call: x holds the active positions only
+            cos, sin = rotary_cos_sin(cache.length, dh, h.device)
+            cos, sin = cos[positions], sin[positions]
+        else:
+            start = cache[0]["k"].shape[2] if self.causal and cache and cache[0] else 0
+            cos, sin = rotary_cos_sin(start + L, dh, h.device)
+            cos, sin = cos[start:], sin[start:]
         c = None
         if self.time is not None:
             if sigma is None:
                 sigma = torch.zeros(B, device=h.device)
             c = F.silu(self.time(sigma.reshape(B)))
-        if cache is not None and not self.causal:
-            raise ValueError("KV cache: only the causal DiT (AR) can reuse keys and values")
         for i, blk in enumerate(self.blocks):
             h = blk(h, c, cos, sin) if cache is None else blk(h, c, cos, sin, cache=cache[i])
+        if positions is not None:
+            h = cache.readout(h)  # the rows a sampler reads (prefix cache: the block's)
         h = self.norm_f(h)
         if self.adaLN_f is not None:
             shift, scale = self.adaLN_f(c).chunk(2, dim=-1)

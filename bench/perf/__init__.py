@@ -14,6 +14,9 @@ each runs on CPU or GPU (``--device``; bf16 autocast on CUDA unless ``--precisio
   runs (``--runs``), token by token;
 - ``arcache`` (opt-in, :mod:`bench.perf.arcache`): AR generation with the KV cache vs
   re-reading the prefix, same weights and prompts;
+- ``blockcache`` (opt-in, :mod:`bench.perf.blockcache`): semi-autoregressive sampling with a
+  block KV cache (prefix / dual) vs none: seconds and forward-equivalents per sample, token
+  agreement;
 - ``genppl`` (opt-in, :mod:`bench.perf.genppl`): tokens/s of the Gen. PPL scorer.
 - ``startup`` (opt-in, :mod:`bench.perf.startup`): wall seconds of ``python -m bench.sweep
   --help / --list / --status / --dry-run`` and ``python -m bench.report`` on a small store,
@@ -25,8 +28,8 @@ each runs on CPU or GPU (``--device``; bf16 autocast on CUDA unless ``--precisio
 The models (labels, opt-in fast paths) and ``--scale`` presets are :mod:`bench.cost.catalogue`';
 timing, memory and batch helpers :mod:`bench.perf.common`'s; the flags and the output
 :mod:`bench.perf.suite`'s; what a method declares for the benchmarks (an exact velocity, a KV
-cache) :mod:`bench.perf.capabilities`'. Results print as a table and are written atomically
-to ``--out`` (JSON) when given.
+cache, block caches) :mod:`bench.perf.capabilities`'. Results print as a table and are written
+atomically to ``--out`` (JSON) when given.
 """
 
 from __future__ import annotations

@@ -8,7 +8,11 @@ the benchmarks own, declared by the methods that have them as class attributes o
   ``agreement`` compares in float32 and float64 (S-FLM);
 - ``kv_cache`` (:func:`kv_cache`): None or absent, the sampler keeps no KV cache; True / False,
   it has one and uses it when True (an instance may switch it off: ``python -m bench.perf
-  arcache`` times both on the same weights; the calibration counts a cached prefill; AR).
+  arcache`` times both on the same weights; the calibration counts a cached prefill; AR);
+- ``block_caches`` (:func:`block_caches`): the block KV caches its semi-autoregressive sampler
+  takes, a tuple of ``block_cache`` option values other than ``none`` (absent: none); such a
+  method takes the sampling options ``block_length``, ``block_cache`` and ``cache_refresh``, and
+  ``python -m bench.perf blockcache`` samples it with each cache and without (MDLM).
 """
 
 from __future__ import annotations
@@ -30,6 +34,13 @@ class KVCache(Protocol):
     kv_cache: bool | None
 
 
+@runtime_checkable
+class BlockCaches(Protocol):
+    """A method whose semi-autoregressive sampler takes block KV caches (``block_caches``)."""
+
+    block_caches: tuple[str, ...]
+
+
 def exact_velocity(method) -> bool:
     """True when ``method`` (a class or an instance) declares the exact-velocity step."""
     return bool(getattr(method, "exact_velocity", False))
@@ -38,3 +49,8 @@ def exact_velocity(method) -> bool:
 def kv_cache(method) -> bool | None:
     """``method``'s KV cache: None when it has none, else whether it is on."""
     return getattr(method, "kv_cache", None)
+
+
+def block_caches(method) -> tuple[str, ...]:
+    """The block caches ``method`` (a class or an instance) declares; () when none."""
+    return tuple(getattr(method, "block_caches", ()))

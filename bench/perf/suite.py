@@ -23,6 +23,7 @@ from bench.cost.catalogue import BARE, LEGACY, MODELS, SCALES, VARIANTS
 from bench.perf import (
     agreement,
     arcache,
+    blockcache,
     calibrate,
     genppl,
     sample,
@@ -39,6 +40,7 @@ BENCHMARKS = {
     "velocity": velocity,
     "agreement": agreement,
     "arcache": arcache,
+    "blockcache": blockcache,
     "genppl": genppl,
     "startup": startup,
     "calibrate": calibrate,

@@ -73,6 +73,25 @@ BAD = [
         "methods: [{method: mdlm, options: {block_length: 3}}]",
         "methods[0]: options.block_length: 3 does not divide the generated length 8",
     ),
+    # MDLM's block caches: with blocks, on a decoding that takes one (MDLM.sample, first batch)
+    (
+        "methods: [{method: mdlm, options: {block_cache: dual}}]",
+        "methods[0]: options.block_cache: dual caches the blocks outside the current one",
+    ),
+    (
+        "methods: [{method: mdlm, options: {block_length: 2, block_cache: prefix}, "
+        "decoding: [ancestral, remdm-cap]}]",
+        "methods[0]: options.block_cache: remdm-cap takes no block cache (no blocks)",
+    ),
+    (
+        "methods: [{method: mdlm, options: {block_length: 2, block_cache: dual}, "
+        "decoding: [cached]}]",
+        "methods[0]: options.block_cache: cached takes no block cache",
+    ),
+    (
+        "methods: [{method: mdlm, options: {block_length: 2, cache_refresh: 2}}]",
+        "methods[0].options.cache_refresh: 2 refreshes a block cache",
+    ),
     # MDLM's parallel decodings: tau in (0, 1], factor > 0 (the options' own bounds)
     (
         "methods: [{method: mdlm, options: {tau: 1.5}, decoding: [threshold]}]",

@@ -148,6 +148,8 @@ _LATER_OPTIONS = {
         "top_p",
         "top_k",
         "block_length",
+        "block_cache",
+        "cache_refresh",
         "tau",
         "factor",
         "remdm_eta",
