@@ -42,6 +42,7 @@ from bench.report.speed.tables import (
     speedup_table,
     speedups,
 )
+from bench.report.speed.twins import twins, twins_table
 
 AUP_TEXT = (
     "AUP (d3LLM, Hao AI Lab: 'AUP: when Accuracy Meets Parallelism in Diffusion Language "
@@ -68,6 +69,16 @@ MATCHED_TEXT = (
     "a setting loses no accuracy within its interval when the paired 95 % interval of its "
     "accuracy minus AR's (items shared, seeds per model) reaches 0 or above. That is no loss "
     "*shown*, not equivalence: with few items the interval is wide and a real loss can hide in it."
+)
+
+
+TWINS_TEXT = (
+    "Which speed-up is free: a block KV cache against the same decoding and options without it, "
+    "a parallel decoding (`threshold`, `factor`) against LLaDA's `confidence` order at the same "
+    "NFE and blocks, on the same model, subset, items and device. FE / twin's: forward-"
+    "equivalents per sample over the twin's (below 1: cheaper); speed-ups: the twin's seconds "
+    "over the setting's. No accuracy loss shown: the paired 95 % interval of the accuracy "
+    "difference reaches 0 or above."
 )
 
 
@@ -115,6 +126,10 @@ def speed_doc(task: str, st: pd.DataFrame, groups, sp: pd.DataFrame, refs, metri
         doc += [f"y_max: {g.subset} {g.aup.y_max:.1f} %." for g in groups]
     else:
         doc += ["No setting with per-item outcomes: no AUP."]
+    tw = twins(st)
+    if len(tw):
+        doc += ["", "## Each speed-up against the same model without it", "", TWINS_TEXT, ""]
+        doc += [twins_table(tw, setting_name)]
     doc += ["", "## Speed-up over AR (KV cache) at matched accuracy", "", MATCHED_TEXT, ""]
     if not len(refs):
         doc += [f"No AR cell (method `{AR}`) with seconds on this task: no speed-up table."]
