@@ -6,7 +6,11 @@ Sources (each entry's ``measured`` says when, in one line):
 
 - ``cpu``: ``python -m bench.perf calibrate`` on the project's 2-core AMD EPYC VM (AVX-512), one
   thread (the quickstart's jobs: two at once, one thread each; other thread counts are scaled,
-  :func:`bench.cost.table.load`), and the quickstart's measured scoring times;
+  :func:`bench.cost.table.load`), and the quickstart's measured scoring times. Every section
+  but the sampling factors is the mean of two idle runs (``cpu_calibrate_1t*.json`` in
+  docs/measurements/); the sampling factors (``methods.sample``) are copied from three later runs
+  on the same shapes, the median of each number, after the samplers changed
+  (docs/measurements/sampling_factors.md);
 - ``h200``: the project's H200 runs (docs/measurements/gpu_h200_perf_tiny.json: train steps/s and
   sampling seconds per call of every model, tiny DiT, batch 256, bf16;
   gpu_h200_perf_velocity_b1 / b32 / b32_f32.json: the small DiT's forward at batch 1 and 32 and
@@ -183,39 +187,45 @@ _CPU_TRAIN = {
     "sflm": {"factor": [1.07, 0.915], "step_s": 0.00197},
     "sflm/sarch": {"factor": [1.32, 1.16], "step_s": 0.000268},
 }
+#: the sampling factors of the samplers that draw only where their law keeps a draw: each
+#: number the median of three runs of ``python -m bench.perf calibrate --threads 1`` (the shapes
+#: above) on the same VM under load (other work beside it; the factors are ratios to a bare
+#: forward timed right before them in the same run); docs/measurements/sampling_factors.md
 _CPU_SAMPLE = {
-    "ar|greedy": {"float64": [0.752, 0.969], "float32": [0.752, 1.02], "call_s": 0.0},
-    "ar|sample": {"float64": [0.816, 1.98], "float32": [0.816, 1.48], "call_s": 0.0},
+    "ar|greedy": {"float64": [0.568, 1.1], "float32": [0.568, 0.755], "call_s": 0.0},
+    "ar|sample": {"float64": [0.464, 1.31], "float32": [0.464, 1.46], "call_s": 0.000204},
     "candi/pure-gaussian|continuous": {
-        "float64": [1.09, 7.07],
-        "float32": [1.09, 3.69],
-        "call_s": 0.000355,
+        "float64": [1.07, 7.17],
+        "float32": [1.07, 3.99],
+        "call_s": 0.00212,
     },
-    "candi|cached": {"float64": [1.16, 8.17], "float32": [1.16, 4.16], "call_s": 8.81e-05},
-    "candi|nocache": {"float64": [1.2, 16.1], "float32": [1.2, 9.65], "call_s": 1.67e-05},
-    "duo|ancestral": {"float64": [1.1, 7.21], "float32": [1.1, 4.28], "call_s": 4.01e-05},
-    "duo|greedy": {"float64": [1.09, 6.07], "float32": [1.09, 3.62], "call_s": 5.6e-05},
-    "duo|psi": {"float64": [1.04, 7.01], "float32": [1.04, 4.26], "call_s": 0.000224},
-    "duo|psi-greedy": {"float64": [1.06, 6.03], "float32": [1.06, 3.69], "call_s": 6e-05},
-    "flm|euler": {"float64": [1.07, 4.82], "float32": [1.07, 2.73], "call_s": 0.000232},
-    "mdlm|ancestral": {"float64": [1.12, 5.97], "float32": [1.12, 3.83], "call_s": 0.000214},
-    "mdlm|cached": {"float64": [1.13, 6.06], "float32": [1.13, 3.87], "call_s": 0.000128},
-    "mdlm|confidence": {"float64": [1.09, 6.16], "float32": [1.09, 4.03], "call_s": 0.000235},
-    "mdlm|entropy": {"float64": [1.16, 7.93], "float32": [1.16, 5.77], "call_s": 8.54e-05},
-    "mdlm|greedy": {"float64": [1.12, 5.02], "float32": [1.12, 3.39], "call_s": 4.47e-05},
-    "mdlm|margin": {"float64": [1.14, 7.11], "float32": [1.14, 5.1], "call_s": 9.52e-05},
-    "mdlm|remdm-cap": {"float64": [1.17, 9.23], "float32": [1.17, 7.33], "call_s": 0.00022},
-    "mdlm|remdm-conf": {"float64": [1.16, 9.13], "float32": [1.16, 7.22], "call_s": 0.000191},
-    "mdlm|remdm-loop": {"float64": [1.18, 9.43], "float32": [1.18, 7.59], "call_s": 0.000136},
-    "mdlm|remdm-rescale": {"float64": [1.12, 9.16], "float32": [1.12, 7.3], "call_s": 0.000288},
-    "sflm/sarch|exact": {"float64": [1.19, 5.44], "float32": [1.19, 3.09], "call_s": 0.0002},
-    "sflm/sarch|stochastic": {"float64": [1.19, 4.78], "float32": [1.19, 3.07], "call_s": 0.000263},
-    "sflm/sarch|top1": {"float64": [1.14, 1.85], "float32": [1.14, 1.54], "call_s": 0.000191},
-    "sflm/sarch|topk": {"float64": [1.23, 2.13], "float32": [1.23, 1.6], "call_s": 0.000382},
-    "sflm|exact": {"float64": [1.14, 5.04], "float32": [1.14, 2.73], "call_s": 0.000456},
-    "sflm|stochastic": {"float64": [1.13, 4.51], "float32": [1.13, 2.91], "call_s": 0.000239},
-    "sflm|top1": {"float64": [1.13, 1.7], "float32": [1.13, 1.47], "call_s": 0.000103},
-    "sflm|topk": {"float64": [1.11, 1.81], "float32": [1.11, 1.5], "call_s": 0.000801},
+    "candi|cached": {"float64": [0.976, 3.03], "float32": [0.976, 1.77], "call_s": 0.000673},
+    "candi|nocache": {"float64": [1.12, 7.75], "float32": [1.12, 4.71], "call_s": 0.00101},
+    "duo|ancestral": {"float64": [0.919, 1.44], "float32": [0.919, 1.47], "call_s": 0.00205},
+    "duo|greedy": {"float64": [1.11, 1.34], "float32": [1.11, 1.27], "call_s": 0.00123},
+    "duo|psi": {"float64": [1.04, 1.35], "float32": [1.04, 1.34], "call_s": 0.000173},
+    "duo|psi-greedy": {"float64": [0.966, 1.44], "float32": [0.966, 1.34], "call_s": 0.00107},
+    "flm|euler": {"float64": [0.97, 3.78], "float32": [0.97, 2.21], "call_s": 0.0},
+    "mdlm|ancestral": {"float64": [1.1, 1.17], "float32": [1.1, 1.13], "call_s": 0.0},
+    "mdlm|cached": {"float64": [0.904, 0.958], "float32": [0.904, 1.0], "call_s": 0.00195},
+    "mdlm|confidence": {"float64": [0.969, 1.12], "float32": [0.969, 1.24], "call_s": 0.00133},
+    "mdlm|entropy": {"float64": [0.997, 1.23], "float32": [0.997, 1.26], "call_s": 0.00081},
+    "mdlm|factor": {"float64": [0.769, 1.4], "float32": [0.769, 1.19], "call_s": 0.00231},
+    "mdlm|greedy": {"float64": [1.04, 1.13], "float32": [1.04, 1.12], "call_s": 0.00109},
+    "mdlm|margin": {"float64": [0.868, 1.26], "float32": [0.868, 1.12], "call_s": 0.00124},
+    "mdlm|remdm-cap": {"float64": [1.03, 0.948], "float32": [1.03, 0.945], "call_s": 0.000231},
+    "mdlm|remdm-conf": {"float64": [0.912, 0.887], "float32": [0.912, 0.983], "call_s": 0.000908},
+    "mdlm|remdm-loop": {"float64": [0.944, 0.957], "float32": [0.944, 0.844], "call_s": 0.000525},
+    "mdlm|remdm-rescale": {"float64": [0.881, 0.749], "float32": [0.881, 0.774], "call_s": 0.00157},
+    "mdlm|threshold": {"float64": [0.879, 1.31], "float32": [0.879, 1.28], "call_s": 0.00147},
+    "sflm/sarch|exact": {"float64": [1.1, 4.77], "float32": [1.1, 2.9], "call_s": 0.000943},
+    "sflm/sarch|stochastic": {"float64": [1.06, 1.8], "float32": [1.06, 1.54], "call_s": 0.00168},
+    "sflm/sarch|top1": {"float64": [1.16, 1.7], "float32": [1.16, 1.62], "call_s": 0.0},
+    "sflm/sarch|topk": {"float64": [1.17, 1.65], "float32": [1.17, 1.41], "call_s": 0.000961},
+    "sflm|exact": {"float64": [1.17, 5.15], "float32": [1.17, 2.61], "call_s": 0.00174},
+    "sflm|stochastic": {"float64": [1.19, 1.66], "float32": [1.19, 1.65], "call_s": 0.00174},
+    "sflm|top1": {"float64": [1.17, 1.51], "float32": [1.17, 1.49], "call_s": 0.000978},
+    "sflm|topk": {"float64": [1.16, 1.8], "float32": [1.16, 1.54], "call_s": 0.0015},
 }
 _CALIBRATED = "python -m bench.perf calibrate --threads 1 on the project's 2-core AMD EPYC VM"
 
@@ -223,8 +233,9 @@ CPU = {
     "kind": "cpu",
     "threads": 1,
     "device_name": "cpu: AMD EPYC (2 cores, AVX-512)",
-    "source": f"{_CALIBRATED} (2026-11-27, idle, mean of two runs); other thread counts scaled",
-    "measured": "2026-11-27 (idle)",
+    "source": f"{_CALIBRATED} (2026-11-27, idle, mean of two runs; the sampling factors "
+    "2026-12-02 under load, median of three); other thread counts scaled",
+    "measured": "2026-11-27 (idle); sampling factors 2026-12-02 (under load)",
     "memory_bytes": 8 * 2**30,
     "forward": {"overhead_s": 0.000569, "flops_per_s": 6.1e10, "source": _CALIBRATED},
     "train": {
@@ -245,7 +256,7 @@ CPU = {
         "head_share": [0.00703, 0.831],
         "sample": _CPU_SAMPLE,
         "train": _CPU_TRAIN,
-        "source": _CALIBRATED,
+        "source": f"{_CALIBRATED}: training 2026-11-27 (idle), sampling 2026-12-02 (under load)",
     },
     "scorers": {
         "item_s": 1e-4,
