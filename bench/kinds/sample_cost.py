@@ -7,7 +7,7 @@
 - **Positions a call computes** (:func:`schedule`): every position, attention over all L; a
   KV-cached AR call one position after a prefill of the given ones; under an MDLM block cache
   (the cell's option ``block_cache``: ``dual`` or ``prefix``) each block's refresh calls (its
-  first, and every ``cache_refresh``-th after it) every position, the others the block's
+  first, and with an int ``cache_refresh`` K every K-th after it) every position, the others the block's
   positions (``dual``) or the block and the suffix after it (``prefix``), attention still over
   all L keys (Fast-dLLM, llada/generate.py generate_with_dual_cache / _prefix_cache).
 - **Variable calls**: a decoding that may make fewer calls than its budget
@@ -43,6 +43,16 @@ def _block_plan(G: int, block_length: int, calls: int) -> list[tuple[int, int, i
     return [(b * bl, min(bl, G - b * bl), base + (b < extra)) for b in range(n)]
 
 
+def _refresh_every(value) -> int:
+    """The option ``cache_refresh`` as a period: an int K (or its digits) refreshes the cache
+    every K calls of a block; anything else (0, none, a word) at each block's first call only."""
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
+        return max(0, int(value))
+    return 0
+
+
 def _refreshes(calls: int, every: int) -> int:
     """Full (refresh) calls among a block's ``calls``: its first, and every ``every``-th after it
     (``every`` <= 0: the first only)."""
@@ -69,7 +79,7 @@ def schedule(c, cost, calls: int, cached: bool, given: int) -> tuple[list, str]:
     if mode == "none":
         return [(calls, L, L)], ""
     opts = c.options
-    every = int(opts.get("cache_refresh", 0) or 0)
+    every = _refresh_every(opts.get("cache_refresh", 0))
     G, out, full = L - given, [], 0
     for start, size, k in _block_plan(G, int(opts.get("block_length", 0) or 0), calls):
         r = _refreshes(k, every)

@@ -136,6 +136,9 @@ def test_a_block_cache_prices_block_only_calls_at_their_positions(tmp_path):
     c0 = _with(plain0, block_cache="dual")
     per0 = cost0.forward_s(B, L, L) + 7 * cost0.forward_s(B, 19, L)
     assert kind.predict(c0, cost0).parts["network"] == pytest.approx(fe * 2 * per0 + own, rel=1e-9)
+    for odd in ("block", True, None):  # not a period: each block's first call only
+        c = _with(plain, block_cache="dual", cache_refresh=odd)
+        assert kind.predict(c, cost).parts == dual.parts
     unknown = _with(plain, block_cache="none")
     assert kind.predict(unknown, cost).parts == none.parts
 
