@@ -14,9 +14,10 @@ A done cell predicted at its call budget (a variable-call decoding: MDLM's ``thr
 ``factor``, ``cached``; ``sample.eos_stop``) is set beside what it spent
 (:func:`variable_call_lines`): per model and decoding, the calls per item its rows say it made
 (``calls_mean``) over the budget, the forward-equivalents per item (``fe_mean``) over the
-predicted ones, and the network seconds predicted at the budget, that prediction scaled to the
-calls made, and the rows' ``network_s``. Its sampling seconds are in the table at the budget: the
-gap to the measured seconds is the calls it did not make.
+predicted ones, and the sampling seconds (the calls and the sampler's own work, no scoring)
+predicted at the budget, that prediction scaled to the calls made, and the rows' ``sample_s``.
+The table's sampling column keeps the prediction at the budget: the gap to the measured seconds
+is the calls it did not make.
 
 ``python -m bench.sweep SWEEP --status`` prints this after its table once cells are done;
 ``python -m bench.cost SWEEP [--set ...] [--device KIND]`` prints it alone.
@@ -140,7 +141,7 @@ def _first(rows: list[dict] | None, key: str) -> float | None:
 
 
 #: what :func:`variable_call_lines` sums per model and decoding
-_GROUP = ("made", "budget", "fe", "fe_pred", "net", "scaled", "net_s")
+_GROUP = ("made", "budget", "fe", "fe_pred", "pred_s", "scaled_s", "sample_s")
 
 
 def variable_call_lines(p, store, pred: PlanPrediction) -> list[str]:
@@ -164,15 +165,15 @@ def variable_call_lines(p, store, pred: PlanPrediction) -> list[str]:
             if fe is not None:
                 g["fe"].append(fe)
                 g["fe_pred"].append(cp.item_fe)
-            net_s = _first(rows, "network_s")
-            if net_s is not None:
-                g["net"].append(cp.parts.get("network", 0.0))
-                g["scaled"].append(cp.parts.get("network", 0.0) * made / cp.item_calls)
-                g["net_s"].append(net_s)
+            sample_s = _first(rows, "sample_s")
+            if sample_s is not None:
+                g["pred_s"].append(cp.parts.get("network", 0.0))
+                g["scaled_s"].append(cp.parts.get("network", 0.0) * made / cp.item_calls)
+                g["sample_s"].append(sample_s)
     if not groups:
         return []
     lines = ["variable-call cells (predicted at their call budget; measured: the rows' calls_mean, "
-             "fe_mean and network_s):"]  # fmt: skip
+             "fe_mean and sample_s):"]  # fmt: skip
     for (label, dec), g in groups.items():
         made, budget = sum(g["made"]) / len(g["made"]), sum(g["budget"]) / len(g["budget"])
         line = (f"  {label[:32]:32s} {dec[:12]:12s} {len(g['made']):3d} cell(s): calls per item "
@@ -180,9 +181,9 @@ def variable_call_lines(p, store, pred: PlanPrediction) -> list[str]:
         if g["fe"]:
             fe, fe_p = sum(g["fe"]) / len(g["fe"]), sum(g["fe_pred"]) / len(g["fe_pred"])
             line += f"; fe per item {fe:.1f} / {fe_p:.1f} predicted"
-        if g["net_s"]:
-            line += (f"; network {fmt_s(sum(g['net']))} at the budget, "
-                     f"{fmt_s(sum(g['scaled']))} at the calls made, {fmt_s(sum(g['net_s']))} "
+        if g["sample_s"]:
+            line += (f"; sampling {fmt_s(sum(g['pred_s']))} at the budget, "
+                     f"{fmt_s(sum(g['scaled_s']))} at the calls made, {fmt_s(sum(g['sample_s']))} "
                      "measured")  # fmt: skip
         lines.append(line)
     return lines

@@ -156,7 +156,7 @@ def test_latency_items_add_batch_one_samples(tmp_path):
 
 
 def test_bench_cost_sets_a_variable_call_cells_calls_beside_its_budget(tmp_path):
-    """A done threshold cell's rows (calls_mean 3 of a budget of 8, fe_mean, network_s) are
+    """A done threshold cell's rows (calls_mean 3 of a budget of 8, fe_mean, sample_s) are
     compared per model and decoding; a fixed-call cell whose speed columns are empty or NaN
     (fe_mean etc.) does not break the comparison and is not listed."""
     from bench.results import Store
@@ -170,7 +170,7 @@ def test_bench_cost_sets_a_variable_call_cells_calls_beside_its_budget(tmp_path)
     thr = next(c for c in p.samples_of(tc) if c.decoding == "threshold")
     anc = next(c for c in p.samples_of(tc) if c.decoding == "ancestral")
     cost = {"wall_s": 2.0, "kind": "sample", "calls_mean": 3.0, "fe_mean": 3.3,
-            "network_s": 0.25, "tokens_per_fe": 5.0}  # fmt: skip
+            "sample_s": 0.25, "network_s": 0.2, "tokens_per_fe": 5.0}  # fmt: skip
     store.write_cell(thr.id, [{"metric": "acc", "value": 0.5, **cost},
                               {"metric": "cells_acc", "value": 0.7, **cost}])  # fmt: skip
     store.write_cell(anc.id, [{"metric": "acc", "value": 0.5, "kind": "sample", "wall_s": 2.0,
