@@ -8,8 +8,8 @@ Sources (each entry's ``measured`` says when, in one line):
   thread (the quickstart's jobs: two at once, one thread each; other thread counts are scaled,
   :func:`bench.cost.table.load`), and the quickstart's measured scoring times. Every section
   but the sampling factors is the mean of two idle runs (``cpu_calibrate_1t*.json`` in
-  docs/measurements/); the sampling factors (``methods.sample``) are copied from three later runs
-  on the same shapes, the median of each number, after the samplers changed
+  docs/measurements/); the sampling factors (``methods.sample``) are copied from four later runs
+  on the same shapes with a job's huge pages, the median of each number, after the samplers changed
   (docs/measurements/sampling_factors.md);
 - ``h200``: the project's H200 runs (docs/measurements/gpu_h200_perf_tiny.json: train steps/s and
   sampling seconds per call of every model, tiny DiT, batch 256, bf16;
@@ -188,44 +188,45 @@ _CPU_TRAIN = {
     "sflm/sarch": {"factor": [1.32, 1.16], "step_s": 0.000268},
 }
 #: the sampling factors of the samplers that draw only where their law keeps a draw: each
-#: number the median of three runs of ``python -m bench.perf calibrate --threads 1`` (the shapes
-#: above) on the same VM under load (other work beside it; the factors are ratios to a bare
-#: forward timed right before them in the same run); docs/measurements/sampling_factors.md
+#: number the median of four runs of ``python -m bench.perf calibrate --threads 1`` (the shapes
+#: above, a job's huge pages: GLIBC_TUNABLES=glibc.malloc.hugetlb=1) on the same VM under load
+#: (other work beside it; the factors are ratios to a bare forward timed right before them in
+#: the same run); docs/measurements/sampling_factors.md
 _CPU_SAMPLE = {
-    "ar|greedy": {"float64": [0.568, 1.1], "float32": [0.568, 0.755], "call_s": 0.0},
-    "ar|sample": {"float64": [0.464, 1.31], "float32": [0.464, 1.46], "call_s": 0.000204},
+    "ar|greedy": {"float64": [0.509, 0.808], "float32": [0.509, 0.726], "call_s": 0.0},
+    "ar|sample": {"float64": [0.521, 1.27], "float32": [0.521, 1.04], "call_s": 0.000102},
     "candi/pure-gaussian|continuous": {
-        "float64": [1.07, 7.17],
-        "float32": [1.07, 3.99],
-        "call_s": 0.00212,
+        "float64": [1.0, 7.87],
+        "float32": [1.0, 3.63],
+        "call_s": 0.000698,
     },
-    "candi|cached": {"float64": [0.976, 3.03], "float32": [0.976, 1.77], "call_s": 0.000673},
-    "candi|nocache": {"float64": [1.12, 7.75], "float32": [1.12, 4.71], "call_s": 0.00101},
-    "duo|ancestral": {"float64": [0.919, 1.44], "float32": [0.919, 1.47], "call_s": 0.00205},
-    "duo|greedy": {"float64": [1.11, 1.34], "float32": [1.11, 1.27], "call_s": 0.00123},
-    "duo|psi": {"float64": [1.04, 1.35], "float32": [1.04, 1.34], "call_s": 0.000173},
-    "duo|psi-greedy": {"float64": [0.966, 1.44], "float32": [0.966, 1.34], "call_s": 0.00107},
-    "flm|euler": {"float64": [0.97, 3.78], "float32": [0.97, 2.21], "call_s": 0.0},
-    "mdlm|ancestral": {"float64": [1.1, 1.17], "float32": [1.1, 1.13], "call_s": 0.0},
-    "mdlm|cached": {"float64": [0.904, 0.958], "float32": [0.904, 1.0], "call_s": 0.00195},
-    "mdlm|confidence": {"float64": [0.969, 1.12], "float32": [0.969, 1.24], "call_s": 0.00133},
-    "mdlm|entropy": {"float64": [0.997, 1.23], "float32": [0.997, 1.26], "call_s": 0.00081},
-    "mdlm|factor": {"float64": [0.769, 1.4], "float32": [0.769, 1.19], "call_s": 0.00231},
-    "mdlm|greedy": {"float64": [1.04, 1.13], "float32": [1.04, 1.12], "call_s": 0.00109},
-    "mdlm|margin": {"float64": [0.868, 1.26], "float32": [0.868, 1.12], "call_s": 0.00124},
-    "mdlm|remdm-cap": {"float64": [1.03, 0.948], "float32": [1.03, 0.945], "call_s": 0.000231},
-    "mdlm|remdm-conf": {"float64": [0.912, 0.887], "float32": [0.912, 0.983], "call_s": 0.000908},
-    "mdlm|remdm-loop": {"float64": [0.944, 0.957], "float32": [0.944, 0.844], "call_s": 0.000525},
-    "mdlm|remdm-rescale": {"float64": [0.881, 0.749], "float32": [0.881, 0.774], "call_s": 0.00157},
-    "mdlm|threshold": {"float64": [0.879, 1.31], "float32": [0.879, 1.28], "call_s": 0.00147},
-    "sflm/sarch|exact": {"float64": [1.1, 4.77], "float32": [1.1, 2.9], "call_s": 0.000943},
-    "sflm/sarch|stochastic": {"float64": [1.06, 1.8], "float32": [1.06, 1.54], "call_s": 0.00168},
-    "sflm/sarch|top1": {"float64": [1.16, 1.7], "float32": [1.16, 1.62], "call_s": 0.0},
-    "sflm/sarch|topk": {"float64": [1.17, 1.65], "float32": [1.17, 1.41], "call_s": 0.000961},
-    "sflm|exact": {"float64": [1.17, 5.15], "float32": [1.17, 2.61], "call_s": 0.00174},
-    "sflm|stochastic": {"float64": [1.19, 1.66], "float32": [1.19, 1.65], "call_s": 0.00174},
-    "sflm|top1": {"float64": [1.17, 1.51], "float32": [1.17, 1.49], "call_s": 0.000978},
-    "sflm|topk": {"float64": [1.16, 1.8], "float32": [1.16, 1.54], "call_s": 0.0015},
+    "candi|cached": {"float64": [1.06, 3.03], "float32": [1.06, 1.77], "call_s": 0.000639},
+    "candi|nocache": {"float64": [1.14, 7.81], "float32": [1.14, 4.64], "call_s": 0.00111},
+    "duo|ancestral": {"float64": [1.06, 1.86], "float32": [1.06, 1.8], "call_s": 0.000427},
+    "duo|greedy": {"float64": [1.05, 1.54], "float32": [1.05, 1.53], "call_s": 0.000563},
+    "duo|psi": {"float64": [1.08, 1.91], "float32": [1.08, 1.71], "call_s": 0.000395},
+    "duo|psi-greedy": {"float64": [0.969, 1.47], "float32": [0.969, 1.69], "call_s": 0.000921},
+    "flm|euler": {"float64": [1.24, 3.81], "float32": [1.24, 2.2], "call_s": 0.0},
+    "mdlm|ancestral": {"float64": [1.05, 1.3], "float32": [1.05, 1.17], "call_s": 0.000456},
+    "mdlm|cached": {"float64": [0.979, 1.16], "float32": [0.979, 1.12], "call_s": 0.00055},
+    "mdlm|confidence": {"float64": [1.02, 1.62], "float32": [1.02, 1.54], "call_s": 0.000664},
+    "mdlm|entropy": {"float64": [1.01, 1.66], "float32": [1.01, 1.68], "call_s": 0.000785},
+    "mdlm|factor": {"float64": [0.98, 1.54], "float32": [0.98, 1.6], "call_s": 0.000958},
+    "mdlm|greedy": {"float64": [1.06, 1.16], "float32": [1.06, 1.18], "call_s": 0.000543},
+    "mdlm|margin": {"float64": [1.0, 1.77], "float32": [1.0, 1.85], "call_s": 0.000621},
+    "mdlm|remdm-cap": {"float64": [0.959, 1.11], "float32": [0.959, 1.15], "call_s": 0.00141},
+    "mdlm|remdm-conf": {"float64": [0.956, 1.36], "float32": [0.956, 1.09], "call_s": 0.00166},
+    "mdlm|remdm-loop": {"float64": [0.907, 0.995], "float32": [0.907, 1.06], "call_s": 0.00178},
+    "mdlm|remdm-rescale": {"float64": [1.01, 1.07], "float32": [1.01, 1.21], "call_s": 0.00112},
+    "mdlm|threshold": {"float64": [0.965, 1.68], "float32": [0.965, 1.65], "call_s": 0.000762},
+    "sflm/sarch|exact": {"float64": [1.09, 4.95], "float32": [1.09, 3.05], "call_s": 0.00104},
+    "sflm/sarch|stochastic": {"float64": [1.09, 1.82], "float32": [1.09, 1.61], "call_s": 0.000777},
+    "sflm/sarch|top1": {"float64": [1.05, 1.68], "float32": [1.05, 1.52], "call_s": 0.000968},
+    "sflm/sarch|topk": {"float64": [1.09, 2.02], "float32": [1.09, 1.55], "call_s": 0.00116},
+    "sflm|exact": {"float64": [1.08, 4.85], "float32": [1.08, 2.66], "call_s": 0.000818},
+    "sflm|stochastic": {"float64": [1.02, 1.92], "float32": [1.02, 1.74], "call_s": 0.000943},
+    "sflm|top1": {"float64": [1.06, 1.6], "float32": [1.06, 1.3], "call_s": 0.00093},
+    "sflm|topk": {"float64": [1.02, 1.71], "float32": [1.02, 1.56], "call_s": 0.00108},
 }
 _CALIBRATED = "python -m bench.perf calibrate --threads 1 on the project's 2-core AMD EPYC VM"
 
@@ -234,7 +235,7 @@ CPU = {
     "threads": 1,
     "device_name": "cpu: AMD EPYC (2 cores, AVX-512)",
     "source": f"{_CALIBRATED} (2026-11-27, idle, mean of two runs; the sampling factors "
-    "2026-12-02 under load, median of three); other thread counts scaled",
+    "2026-12-02 under load, median of four); other thread counts scaled",
     "measured": "2026-11-27 (idle); sampling factors 2026-12-02 (under load)",
     "memory_bytes": 8 * 2**30,
     "forward": {"overhead_s": 0.000569, "flops_per_s": 6.1e10, "source": _CALIBRATED},

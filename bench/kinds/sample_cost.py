@@ -7,9 +7,9 @@
 - **Positions a call computes** (:func:`schedule`): every position, attention over all L; a
   KV-cached AR call one position after a prefill of the given ones; under an MDLM block cache
   (the cell's option ``block_cache``: ``dual`` or ``prefix``) each block's refresh calls (its
-  first, and with an int ``cache_refresh`` K every K-th after it) every position, the others the block's
-  positions (``dual``) or the block and the suffix after it (``prefix``), attention still over
-  all L keys (Fast-dLLM, llada/generate.py generate_with_dual_cache / _prefix_cache).
+  first, and with an int ``cache_refresh`` K every K-th after it) every position, the others
+  the block's positions (``dual``) or the block and the suffix after it (``prefix``), attention
+  still over all L keys (Fast-dLLM, llada/generate.py generate_with_dual_cache / _prefix_cache).
 - **Variable calls**: a decoding that may make fewer calls than its budget
   (``Method.call_skipping``: MDLM's ``threshold``, ``factor``, ``cached``) and any cell with
   ``sample.eos_stop`` are predicted at the budget; the prediction says so (its ``caveats``).
