@@ -182,10 +182,12 @@ def _slurm_bound(p: Plan, ex, store, sizes) -> list[str]:
 
 def predicted_cost(p: Plan, ex, store) -> list[str]:
     """The cost model's prediction (:mod:`bench.cost.model`) of the jobs ``--dry-run`` lists: per
-    model its training, its sampling and its peak memory; in total the device-hours on the
+    model its training, its sampling and its peak memory, what it assumes of the cells
+    (:func:`bench.cost.notes.caveat_lines`); in total the device-hours on the
     executor's device kind (SLURM: beside the bound) or the local executor's wall time."""
     from bench.cost.forecast import slurm_cost
     from bench.cost.model import device_kind, fmt_bytes, fmt_s, local_wall, predict_plan
+    from bench.cost.notes import caveat_lines
 
     kind, why = device_kind(ex)
     try:
@@ -208,6 +210,7 @@ def predicted_cost(p: Plan, ex, store) -> list[str]:
             f"  {j.label[:42]:42s} {train:>11s} {fmt_s(j.sample_s):>9s} "
             f"{fmt_bytes(j.peak_bytes):>12s}"
         )
+    lines += caveat_lines(pred)
     mem = pred.entry.get("memory_bytes") or 0
     if mem and pred.peak_bytes > mem:
         lines.append(

@@ -1,6 +1,8 @@
 """``python -m bench.cost SWEEP [--set KEY=VALUE ...] [--results-dir DIR] [--device KIND]``:
 the cost model's prediction for a sweep (every cell, done or not) and, where its store has done
-cells, the prediction beside what they took, per model and in total (:mod:`bench.cost.check`).
+cells, the prediction beside what they took, per model and in total (:mod:`bench.cost.check`);
+what the prediction assumes of the cells (:mod:`bench.cost.notes`: a call budget a variable-call
+decoding may not spend, block-only calls) after its first line.
 ``--device`` picks the throughput table (as ``executor.device``). Exit 2 on a bad sweep or kind."""
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.config import ConfigError, load_sweep
     from bench.cost.check import comparison
     from bench.cost.model import fmt_s, local_wall, predict_plan
+    from bench.cost.notes import caveat_lines
     from bench.plan import plan
     from bench.results import Store
 
@@ -47,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         f"device-hours ({pred.source()}); local wall with {parallel} at once "
         f"{fmt_s(local_wall(pred.jobs, parallel, pred.setup_s))}"
     )
+    for line in caveat_lines(pred, indent=""):
+        print(line)
     store = Store(cfg.results_dir)
     if any(store.has(tc.id) for tc in p.train_cells):
         print(comparison(p, store, pred))

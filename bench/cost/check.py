@@ -10,6 +10,15 @@ the work the recorded job did (the rows written after it started: a job that sam
 trained by an earlier run, such as ``sweeps/samplers.yaml`` on the quickstart's models, is
 compared without the training, and with only the cells it wrote).
 
+A done cell predicted at its call budget (a variable-call decoding: MDLM's ``threshold``,
+``factor``, ``cached``; ``sample.eos_stop``) is set beside what it spent
+(:func:`variable_call_lines`): per model and decoding, the calls per item its rows say it made
+(``calls_mean``) over the budget, the forward-equivalents per item (``fe_mean``) over the
+predicted ones, and the sampling seconds (the calls and the sampler's own work, no scoring)
+predicted at the budget, that prediction scaled to the calls made, and the rows' ``sample_s``.
+The table's sampling column keeps the prediction at the budget: the gap to the measured seconds
+is the calls it did not make.
+
 ``python -m bench.sweep SWEEP --status`` prints this after its table once cells are done;
 ``python -m bench.cost SWEEP [--set ...] [--device KIND]`` prints it alone.
 """
@@ -115,6 +124,71 @@ def as_run(j, m: Measured):
     )
 
 
+def _num(v) -> float | None:
+    """A row's number (None for an empty, NaN or non-numeric value)."""
+    if isinstance(v, bool) or not isinstance(v, int | float) or v != v:
+        return None
+    return float(v)
+
+
+def _first(rows: list[dict] | None, key: str) -> float | None:
+    """The first number under ``key`` in a cell's rows (its cost columns repeat on each row)."""
+    for r in rows or []:
+        v = _num(r.get(key))
+        if v is not None:
+            return v
+    return None
+
+
+#: what :func:`variable_call_lines` sums per model and decoding
+_GROUP = ("made", "budget", "fe", "fe_pred", "pred_s", "scaled_s", "sample_s")
+
+
+def variable_call_lines(p, store, pred: PlanPrediction) -> list[str]:
+    """The done cells predicted at their call budget (the module docstring), per model and
+    decoding: ``[]`` when there are none."""
+    cells = pred.cells
+    groups: dict[tuple[str, str], dict[str, list]] = {}
+    for tc in p.train_cells:
+        for c in p.samples_of(tc):
+            cp = cells.get(c.id)
+            if cp is None or not cp.variable_calls or not cp.item_calls:
+                continue
+            rows = store.load(c.id)
+            made = _first(rows, "calls_mean")
+            if made is None:
+                continue
+            g = groups.setdefault((tc.label(), c.decoding), {k: [] for k in _GROUP})
+            g["made"].append(made)
+            g["budget"].append(cp.item_calls)
+            fe = _first(rows, "fe_mean")
+            if fe is not None:
+                g["fe"].append(fe)
+                g["fe_pred"].append(cp.item_fe)
+            sample_s = _first(rows, "sample_s")
+            if sample_s is not None:
+                g["pred_s"].append(cp.parts.get("network", 0.0))
+                g["scaled_s"].append(cp.parts.get("network", 0.0) * made / cp.item_calls)
+                g["sample_s"].append(sample_s)
+    if not groups:
+        return []
+    lines = ["variable-call cells (predicted at their call budget; measured: the rows' calls_mean, "
+             "fe_mean and sample_s):"]  # fmt: skip
+    for (label, dec), g in groups.items():
+        made, budget = sum(g["made"]) / len(g["made"]), sum(g["budget"]) / len(g["budget"])
+        line = (f"  {label[:32]:32s} {dec[:12]:12s} {len(g['made']):3d} cell(s): calls per item "
+                f"{made:.1f} of a budget of {budget:.1f} ({made / budget:.0%})")  # fmt: skip
+        if g["fe"]:
+            fe, fe_p = sum(g["fe"]) / len(g["fe"]), sum(g["fe_pred"]) / len(g["fe_pred"])
+            line += f"; fe per item {fe:.1f} / {fe_p:.1f} predicted"
+        if g["sample_s"]:
+            line += (f"; sampling {fmt_s(sum(g['pred_s']))} at the budget, "
+                     f"{fmt_s(sum(g['scaled_s']))} at the calls made, {fmt_s(sum(g['sample_s']))} "
+                     "measured")  # fmt: skip
+        lines.append(line)
+    return lines
+
+
 def _pair(pred: float, meas: float | None) -> str:
     if meas is None:
         return f"{fmt_s(pred):>8s} / {'-':>8s}       "
@@ -168,4 +242,5 @@ def comparison(p, store, pred: PlanPrediction | None = None) -> str:
             f"  {'sweep wall, ' + str(parallel) + ' job(s) at once':42s} "
             f"{'':24s} {'':24s} {_pair(wall, span)}"
         )
+    lines += variable_call_lines(p, store, pred)
     return "\n".join(lines)

@@ -6,7 +6,11 @@ Sources (each entry's ``measured`` says when, in one line):
 
 - ``cpu``: ``python -m bench.perf calibrate`` on the project's 2-core AMD EPYC VM (AVX-512), one
   thread (the quickstart's jobs: two at once, one thread each; other thread counts are scaled,
-  :func:`bench.cost.table.load`), and the quickstart's measured scoring times;
+  :func:`bench.cost.table.load`), and the quickstart's measured scoring times. Every section
+  but the sampling factors is the mean of two idle runs (``cpu_calibrate_1t*.json`` in
+  docs/measurements/); the sampling factors (``methods.sample``) are copied from four later runs
+  on the same shapes with a job's huge pages, the median of each number, after the samplers changed
+  (docs/measurements/sampling_factors.md);
 - ``h200``: the project's H200 runs (docs/measurements/gpu_h200_perf_tiny.json: train steps/s and
   sampling seconds per call of every model, tiny DiT, batch 256, bf16;
   gpu_h200_perf_velocity_b1 / b32 / b32_f32.json: the small DiT's forward at batch 1 and 32 and
@@ -183,39 +187,46 @@ _CPU_TRAIN = {
     "sflm": {"factor": [1.07, 0.915], "step_s": 0.00197},
     "sflm/sarch": {"factor": [1.32, 1.16], "step_s": 0.000268},
 }
+#: the sampling factors of the samplers that draw only where their law keeps a draw: each
+#: number the median of four runs of ``python -m bench.perf calibrate --threads 1`` (the shapes
+#: above, a job's huge pages: GLIBC_TUNABLES=glibc.malloc.hugetlb=1) on the same VM under load
+#: (other work beside it; the factors are ratios to a bare forward timed right before them in
+#: the same run); docs/measurements/sampling_factors.md
 _CPU_SAMPLE = {
-    "ar|greedy": {"float64": [0.752, 0.969], "float32": [0.752, 1.02], "call_s": 0.0},
-    "ar|sample": {"float64": [0.816, 1.98], "float32": [0.816, 1.48], "call_s": 0.0},
+    "ar|greedy": {"float64": [0.509, 0.808], "float32": [0.509, 0.726], "call_s": 0.0},
+    "ar|sample": {"float64": [0.521, 1.27], "float32": [0.521, 1.04], "call_s": 0.000102},
     "candi/pure-gaussian|continuous": {
-        "float64": [1.09, 7.07],
-        "float32": [1.09, 3.69],
-        "call_s": 0.000355,
+        "float64": [1.0, 7.87],
+        "float32": [1.0, 3.63],
+        "call_s": 0.000698,
     },
-    "candi|cached": {"float64": [1.16, 8.17], "float32": [1.16, 4.16], "call_s": 8.81e-05},
-    "candi|nocache": {"float64": [1.2, 16.1], "float32": [1.2, 9.65], "call_s": 1.67e-05},
-    "duo|ancestral": {"float64": [1.1, 7.21], "float32": [1.1, 4.28], "call_s": 4.01e-05},
-    "duo|greedy": {"float64": [1.09, 6.07], "float32": [1.09, 3.62], "call_s": 5.6e-05},
-    "duo|psi": {"float64": [1.04, 7.01], "float32": [1.04, 4.26], "call_s": 0.000224},
-    "duo|psi-greedy": {"float64": [1.06, 6.03], "float32": [1.06, 3.69], "call_s": 6e-05},
-    "flm|euler": {"float64": [1.07, 4.82], "float32": [1.07, 2.73], "call_s": 0.000232},
-    "mdlm|ancestral": {"float64": [1.12, 5.97], "float32": [1.12, 3.83], "call_s": 0.000214},
-    "mdlm|cached": {"float64": [1.13, 6.06], "float32": [1.13, 3.87], "call_s": 0.000128},
-    "mdlm|confidence": {"float64": [1.09, 6.16], "float32": [1.09, 4.03], "call_s": 0.000235},
-    "mdlm|entropy": {"float64": [1.16, 7.93], "float32": [1.16, 5.77], "call_s": 8.54e-05},
-    "mdlm|greedy": {"float64": [1.12, 5.02], "float32": [1.12, 3.39], "call_s": 4.47e-05},
-    "mdlm|margin": {"float64": [1.14, 7.11], "float32": [1.14, 5.1], "call_s": 9.52e-05},
-    "mdlm|remdm-cap": {"float64": [1.17, 9.23], "float32": [1.17, 7.33], "call_s": 0.00022},
-    "mdlm|remdm-conf": {"float64": [1.16, 9.13], "float32": [1.16, 7.22], "call_s": 0.000191},
-    "mdlm|remdm-loop": {"float64": [1.18, 9.43], "float32": [1.18, 7.59], "call_s": 0.000136},
-    "mdlm|remdm-rescale": {"float64": [1.12, 9.16], "float32": [1.12, 7.3], "call_s": 0.000288},
-    "sflm/sarch|exact": {"float64": [1.19, 5.44], "float32": [1.19, 3.09], "call_s": 0.0002},
-    "sflm/sarch|stochastic": {"float64": [1.19, 4.78], "float32": [1.19, 3.07], "call_s": 0.000263},
-    "sflm/sarch|top1": {"float64": [1.14, 1.85], "float32": [1.14, 1.54], "call_s": 0.000191},
-    "sflm/sarch|topk": {"float64": [1.23, 2.13], "float32": [1.23, 1.6], "call_s": 0.000382},
-    "sflm|exact": {"float64": [1.14, 5.04], "float32": [1.14, 2.73], "call_s": 0.000456},
-    "sflm|stochastic": {"float64": [1.13, 4.51], "float32": [1.13, 2.91], "call_s": 0.000239},
-    "sflm|top1": {"float64": [1.13, 1.7], "float32": [1.13, 1.47], "call_s": 0.000103},
-    "sflm|topk": {"float64": [1.11, 1.81], "float32": [1.11, 1.5], "call_s": 0.000801},
+    "candi|cached": {"float64": [1.06, 3.03], "float32": [1.06, 1.77], "call_s": 0.000639},
+    "candi|nocache": {"float64": [1.14, 7.81], "float32": [1.14, 4.64], "call_s": 0.00111},
+    "duo|ancestral": {"float64": [1.06, 1.86], "float32": [1.06, 1.8], "call_s": 0.000427},
+    "duo|greedy": {"float64": [1.05, 1.54], "float32": [1.05, 1.53], "call_s": 0.000563},
+    "duo|psi": {"float64": [1.08, 1.91], "float32": [1.08, 1.71], "call_s": 0.000395},
+    "duo|psi-greedy": {"float64": [0.969, 1.47], "float32": [0.969, 1.69], "call_s": 0.000921},
+    "flm|euler": {"float64": [1.24, 3.81], "float32": [1.24, 2.2], "call_s": 0.0},
+    "mdlm|ancestral": {"float64": [1.05, 1.3], "float32": [1.05, 1.17], "call_s": 0.000456},
+    "mdlm|cached": {"float64": [0.979, 1.16], "float32": [0.979, 1.12], "call_s": 0.00055},
+    "mdlm|confidence": {"float64": [1.02, 1.62], "float32": [1.02, 1.54], "call_s": 0.000664},
+    "mdlm|entropy": {"float64": [1.01, 1.66], "float32": [1.01, 1.68], "call_s": 0.000785},
+    "mdlm|factor": {"float64": [0.98, 1.54], "float32": [0.98, 1.6], "call_s": 0.000958},
+    "mdlm|greedy": {"float64": [1.06, 1.16], "float32": [1.06, 1.18], "call_s": 0.000543},
+    "mdlm|margin": {"float64": [1.0, 1.77], "float32": [1.0, 1.85], "call_s": 0.000621},
+    "mdlm|remdm-cap": {"float64": [0.959, 1.11], "float32": [0.959, 1.15], "call_s": 0.00141},
+    "mdlm|remdm-conf": {"float64": [0.956, 1.36], "float32": [0.956, 1.09], "call_s": 0.00166},
+    "mdlm|remdm-loop": {"float64": [0.907, 0.995], "float32": [0.907, 1.06], "call_s": 0.00178},
+    "mdlm|remdm-rescale": {"float64": [1.01, 1.07], "float32": [1.01, 1.21], "call_s": 0.00112},
+    "mdlm|threshold": {"float64": [0.965, 1.68], "float32": [0.965, 1.65], "call_s": 0.000762},
+    "sflm/sarch|exact": {"float64": [1.09, 4.95], "float32": [1.09, 3.05], "call_s": 0.00104},
+    "sflm/sarch|stochastic": {"float64": [1.09, 1.82], "float32": [1.09, 1.61], "call_s": 0.000777},
+    "sflm/sarch|top1": {"float64": [1.05, 1.68], "float32": [1.05, 1.52], "call_s": 0.000968},
+    "sflm/sarch|topk": {"float64": [1.09, 2.02], "float32": [1.09, 1.55], "call_s": 0.00116},
+    "sflm|exact": {"float64": [1.08, 4.85], "float32": [1.08, 2.66], "call_s": 0.000818},
+    "sflm|stochastic": {"float64": [1.02, 1.92], "float32": [1.02, 1.74], "call_s": 0.000943},
+    "sflm|top1": {"float64": [1.06, 1.6], "float32": [1.06, 1.3], "call_s": 0.00093},
+    "sflm|topk": {"float64": [1.02, 1.71], "float32": [1.02, 1.56], "call_s": 0.00108},
 }
 _CALIBRATED = "python -m bench.perf calibrate --threads 1 on the project's 2-core AMD EPYC VM"
 
@@ -223,8 +234,9 @@ CPU = {
     "kind": "cpu",
     "threads": 1,
     "device_name": "cpu: AMD EPYC (2 cores, AVX-512)",
-    "source": f"{_CALIBRATED} (2026-11-27, idle, mean of two runs); other thread counts scaled",
-    "measured": "2026-11-27 (idle)",
+    "source": f"{_CALIBRATED} (2026-11-27, idle, mean of two runs; the sampling factors "
+    "2026-12-02 under load, median of four); other thread counts scaled",
+    "measured": "2026-11-27 (idle); sampling factors 2026-12-02 (under load)",
     "memory_bytes": 8 * 2**30,
     "forward": {"overhead_s": 0.000569, "flops_per_s": 6.1e10, "source": _CALIBRATED},
     "train": {
@@ -245,7 +257,7 @@ CPU = {
         "head_share": [0.00703, 0.831],
         "sample": _CPU_SAMPLE,
         "train": _CPU_TRAIN,
-        "source": _CALIBRATED,
+        "source": f"{_CALIBRATED}: training 2026-11-27 (idle), sampling 2026-12-02 (under load)",
     },
     "scorers": {
         "item_s": 1e-4,

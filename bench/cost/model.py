@@ -5,8 +5,8 @@ What a cell costs follows from its shapes, each cell by its kind (:meth:`bench.k
 predict`, handed a :class:`Costs`: the model's net and this module's tables, as arguments, since
 the prediction sits above the kinds; :mod:`bench.kinds` says how each built-in kind is predicted):
 
-- the backbone (:class:`Net`: blocks, width, |V|; the S-arch of S-FLM has the DiT's matrices
-  without adaLN) gives the parameter count and the FLOPs of one forward per token,
+- the backbone (:class:`bench.cost.net.Net`: blocks, width, |V|; the S-arch of S-FLM has the
+  DiT's matrices without adaLN) gives the parameter count and the FLOPs of one forward per token,
   ``2 (12 n_blocks d^2 + d |V|) + 4 n_blocks d * context`` (the matrices, then attention);
 - a **sampling call** of B sequences of T new positions costs the bare backbone's forward,
   ``forward.overhead_s + B T flops / forward.flops_per_s``, times the model's forward-equivalents
@@ -27,62 +27,9 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from bench.config import BackboneConfig, ExecutorConfig
+from bench.config import ExecutorConfig
+from bench.cost.net import Net, net_of
 from bench.cost.table import device_kind
-
-# --------------------------------------------------------------------------- shapes
-
-
-@dataclass(frozen=True)
-class Net:
-    """A backbone's shape: the DiT (``arch="dit"``, causal for AR) or the S-arch."""
-
-    n_blocks: int
-    d_model: int
-    n_heads: int
-    cond_dim: int
-    vocab_in: int
-    vocab_out: int
-    arch: str = "dit"
-    causal: bool = False
-
-    def params(self) -> int:
-        """Parameters, counted as :mod:`bench.backbones.dit` / :mod:`sflm.sarch` build them."""
-        d, c, n = self.d_model, self.cond_dim, self.n_blocks
-        time = 0 if self.causal else 256 * c + c + c * c + c
-        if self.arch == "sarch":
-            # q, k, v, o; c_fc (+ bias); mlp_out (+ bias); s_fc; s_qk and the two gammas; delta
-            block = 4 * d * d + (4 * d * d + 4 * d) + (4 * d * d + d) + 4 * d + 3 * d
-            block += 2 * c * d + 2 * d
-            return self.vocab_in * d + time + n * block + self.vocab_out * d + self.vocab_out
-        block = 2 * d + 4 * d * d + (4 * d * d + 4 * d) + (4 * d * d + d)
-        if not self.causal:
-            block += 6 * c * d + 6 * d
-        final = d + (0 if self.causal else 2 * c * d + 2 * d) + d * self.vocab_out + self.vocab_out
-        return self.vocab_in * d + time + n * block + final
-
-    def token_flops(self, context: float) -> float:
-        """FLOPs of one position of a forward: the matrices (blocks and output layer), then
-        attention over ``context`` keys."""
-        d = self.d_model
-        matrices = 12 * self.n_blocks * d * d + d * self.vocab_out
-        return 2.0 * matrices + 4.0 * self.n_blocks * d * context
-
-    def head_share(self, context: float) -> float:
-        """The output layer's part of a forward's FLOPs (what a sampler's extra work over |V|
-        is measured against)."""
-        return 2.0 * self.d_model * self.vocab_out / self.token_flops(context)
-
-
-def net_of(backbone: dict | BackboneConfig, vocab: int, *, arch: str = "dit",
-           causal: bool = False) -> Net:  # fmt: skip
-    """The :class:`Net` of a backbone section (a preset name and its overrides) at ``vocab``."""
-    from bench.backbones.dit import resolve_size
-
-    cfg = backbone if isinstance(backbone, BackboneConfig) else BackboneConfig(**backbone)
-    s = resolve_size(cfg)
-    return Net(s.n_blocks, s.d_model, s.n_heads, s.cond_dim, vocab, vocab, arch, causal)
-
 
 # --------------------------------------------------------------------------- tables
 
@@ -183,6 +130,16 @@ class CellPrediction:
     start_s: float = (
         0.0  # a model's: what its kind adds to the job's start (the trainer's tokenizer)
     )
+    #: a sample cell's backbone calls per item (its budget: full and partial) and their
+    #: forward-equivalents (partial calls at their share of a full one, times the call's factor),
+    #: set beside the rows' calls_mean / fe_mean (bench.cost.check)
+    item_calls: float = 0.0
+    item_fe: float = 0.0
+    #: why the cell may make fewer calls than ``item_calls`` ('' when it makes exactly those)
+    variable_calls: str = ""
+    #: what the prediction assumes that the cell may not do, in words shared by its cells (a
+    #: call budget a decoding may not spend; block-only calls): --dry-run and bench.cost say them
+    caveats: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -351,7 +308,8 @@ class Costs:
 
     def prediction(self, cell_id: str, kind: str, seconds: float, peak_bytes: int,
                    parts: dict | None = None, **kw) -> CellPrediction:  # fmt: skip
-        """A :class:`CellPrediction` (``kw``: ``calls``, ``flops``, ``note``, ``start_s``)."""
+        """A :class:`CellPrediction` (``kw``: ``calls``, ``flops``, ``note``, ``start_s``,
+        ``item_calls``, ``item_fe``, ``variable_calls``, ``caveats``)."""
         return CellPrediction(cell_id, kind, seconds, int(peak_bytes), dict(parts or {}), **kw)
 
 

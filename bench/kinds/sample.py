@@ -8,17 +8,14 @@ at batch granularity), the task's evaluation, the per-item records (:mod:`bench.
 then the rows (:func:`bench.results.rows.sample_rows`); a task with a held-out reference point
 gets its rows once (:func:`write_reference`).
 
-Predicted from the shapes: ``Method.nfe_for(nfe)`` calls per batch (AR: the generated length)
-over ceil(items / batch) batches, each the bare backbone's forward times the model's
-forward-equivalents per call for its decoding and sampling dtype (a KV-cached AR call reads one
-position), then the scoring (a light scorer per item, the GSM8K sandbox's CPU seconds per
-program over the job's cores, the reference LM's tokens).
+Predicted from the shapes (:mod:`bench.kinds.sample_cost`): the backbone calls of each batch,
+each the bare backbone's forward of the positions it computes times the model's
+forward-equivalents per call, a variable-call decoding at its budget, then the scoring.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
 import time
 
@@ -26,14 +23,10 @@ from bench import locks, records
 from bench.config import SampleConfig, config_hash
 from bench.evaluate.draws import n_draws, score_samples
 from bench.kind import CellKind
+from bench.kinds import sample_cost
 from bench.kinds.sampling import batch_seed, cell_sampler, sample_batch  # noqa: F401 (public)
 from bench.plan import EntryModel, SampleCell, TrainCell
 
-#: (B, L, |V|) buffers a sampler holds at its peak beyond the float32 logits, in its sampling
-#: dtype: S-FLM's exact velocity measured 4.16 (float64) and 2.78 (float32) buffers
-#: (docs/measurements/gpu_h200_perf_velocity_b32*.json); the categorical samplers' Gumbel-max
-#: (the logits cast, the uniforms, the noise) three
-SAMPLER_BUFFERS = {"sflm": {"float64": 4.2, "float32": 2.8}, "*": {"float64": 3.0, "float32": 3.0}}
 #: what a batch file records about its batch's cost, beside its ids and NFE (None in a file
 #: written before they were recorded)
 _BATCH_COST = (
@@ -403,18 +396,6 @@ def write_reference(task, c: SampleCell, store) -> None:
 # --------------------------------------------------------------------------- the kind
 
 
-def _sampler_peak(cost, batch: int, dtype: str, cached: bool) -> int:
-    """Peak bytes while sampling: parameters, activations, the logits and the sampler's own
-    (B, L, |V|) buffers in its dtype (:data:`SAMPLER_BUFFERS`), a KV cache."""
-    net, L = cost.net, cost.L
-    positions = 1 if cached else L
-    act = batch * positions * net.d_model * 16 * 4
-    blv = batch * positions * net.vocab_out
-    bufs = SAMPLER_BUFFERS.get(cost.tc.method, SAMPLER_BUFFERS["*"])[dtype]
-    cache = batch * L * net.d_model * 2 * net.n_blocks * 4 if cached else 0
-    return int(net.params() * 4 + act + blv * (4 + bufs * (8 if dtype == "float64" else 4)) + cache)
-
-
 class Sample(CellKind):
     name = "sample"
     batch_key = "sample.batch_size"
@@ -428,40 +409,8 @@ class Sample(CellKind):
         return run_cells(cells, store, progress) if cells else 0
 
     def predict(self, c, cost):
-        """The module docstring's prediction; the peak: :func:`_sampler_peak`."""
-        net, L = cost.net, cost.L
-        n, B = c.n_samples, c.batch_size
-        calls, cached, given = cost.calls(c.nfe)
-        dtype = cost.dtype(c.float64)
-        batches = math.ceil(n / B)
-        sizes = [min(B, n - i * B) for i in range(batches)]
-        if cached:  # the prefill reads the given positions, each later call one position
-            ctx = (given + L) / 2
-            fe, call_s, key = cost.sample_factor(c.decoding, dtype, net.head_share(ctx))
-            per = [
-                cost.forward_s(b, given, given) + (calls - 1) * cost.forward_s(b, 1, ctx)
-                for b in sizes
-            ]
-            flops = n * (given * net.token_flops(given) + (calls - 1) * net.token_flops(ctx))
-        else:
-            fe, call_s, key = cost.sample_factor(c.decoding, dtype, net.head_share(L))
-            per = [calls * cost.forward_s(b, L, L) for b in sizes]
-            flops = n * calls * L * net.token_flops(L)
-        network = fe * sum(per) + calls * batches * call_s
-        sc = cost.scorers
-        scorer = cost.profile.get("scorer", "light")
-        score = sc["cell_s"] + n * sc["item_s"]
-        if scorer == "sandbox":
-            score += n * sc["sandbox_cpu_s"] / max(1, cost.cores)
-        elif scorer == "genppl":  # scorer_passes: MAUVE's features of samples and references
-            score += cost.profile.get("scorer_passes", 1) * n * L / sc["genppl_tokens_per_s"]
-        k = n_draws(c)  # k draws: k times the cell
-        network, score, flops = (k * v for v in (network, score, flops))
-        parts = {"network": network, "score": score}
-        peak = _sampler_peak(cost, B, dtype, cached)
-        return cost.prediction(c.id, self.name, network + score, peak, parts,
-                               calls=k * calls * batches, flops=flops,
-                               note=f"{dtype}; factor {fe:.2f} ({key})")  # fmt: skip
+        """:func:`bench.kinds.sample_cost.predict`."""
+        return sample_cost.predict(self.name, c, cost)
 
     def load_s(self, cells: list, cost) -> float:
         """The task's tokenizer (where it loads one) and the Gen. PPL reference LM (where it

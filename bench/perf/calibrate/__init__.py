@@ -27,6 +27,10 @@ the threads' spin-waits: calibrate those on an idle machine). What it measures:
   ``--calib-genppl`` (the Gen. PPL reference LM: load and tokens/s).
 
 ``--calib-vocab V`` moves the large-vocabulary factor shape to |V| = V (its L and batch kept).
+Its (B, L, |V|) buffers may then be above glibc's largest mmap threshold (32 MB: |V| 50,257 at
+the CPU's L 32 and batch 8 in float64), which a job allocates in transparent huge pages
+(``GLIBC_TUNABLES``, :func:`bench.heap.job_env`): a run without that setting says so in one
+``warning:`` line, and the entry records it (``huge_pages``).
 
 ``--calib-quick`` (tests): tiny shapes, one run each, no trainer, job, disk or sandbox
 measurement (those sections keep the shipped entry's values).
@@ -157,6 +161,7 @@ def run(model_list, args, device) -> list[dict]:
         shapes = {**shapes, "large": (size, args.calib_vocab, L, B)}
     if args.calib_reps < 1:
         raise ConfigError("--calib-reps: must be >= 1")
+    huge = _huge_pages(shapes, device)
     if args.calib_quick:
         args.calib_reps = 1
     # a busy machine is refused before anything is measured (and judged again after)
@@ -176,6 +181,8 @@ def run(model_list, args, device) -> list[dict]:
     if scorers or kept:
         entry["scorers"] = {**base["scorers"], **kept, **scorers}
     entry["memory_bytes"] = _memory(device)
+    if huge is not None:
+        entry["huge_pages"] = huge
     when = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     load = _loadavg()
     _record_quality(entry, load0, load, cpus, used, args)
@@ -190,6 +197,26 @@ def run(model_list, args, device) -> list[dict]:
     rows.append({"bench": "calibrate", "what": "table", "kind": kind, "threads": threads,
                  "path": str(path), "seconds": took})  # fmt: skip
     return rows
+
+
+def _huge_pages(shapes: dict, device) -> bool | None:
+    """On a CPU: whether this process allocates in transparent huge pages as a job does
+    (``GLIBC_TUNABLES`` with :data:`bench.heap.HUGE_PAGES`), with a warning when it does not
+    and the large shape's float64 (B, L, |V|) buffer is above glibc's largest mmap threshold
+    (:data:`bench.heap.MMAP_THRESHOLD_MAX`); None elsewhere."""
+    from bench import heap
+
+    if device.type != "cpu":
+        return None
+    on = "glibc.malloc.hugetlb" in os.environ.get("GLIBC_TUNABLES", "")
+    _, V, L, B = shapes["large"]
+    if not on and B * L * V * 8 > heap.MMAP_THRESHOLD_MAX:
+        common.progress(
+            f"warning: calibrate: the |V| {V} shape's buffers are above the 32 MB mmap threshold "
+            f"and GLIBC_TUNABLES lacks {heap.HUGE_PAGES} (a job's, bench.heap.job_env): they "
+            "fault in 4 kB pages here, 2 MB in a job"
+        )
+    return on
 
 
 def _measure(entry: dict, base: dict, model_list, shapes: dict, args, device, rows) -> dict:

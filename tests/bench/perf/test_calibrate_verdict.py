@@ -196,3 +196,28 @@ def test_calib_vocab_moves_the_large_factor_shape(tmp_path, monkeypatch, capsys)
     capsys.readouterr()
     assert perf.main([*ARGV, "--calib-dir", str(d), "--calib-vocab", "1"]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == "error: --calib-vocab: must be >= 2"
+
+
+def test_a_large_shape_without_a_jobs_huge_pages_is_warned_and_recorded(tmp_path, monkeypatch,
+                                                                       capsys):  # fmt: skip
+    """A large factor shape whose float64 (B, L, |V|) buffer is above glibc's 32 MB mmap
+    threshold, measured without the jobs' GLIBC_TUNABLES: one warning line, ``huge_pages``
+    False in the entry; with it (or below the threshold) no warning."""
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    d = tmp_path / "cal"
+    _, _, L, B = C.SHAPES["quick"]["large"]
+    big = str(32 * 2**20 // (8 * L * B) + 1)  # one class above the threshold
+    _stub_measurements(monkeypatch, {}, 0.1, 0.1)
+    assert perf.main([*ARGV, "--calib-dir", str(d), "--calib-vocab", big]) == 0
+    err = capsys.readouterr().err
+    assert "warning: calibrate: the |V| " + big + " shape's buffers are above" in err
+    assert table.calibrated("testcpu", d)[1]["huge_pages"] is False
+    small = str(int(big) - 1)
+    _stub_measurements(monkeypatch, {}, 0.1, 0.1)
+    assert perf.main([*ARGV, "--calib-dir", str(d), "--calib-vocab", small]) == 0
+    assert "mmap threshold" not in capsys.readouterr().err
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1")
+    _stub_measurements(monkeypatch, {}, 0.1, 0.1)
+    assert perf.main([*ARGV, "--calib-dir", str(d), "--calib-vocab", big]) == 0
+    assert "mmap threshold" not in capsys.readouterr().err
+    assert table.calibrated("testcpu", d)[1]["huge_pages"] is True
