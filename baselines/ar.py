@@ -6,8 +6,8 @@ Training: next-token cross-entropy, input x[:, :-1], target x[:, 1:], counted wh
 Sampling: left to right, one backbone call per generated position (NFE = number of
 positions after the first non-prompt position; the ``nfe`` argument is ignored). Prompt
 positions, including clean positions inside the generated region (Sudoku givens), are
-teacher-forced. ``sample`` draws from softmax(logits / T) with float64 Gumbel-max;
-``greedy`` takes the argmax (temperature-free). KV cache (``kv_cache``, default on): the first
+teacher-forced. ``sample`` draws from softmax(logits / T) by the float64 inverse CDF (the law
+of Gumbel-max); ``greedy`` takes the argmax (temperature-free). KV cache (``kv_cache``, default on): the first
 call reads the prefix and keeps every block's keys / values, each later call feeds one position;
 the same calls (NFE) and tokens as re-reading the prefix (``kv_cache = False``) up to float
 rounding of the logits.
@@ -48,8 +48,8 @@ from bench.method import (
     LossOutput,
     Method,
     fill_after_eos,
+    categorical_draw,
     gold_log_probs,
-    gumbel_argmax,
     token_mean,
 )
 from bench.reference_format import ReferenceFamily, ReferenceFormat
@@ -94,15 +94,18 @@ class ARReference(ReferenceFormat):
 
 @dataclass(frozen=True, kw_only=True)
 class NextToken(Decoding):
-    """How a call's next-token logits become the token: ``greedy`` the argmax, else a float64
-    Gumbel-max draw from softmax(logits / T) after the top-k / top-p filters."""
+    """How a call's next-token logits become the token: ``greedy`` the argmax, else a draw from
+    softmax(logits / T) after the top-k / top-p filters by the inverse CDF, one float64 uniform
+    per row (:func:`bench.method.categorical_draw`: Gumbel-max's law with one random number per
+    row instead of one per class, half its cost at |V| 50k on the CPU:
+    docs/measurements/sampling_factors.md)."""
 
     greedy: bool = False
 
     def pick(self, m, logits, temperature, generator, float64):
         if self.greedy:
             return logits.argmax(-1)
-        return gumbel_argmax(m.filtered(logits / temperature), generator, float64)
+        return categorical_draw(m.filtered(logits / temperature), generator, float64)
 
 
 _CALLS = "one per generated position: nfe is the generated length"
@@ -111,13 +114,14 @@ _EOS = "at the EOS: a row's calls stop there, the batch's when every row is done
 #: AR's decodings, the first the default
 DECODINGS: dict[str, Decoding] = {
     "sample": NextToken(
-        summary="x_i ~ softmax(logits / T) (float64 Gumbel-max), left to right, prompt "
+        summary="x_i ~ softmax(logits / T) (float64 inverse CDF), left to right, prompt "
         "positions teacher-forced",
         reference="s-flm `samplers.py::ARSampler` (`TrainerBase.forward` divides by T)",
         calls_note=_CALLS,
         eos_stop=True,
         eos_note=_EOS,
-        cost="a float64 Gumbel-max over (B, V) (and the filters' sort when on)",
+        cost="exponentials and a float64 cumulative sum over (B, V), one uniform per row (and "
+        "the filters' sort when on)",
         options=("top_k", "top_p"),
     ),
     "greedy": NextToken(

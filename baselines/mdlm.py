@@ -24,9 +24,8 @@ positions, in order, split into blocks decoded left to right, the calls split ov
 as evenly as possible (:meth:`MDLM.blocks`); for every decoding but ReMDM's. With blocks,
 ``sample.eos_stop`` (:attr:`Method.eos_id` set) stops a row after the block that holds its EOS
 (bd3lms ``var_length``): its later blocks are not decoded nor counted, then hold the EOS.
-``block_cache``
-(options ``prefix`` / ``dual``, with ``cache_refresh``; :mod:`baselines.mdlm_cache`): Fast-dLLM's
-block KV caches (NVlabs/Fast-dLLM ``llada/generate.py::generate_with_prefix_cache`` and
+``block_cache`` (``prefix`` / ``dual``, with ``cache_refresh``; :mod:`baselines.mdlm_cache`):
+Fast-dLLM's block KV caches (NVlabs/Fast-dLLM ``llada/generate.py::generate_with_prefix_cache`` and
 ``generate_with_dual_cache``): a block's first step is a full call that records every layer's
 keys and values (:mod:`bench.backbones.block_cache`), its later steps partial calls that compute
 the block only (dual) or the block and everything after it (prefix) against them, counted as

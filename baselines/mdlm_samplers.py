@@ -6,11 +6,9 @@ method); all make exactly ``nfe`` calls except ``cached`` (at most ``nfe``), and
 noise-removal call: every last step reveals what is left. A blocked decoding makes its calls
 through :func:`baselines.mdlm_cache.block_calls` (full calls, or partial ones under a block KV
 cache, ``block_cache``), and reads the logits of the block's positions only. A row's call is
-counted (:meth:`bench.method.Method.count_row_calls`) while the row has positions in ``block``
-(a row stopped at its EOS has none: :meth:`MDLM.sample_canvas
-<baselines.mdlm.MDLM.sample_canvas>`); the call-skipping confidence orders count it while its
-part of the block holds a mask, the calls it would make alone, as they stop a block with no mask
-left.
+counted (``Method.count_row_calls``) while the row has positions in ``block`` (a row stopped at
+its EOS has none: ``MDLM.sample_canvas``); the call-skipping orders count it while its part of
+the block holds a mask (alone they would stop there).
 
 - :class:`Ancestral` (``ancestral``, ``greedy``, ``cached``) over t_k = linspace(1, 1e-5,
   nfe + 1): each masked token is revealed with probability (alpha_s - alpha_t) / (1 - alpha_t)

@@ -309,6 +309,16 @@ class SweepConfig:
         "seed, overriding train.seed; the report gives mean +- sd over seeds. [] = train.seed only",
     )
 
+    def planned_methods(self) -> list[MethodEntry]:
+        """The method entries the planner plans (:func:`bench.plan.plan`): the file's, and when
+        it asks for the speed protocol (``sample.latency_items`` > 0) but has no AR entry, one
+        more: AR at its defaults (its KV cache on), the 1.0x reference of the report's speed
+        section (a trained AR of the same recipe in the store is reused, as any model)."""
+        entries = list(self.methods)
+        if self.sample.latency_items and not any(e.method == "ar" for e in entries):
+            entries.append(MethodEntry(method="ar"))
+        return entries
+
 
 # --------------------------------------------------------------------------- files and --set
 

@@ -397,20 +397,6 @@ def _sweep(cfg: SweepConfig, source: str, offline_ok: bool) -> Sweep:
     )
 
 
-def _check_block_length(task, method, where: str) -> None:
-    """A semi-autoregressive ``block_length`` must divide the task's generated length where every
-    item generates as many positions (LLaDA generate.py asserts ``gen_length % block_length ==
-    0``); a task whose items differ (:meth:`bench.data.base.Task.generated_length` None) is not
-    checked: a row's last block is then shorter."""
-    bl = getattr(method.opts, "block_length", 0)
-    gen = task.generated_length()
-    if bl and gen and gen % bl:
-        raise ConfigError(
-            f"{where}: options.block_length: {bl} does not divide the generated length {gen} of "
-            f"task {task.name!r} (semi-autoregressive blocks cut it into equal blocks)"
-        )
-
-
 def _entry_model(sw: Sweep, i: int, entry: MethodEntry) -> EntryModel:
     """Entry ``methods[i]`` as a validated model: its method and options (an imported
     checkpoint's from the file), its train recipe, what its jobs would reject (backbone size,
@@ -442,7 +428,6 @@ def _entry_model(sw: Sweep, i: int, entry: MethodEntry) -> EntryModel:
         if not imported and msg.startswith(("backbone", "sample")):  # a section at the root
             raise ConfigError(f"{sw.source}: {msg} (methods[{i}]: {entry.method})") from None
         raise ConfigError(f"{where}: {msg}") from None
-    _check_block_length(sw.task, method, where)
     if imported:  # one model, whatever the training seeds and subsets: it is not trained
         seeds, groups = [train.seed], [sw.subsets]
     else:
@@ -463,17 +448,6 @@ def _entry_model(sw: Sweep, i: int, entry: MethodEntry) -> EntryModel:
         seeds=seeds,
         groups=groups,
     )
-
-
-def speed_entries(cfg: SweepConfig, sample: SampleConfig) -> list[MethodEntry]:
-    """The sweep's method entries, and when it asks for the speed protocol (``sample.
-    latency_items`` > 0) but has no AR entry, one more: AR at its defaults (its KV cache on),
-    the 1.0x reference of the report's speed section (bench/report; a trained AR of the same
-    recipe in the store is reused, as any model)."""
-    entries = list(cfg.methods)
-    if sample.latency_items and not any(e.method == "ar" for e in entries):
-        entries.append(MethodEntry(method="ar"))
-    return entries
 
 
 def plan(cfg: SweepConfig, source: str = "sweep", *, offline_ok: bool = False) -> Plan:
@@ -500,7 +474,7 @@ def plan(cfg: SweepConfig, source: str = "sweep", *, offline_ok: bool = False) -
         kind.validate(cfg, sw.task, sw.source)
     models: dict[str, TrainCell] = {}  # train cell id -> the cell (entries may share one)
     owner: dict[str, int] = {}  # cell id -> the methods[] index that planned it
-    for i, entry in enumerate(speed_entries(cfg, sw.sample)):
+    for i, entry in enumerate(cfg.planned_methods()):
         m = _entry_model(sw, i, entry)
         for new in [c for k in kinds if k.model for c in k.plan_entry(None, m, sw, True)]:
             tc = models.setdefault(new.id, new)

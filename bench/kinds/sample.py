@@ -20,7 +20,7 @@ import sys
 import time
 
 from bench import locks, records
-from bench.config import SampleConfig, config_hash
+from bench.config import ConfigError, SampleConfig, config_hash
 from bench.evaluate.draws import n_draws, score_samples
 from bench.kind import CellKind
 from bench.kinds import sample_cost
@@ -57,6 +57,20 @@ def _sample_id(tc: TrainCell, m: EntryModel, s: SampleConfig, subset, nfe, temp,
     if s.latency_items:
         key["latency_items"] = s.latency_items
     return config_hash(key)
+
+
+def check_block_length(task, method, where: str) -> None:
+    """A semi-autoregressive ``block_length`` must divide the task's generated length where every
+    item generates as many positions (LLaDA generate.py asserts ``gen_length % block_length ==
+    0``); a task whose items differ (:meth:`bench.data.base.Task.generated_length` None) is not
+    checked: a row's last block is then shorter."""
+    bl = getattr(method.opts, "block_length", 0)
+    gen = task.generated_length()
+    if bl and gen and gen % bl:
+        raise ConfigError(
+            f"{where}: options.block_length: {bl} does not divide the generated length {gen} of "
+            f"task {task.name!r} (semi-autoregressive blocks cut it into equal blocks)"
+        )
 
 
 def sample_cells_of(tc: TrainCell, m: EntryModel, s: SampleConfig) -> list[SampleCell]:
@@ -402,7 +416,9 @@ class Sample(CellKind):
     work = ("bench.cell_model", "bench.measure", "bench.weights", "bench.results.rows")
 
     def plan_entry(self, tc, entry, sweep, first: bool) -> list[SampleCell]:
-        """Every entry plans its own sample cells on its model (entries may share one)."""
+        """Every entry plans its own sample cells on its model (entries may share one), its
+        ``block_length`` checked against the task (:func:`check_block_length`)."""
+        check_block_length(sweep.task, entry.method, entry.where)
         return sample_cells_of(tc, entry, sweep.sample)
 
     def run(self, cells: list, store, progress: bool = False) -> int:
