@@ -3,11 +3,11 @@
 Training: next-token cross-entropy, input x[:, :-1], target x[:, 1:], counted where
 ``loss_mask[:, 1:]`` (reference `algo.py::AR._process_model_input`).
 
-Sampling: left to right, one backbone call per generated position (NFE = number of
-positions after the first non-prompt position; the ``nfe`` argument is ignored). Prompt
-positions, including clean positions inside the generated region (Sudoku givens), are
-teacher-forced. ``sample`` draws from softmax(logits / T) by the float64 inverse CDF (the law
-of Gumbel-max); ``greedy`` takes the argmax (temperature-free). KV cache (``kv_cache``, default on): the first
+Sampling: left to right, one backbone call per generated position (NFE = number of positions
+after the first non-prompt position; the ``nfe`` argument is ignored). Prompt positions,
+including clean positions inside the generated region (Sudoku givens), are teacher-forced.
+``sample`` draws from softmax(logits / T) by the float64 inverse CDF (the law of Gumbel-max);
+``greedy`` takes the argmax (temperature-free). KV cache (``kv_cache``, default on): the first
 call reads the prefix and keeps every block's keys / values, each later call feeds one position;
 the same calls (NFE) and tokens as re-reading the prefix (``kv_cache = False``) up to float
 rounding of the logits.
@@ -47,8 +47,8 @@ from bench.method import (
     CategoricalSampling,
     LossOutput,
     Method,
-    fill_after_eos,
     categorical_draw,
+    fill_after_eos,
     gold_log_probs,
     token_mean,
 )

@@ -490,4 +490,3 @@ def test_threshold_makes_fewer_calls_on_a_trained_model(tmp_path):
     m.nfe_counter = 0
     m.sample(net, data.x, data.clean_mask, nfe=nfe, decoding="confidence", generator=g)
     assert m.nfe_counter == nfe
-

@@ -1,6 +1,7 @@
-"""The speed protocol's plan (bench.config.SweepConfig.planned_methods): a sweep that asks for batch-1 latency
-(``sample.latency_items``) gets an AR entry as its 1.0x reference when it has none, and only
-then; the new sample options enter a cell's id only when set (older stores keep their ids)."""
+"""The speed protocol's plan (bench.config.SweepConfig.planned_methods): a sweep that asks for
+batch-1 latency (``sample.latency_items``) gets an AR entry as its 1.0x reference when it has
+none, and only then; the new sample options enter a cell's id only when set (older stores keep
+their ids)."""
 
 from __future__ import annotations
 
